@@ -1,0 +1,134 @@
+"""Model configuration: a frozen, validated description of one decoder architecture.
+
+Growth maps one ``ModelConfig`` to a bigger one, so the config is the single source of
+truth for every parameter shape (see ``loire_jax.layout``). It is validated when built:
+a bad size fails here, before any array is allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+ACTIVATIONS = ("gelu", "swiglu")
+POSITIONS = ("learned", "rope")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only Transformer (paper eqs 1-3 and its modern variants).
+
+    ``head_dim`` is independent of ``hidden``: the paper's head operator (eqs 6-7) adds
+    heads of a fixed width, and its hidden operator (eqs 9-11) leaves the heads alone, so
+    ``heads * head_dim`` need not equal ``hidden``.
+    """
+
+    vocab_size: int = 256
+    max_seq_len: int = 128
+    hidden: int = 64
+    ffn: int = 256
+    heads: int = 4
+    head_dim: int = 16
+    layers: int = 2
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    norm_position: Literal["pre", "post"] = "post"
+    activation: Literal["gelu", "swiglu"] = "gelu"
+    position: Literal["learned", "rope"] = "learned"
+    tie_embeddings: bool = True
+    use_bias: bool = True
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    init_std: float = 0.02
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "max_seq_len", "hidden", "ffn", "heads", "head_dim", "layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                problems.append(f"{name} must be a positive integer, got {value!r}")
+        for name, allowed in (
+            ("norm", NORMS),
+            ("norm_position", NORM_POSITIONS),
+            ("activation", ACTIVATIONS),
+            ("position", POSITIONS),
+            ("dtype", DTYPES),
+            ("param_dtype", DTYPES),
+        ):
+            if getattr(self, name) not in allowed:
+                problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not (isinstance(self.norm_eps, float) and self.norm_eps > 0.0):
+            problems.append(f"norm_eps must be a positive float, got {self.norm_eps!r}")
+        if not self.init_std > 0.0:
+            problems.append(f"init_std must be positive, got {self.init_std!r}")
+        if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
+            problems.append(f"rope needs an even head_dim, got {self.head_dim}")
+        if problems:
+            raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+
+    # -- derived ---------------------------------------------------------------------
+    @property
+    def compute_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.dtype)
+
+    @property
+    def params_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.param_dtype)
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Pre-norm models normalise once more before the head; post-norm streams are already normalised."""
+        return self.norm_position == "pre"
+
+    @property
+    def norm_has_bias(self) -> bool:
+        return self.norm == "layernorm"
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+    def check_dtype_support(self) -> None:
+        """float64 silently degrades to float32 unless x64 is on, which would fake exactness tests."""
+        if "float64" in (self.dtype, self.param_dtype) and not jax.config.jax_enable_x64:
+            raise ValueError(
+                "this ModelConfig uses float64, but JAX has x64 disabled; call "
+                "jax.config.update('jax_enable_x64', True) before creating arrays"
+            )
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """Named architectures.
+
+    - ``paper``: the paper's GPT (eqs 1-3): post-norm LayerNorm, GELU FFN with biases,
+      learned positions, tied embeddings.
+    - ``modern``: pre-norm RMSNorm, SwiGLU, RoPE, untied head, no biases.
+    """
+    base: dict[str, Any]
+    if name == "paper":
+        base = dict(norm="layernorm", norm_position="post", activation="gelu", position="learned",
+                    tie_embeddings=True, use_bias=True)
+    elif name == "modern":
+        base = dict(norm="rmsnorm", norm_position="pre", activation="swiglu", position="rope",
+                    tie_embeddings=False, use_bias=False, norm_eps=1e-6)
+    else:
+        raise ValueError(f"unknown preset {name!r}; choose 'paper' or 'modern'")
+    base.update(overrides)
+    return ModelConfig(**base)

@@ -1,0 +1,38 @@
+"""Command line: ``python -m loire_jax.data prepare [--data-dir DIR] [--config YAML]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "domains" / "default.yaml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loire_jax.data")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="build or verify the domain stream under the data dir")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="domain stream YAML")
+    p.add_argument("--data-dir", default=None, help="cache dir (default: the config's data_dir)")
+    p.add_argument("--quiet", action="store_true", help="no progress messages")
+    args = parser.parse_args(argv)
+
+    from loire_jax.data import DataConfig, DataError, format_table, prepare
+
+    try:
+        cfg = DataConfig.from_yaml(args.config)
+        if args.data_dir:
+            cfg = cfg.with_data_dir(args.data_dir)
+        summary = prepare(cfg, progress=not args.quiet)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(summary))
+    print(f"summary written to {Path(cfg.data_dir) / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Frozen, validated configuration of the domain stream.
+
+Every field is checked when the object is built, so a typo in a YAML file fails at
+start-up instead of hours into a run. The configs are hashable and JSON-able, which
+lets the cache key its artefacts by the exact settings that produced them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from loire_jax.data.errors import ConfigError
+
+DEFAULT_DATA_DIR = "~/.cache/loire_jax"
+BUILTIN_CORPORA = ("wb", "news", "rev", "bio", "cs")
+SOURCE_KINDS = ("builtin", "local", "tfds")
+TOKENIZER_KINDS = ("gpt2", "trained_bpe", "sentencepiece", "tokenizer_json")
+LOCAL_FORMATS = ("auto", "text", "jsonl")
+TEXT_SPLITTING = ("blank_line", "line", "file")
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _resolve(path: str, base_dir: Path | None) -> str:
+    """Expand ``~`` and make relative paths relative to the YAML file's folder."""
+    p = Path(os.path.expanduser(path))
+    if not p.is_absolute() and base_dir is not None:
+        p = base_dir / p
+    return str(p)
+
+
+def _strict_fields(cls: type, d: Mapping[str, Any], where: str) -> None:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - known
+    _require(not unknown, f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """Where one domain's text comes from.
+
+    kind="builtin": one of the default corpora fetched from pinned package files.
+    kind="local": text files (documents separated by blank lines, lines, or one per file)
+      or JSONL files (one document per record, field ``text_field``).
+    kind="tfds": an already prepared TFDS dataset read through ``tfds.data_source``.
+    """
+
+    kind: str
+    corpus: str | None = None  # builtin
+    paths: tuple[str, ...] = ()  # local
+    format: str = "auto"  # local
+    text_field: str = "text"  # local jsonl and tfds
+    split_on: str = "blank_line"  # local text
+    encoding_errors: str = "strict"  # local: "strict" raises on undecodable bytes
+    name: str | None = None  # tfds dataset name, e.g. "scientific_papers"
+    config: str | None = None  # tfds builder config, e.g. "pubmed"
+    split: str = "train"  # tfds split to read
+    tfds_data_dir: str | None = None
+    max_documents: int | None = None  # cap for very large sources
+
+    def __post_init__(self) -> None:
+        _require(self.kind in SOURCE_KINDS, f"source kind {self.kind!r} not in {SOURCE_KINDS}")
+        object.__setattr__(self, "paths", tuple(str(p) for p in self.paths))
+        if self.kind == "builtin":
+            _require(self.corpus in BUILTIN_CORPORA,
+                     f"builtin corpus {self.corpus!r} not in {BUILTIN_CORPORA}")
+        elif self.kind == "local":
+            _require(len(self.paths) > 0, "local source needs at least one path in 'paths'")
+            _require(self.format in LOCAL_FORMATS, f"format {self.format!r} not in {LOCAL_FORMATS}")
+            _require(self.split_on in TEXT_SPLITTING,
+                     f"split_on {self.split_on!r} not in {TEXT_SPLITTING}")
+            _require(self.encoding_errors in ("strict", "replace", "ignore"),
+                     "encoding_errors must be strict, replace or ignore")
+        else:
+            _require(bool(self.name), "tfds source needs 'name' (e.g. 'scientific_papers')")
+        if self.max_documents is not None:
+            _require(self.max_documents > 0, "max_documents must be positive")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], base_dir: Path | None = None) -> "SourceSpec":
+        _strict_fields(cls, d, "source")
+        d = dict(d)
+        if "paths" in d:
+            paths = d["paths"]
+            if isinstance(paths, str):
+                paths = [paths]
+            d["paths"] = tuple(_resolve(p, base_dir) for p in paths)
+        if d.get("tfds_data_dir"):
+            d["tfds_data_dir"] = _resolve(d["tfds_data_dir"], base_dir)
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainSpec:
+    """One domain of the incremental stream: a short name and its text source."""
+
+    name: str
+    source: SourceSpec
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum(),
+                 f"domain name {self.name!r} must be alphanumeric (with - or _)")
+        _require(isinstance(self.source, SourceSpec), "domain source must be a SourceSpec")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], base_dir: Path | None = None) -> "DomainSpec":
+        _strict_fields(cls, d, "domain")
+        _require("source" in d and "name" in d, f"domain needs 'name' and 'source': {dict(d)}")
+        return cls(name=str(d["name"]), source=SourceSpec.from_dict(d["source"], base_dir))
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+    """Which tokenizer turns text into ids.
+
+    gpt2: the GPT-2 BPE (50,257) from the pinned openai-whisper package file.
+    trained_bpe: a sentencepiece BPE trained on the union of the training splits.
+    sentencepiece / tokenizer_json: a local model file given by ``path``.
+    """
+
+    kind: str = "trained_bpe"
+    vocab_size: int = 8192  # trained_bpe only
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.kind in TOKENIZER_KINDS, f"tokenizer kind {self.kind!r} not in {TOKENIZER_KINDS}")
+        if self.kind == "trained_bpe":
+            _require(256 < self.vocab_size <= 65535,
+                     f"trained_bpe vocab_size must be in (256, 65535], got {self.vocab_size}")
+        if self.kind in ("sentencepiece", "tokenizer_json"):
+            _require(bool(self.path), f"tokenizer kind {self.kind} needs 'path'")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], base_dir: Path | None = None) -> "TokenizerSpec":
+        _strict_fields(cls, d, "tokenizer")
+        d = dict(d)
+        if d.get("path"):
+            d["path"] = _resolve(d["path"], base_dir)
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """The whole data stream: domains in order, cache location, tokenizer and splits."""
+
+    domains: tuple[DomainSpec, ...]
+    data_dir: str = DEFAULT_DATA_DIR
+    tokenizer: TokenizerSpec = TokenizerSpec()
+    validation_docs: int = 200  # fixed-size held-out split per domain
+    split_seed: int = 0
+    recovery_fraction: float = 0.1  # share of the training split kept as recovery memory
+    min_doc_chars: int = 20  # shorter documents (after cleaning) are dropped
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "domains", tuple(self.domains))
+        _require(len(self.domains) > 0, "config needs at least one domain")
+        names = [d.name for d in self.domains]
+        _require(len(set(names)) == len(names), f"domain names must be unique: {names}")
+        _require(all(isinstance(d, DomainSpec) for d in self.domains), "domains must be DomainSpec")
+        _require(isinstance(self.tokenizer, TokenizerSpec), "tokenizer must be a TokenizerSpec")
+        _require(self.validation_docs >= 1, "validation_docs must be >= 1")
+        _require(0.0 < self.recovery_fraction < 1.0, "recovery_fraction must be in (0, 1)")
+        _require(self.min_doc_chars >= 1, "min_doc_chars must be >= 1")
+        object.__setattr__(self, "data_dir", os.path.expanduser(str(self.data_dir)))
+
+    @property
+    def root(self) -> Path:
+        return Path(self.data_dir)
+
+    def domain_index(self, name: str) -> int:
+        for i, d in enumerate(self.domains):
+            if d.name == name:
+                return i
+        raise ConfigError(f"no domain named {name!r}; have {[d.name for d in self.domains]}")
+
+    def with_data_dir(self, data_dir: str) -> "DataConfig":
+        return dataclasses.replace(self, data_dir=data_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], base_dir: str | Path | None = None) -> "DataConfig":
+        _strict_fields(cls, d, "data config")
+        _require("domains" in d and isinstance(d["domains"], (list, tuple)),
+                 "data config needs a 'domains' list")
+        base = Path(base_dir) if base_dir is not None else None
+        kw = dict(d)
+        kw["domains"] = tuple(DomainSpec.from_dict(x, base) for x in d["domains"])
+        if "tokenizer" in kw:
+            kw["tokenizer"] = TokenizerSpec.from_dict(kw["tokenizer"], base)
+        if kw.get("data_dir"):
+            kw["data_dir"] = str(kw["data_dir"])  # relative data_dir stays relative to cwd
+        return cls(**kw)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "DataConfig":
+        """Load a YAML config; relative source paths resolve against the YAML's folder."""
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"data config file not found: {p}")
+        with open(p, encoding="utf-8") as f:
+            d = yaml.safe_load(f)
+        _require(isinstance(d, dict), f"{p}: top level must be a mapping")
+        return cls.from_dict(d, base_dir=p.resolve().parent)
+
+
+def fingerprint(obj: Any) -> str:
+    """Short stable hash of a JSON-able object; keys cache entries by their inputs."""
+    if dataclasses.is_dataclass(obj):
+        obj = dataclasses.asdict(obj)
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

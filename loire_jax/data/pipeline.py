@@ -1,0 +1,130 @@
+"""grain pipelines for training (current domain + replay memory) and evaluation.
+
+Training chain: ArrayRecord source → (tokenized once at prepare time) → packed windows
+of seq_len+1 → seeded shuffle, reshuffled every epoch → mixture with the recovery memory
+of earlier domains → this process's shard → batch. Everything before the iterator is a
+``MapDataset`` (random access), so the iterator state is a single index: deterministic
+and resumable in O(1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import grain
+import numpy as np
+
+from loire_jax.data.config import DataConfig
+from loire_jax.data.errors import ConfigError, InsufficientDataError
+from loire_jax.data.packing import PackedWindows, eval_windows
+from loire_jax.data.prepare import load_prepared
+from loire_jax.data.sharding import batch_shard_count, to_global_batch
+
+_MEMORY_SEED_OFFSET = 0x5EED  # memory shuffle must differ from the current-domain shuffle
+
+
+def _process_info() -> tuple[int, int]:
+    import jax
+
+    return jax.process_index(), jax.process_count()
+
+
+def _as_batch(tokens: np.ndarray) -> dict[str, np.ndarray]:
+    return {"tokens": tokens}
+
+
+def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
+                  seed: int, replay_ratio: float, process_index: int = 0,
+                  process_count: int = 1) -> grain.MapDataset:
+    """The infinite, batched MapDataset behind ``train_iterator`` (one process's share)."""
+    if not 0 <= domain_index < len(cfg.domains):
+        raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
+    if not 0.0 <= replay_ratio < 1.0:
+        raise ConfigError(f"replay_ratio must be in [0, 1), got {replay_ratio}")
+    if global_batch_size < 1 or global_batch_size % process_count:
+        raise ConfigError(f"global_batch_size {global_batch_size} must be a positive multiple "
+                          f"of the process count {process_count}")
+    local_bs = global_batch_size // process_count
+    prep = load_prepared(cfg)
+    name = cfg.domains[domain_index].name
+    cur_src = PackedWindows([prep.tokens(domain_index, "pretrain")], seq_len)
+    if len(cur_src) < global_batch_size:
+        raise InsufficientDataError(
+            f"domain {name!r} pretrain split has {len(cur_src)} sequences of {seq_len + 1} "
+            f"tokens ({prep.token_meta[domain_index]['pretrain']['tokens']} tokens), fewer than "
+            f"one global batch of {global_batch_size}. Add text or lower seq_len/batch size.")
+    ds = grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat()
+    if replay_ratio > 0 and domain_index > 0:
+        mem_src = PackedWindows([prep.tokens(j, "memory") for j in range(domain_index)], seq_len)
+        if len(mem_src) == 0:
+            raise InsufficientDataError(
+                f"replay_ratio={replay_ratio} but the recovery memory of the domains before "
+                f"{name!r} holds no full sequence of {seq_len + 1} tokens")
+        mem = grain.MapDataset.source(mem_src).shuffle(seed=seed + _MEMORY_SEED_OFFSET).repeat()
+        ds = grain.MapDataset.mix([ds, mem], weights=[1.0 - replay_ratio, replay_ratio])
+    if process_count > 1:
+        ds = ds[process_index::process_count]
+    return ds.batch(local_bs, drop_remainder=True).map(_as_batch)
+
+
+def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
+                   seed: int, replay_ratio: float, mesh: Any = None,
+                   batch_axes: Sequence[str] = ("data", "fsdp"), num_threads: int = 1,
+                   prefetch: int = 4) -> grain.DatasetIterator:
+    """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
+
+    ``replay_ratio`` is the share of sequences drawn from the recovery memory of domains
+    ``0..domain_index-1`` (0 → the current domain only; 0.1 → the ER baseline's 9:1).
+    With ``mesh``, batches are global ``jax.Array``s sharded over ``batch_axes``; without,
+    they are this process's numpy rows. ``num_threads`` is part of nothing in the state,
+    but keep it fixed across a resume anyway (see jax-stack-notes).
+    """
+    pi, pc = _process_info()
+    if mesh is not None:
+        shards = batch_shard_count(mesh, batch_axes)
+        if global_batch_size % shards:
+            raise ConfigError(f"global_batch_size {global_batch_size} is not divisible by the "
+                              f"{shards} devices on mesh axes {tuple(batch_axes)}")
+    ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
+                       seed=seed, replay_ratio=replay_ratio, process_index=pi, process_count=pc)
+    it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
+                                                 prefetch_buffer_size=prefetch))
+    if mesh is not None:
+        it_ds = it_ds.map(lambda b: to_global_batch(b, mesh, batch_axes))
+    return iter(it_ds)
+
+
+class _EvalBatches:
+    """Random-access batches of padded eval windows with target weights."""
+
+    def __init__(self, tokens: np.ndarray, weights: np.ndarray, batch_size: int):
+        self._t, self._w, self._bs = tokens, weights, batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self._t) // self._bs)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        lo, hi = i * self._bs, min((i + 1) * self._bs, len(self._t))
+        toks = np.zeros((self._bs,) + self._t.shape[1:], np.int32)
+        w = np.zeros((self._bs,) + self._w.shape[1:], np.float32)
+        toks[:hi - lo], w[:hi - lo] = self._t[lo:hi], self._w[lo:hi]
+        return {"tokens": toks, "weights": w}
+
+
+def eval_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int,
+                  batch_size: int) -> grain.DatasetIterator:
+    """Every token of a domain's validation split, in order, in fixed-shape batches.
+
+    Batches are {"tokens": int32 [B, seq_len+1], "weights": float32 [B, seq_len]}; the
+    weights are 0 on padding (end of the last window, rows of the last batch), so
+    sum(weights * nll) / sum(weights) is the exact per-token validation loss.
+    """
+    if batch_size < 1:
+        raise ConfigError("batch_size must be >= 1")
+    prep = load_prepared(cfg)
+    toks, weights = eval_windows(np.asarray(prep.tokens(domain_index, "validation")), seq_len)
+    if len(toks) == 0:
+        raise InsufficientDataError(
+            f"domain {cfg.domains[domain_index].name!r} validation split has fewer than 2 tokens")
+    ds = grain.MapDataset.source(_EvalBatches(toks, weights, batch_size))
+    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=0)))

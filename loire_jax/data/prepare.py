@@ -1,0 +1,250 @@
+"""Build (or verify and reuse) everything a run needs under the data dir.
+
+Stages, each cached and each checked before reuse:
+1. per domain: read source → clean → seeded split → TFDS ArrayRecord dataset;
+2. the tokenizer (fetched, trained on the union of training splits, or a local file);
+3. per domain and split: the token stream (uint16/uint32, EOS after every document).
+
+Tokenizing once here, rather than inside the training pipeline, is what lets the grain
+pipeline serve packed sequences at memory speed (see docs/data.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loire_jax.data import builtin, cleaning, splits, storage, tokenizers
+from loire_jax.data.config import DataConfig, DomainSpec, fingerprint
+from loire_jax.data.errors import DataError
+from loire_jax.data.fetch import sha256_file
+from loire_jax.data.sources import iter_documents
+
+CLEANING_VERSION = 1  # bump when cleaning changes, so old caches are not reused
+TOKENS_META = "tokens_meta.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+    """Handles to a prepared stream: the tokenizer and each domain's token files."""
+
+    cfg: DataConfig
+    tokenizer: tokenizers.Tokenizer
+    token_dirs: tuple[Path, ...]  # one per domain, holding {split}.bin
+    token_meta: tuple[dict, ...]
+
+    def tokens(self, domain_index: int, split: str) -> np.ndarray:
+        """Memory-mapped token stream of one split (read-only, zero-copy)."""
+        meta = self.token_meta[domain_index][split]
+        path = self.token_dirs[domain_index] / f"{split}.bin"
+        if meta["tokens"] == 0:
+            return np.zeros((0,), dtype=meta["dtype"])
+        return np.memmap(path, dtype=meta["dtype"], mode="r", shape=(meta["tokens"],))
+
+
+def _log(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[loire_jax.data] {msg}", file=sys.stderr, flush=True)
+
+
+def domain_config_name(cfg: DataConfig, dom: DomainSpec) -> str:
+    """TFDS config name: domain + hash of everything that determines its documents."""
+    key = {"source": dataclasses.asdict(dom.source), "validation_docs": cfg.validation_docs,
+           "split_seed": cfg.split_seed, "recovery_fraction": cfg.recovery_fraction,
+           "min_doc_chars": cfg.min_doc_chars, "cleaning": CLEANING_VERSION, "name": dom.name}
+    return f"{dom.name.lower().replace('-', '_')}_{fingerprint(key)}"
+
+
+def _build_domain(cfg: DataConfig, dom: DomainSpec, progress: bool) -> dict:
+    tfds_root = cfg.root / "tfds"
+    name = domain_config_name(cfg, dom)
+    meta = storage.is_complete(tfds_root, name)
+    if meta is not None:
+        return meta
+    t0 = time.time()
+    _log(progress, f"{dom.name}: reading {dom.source.kind} source ...")
+    docs, dropped = [], 0
+    for raw in iter_documents(dom.source, cfg.root / "downloads"):
+        doc = cleaning.normalize(raw)
+        if len(doc) >= cfg.min_doc_chars:
+            docs.append(doc)
+        else:
+            dropped += 1
+    idx = splits.assign_splits(len(docs), domain=dom.name, validation_docs=cfg.validation_docs,
+                               recovery_fraction=cfg.recovery_fraction, seed=cfg.split_seed)
+    split_docs = {s: [docs[i] for i in idx[s]] for s in splits.SPLITS}
+    meta = storage.write_domain(tfds_root, name, split_docs,
+                                {"domain": dom.name, "dropped_short_docs": dropped})
+    _log(progress, f"{dom.name}: {len(docs)} documents ({dropped} too short dropped) "
+                   f"written as ArrayRecord in {time.time() - t0:.1f}s")
+    return meta
+
+
+def _tokenizer(cfg: DataConfig, names: list[str], progress: bool) -> tokenizers.Tokenizer:
+    spec = cfg.tokenizer
+    if spec.kind == "gpt2":
+        return tokenizers.TiktokenTokenizer(tokenizers.gpt2_vocab_file(cfg.root))
+    if spec.kind in ("sentencepiece", "tokenizer_json"):
+        return tokenizers.from_file(spec.kind, Path(spec.path))
+    out_dir = cfg.root / "tokenizers" / f"bpe{spec.vocab_size}_{fingerprint([names, cfg.split_seed])}"
+    model = out_dir / "spm.model"
+    if not model.is_file():
+        t0 = time.time()
+        _log(progress, f"training a {spec.vocab_size}-piece BPE on the training splits ...")
+        texts: list[str] = []
+        for n in names:
+            for s in ("pretrain", "memory"):
+                texts.extend(storage.read_texts(cfg.root / "tfds", n, s))
+        try:
+            tokenizers.train_bpe(texts, out_dir, spec.vocab_size, cfg.split_seed)
+        except RuntimeError as e:
+            raise DataError(f"BPE training failed ({e}); with very little text, lower "
+                            "tokenizer.vocab_size") from None
+        _log(progress, f"BPE trained in {time.time() - t0:.1f}s")
+    return tokenizers.SentencePieceTokenizer(model, "trained_bpe")
+
+
+def _tokenize_split(tok: tokenizers.Tokenizer, tfds_root: Path, name: str, split: str,
+                    dtype: np.dtype) -> np.ndarray:
+    """ArrayRecord source → grain MapDataset → batched encode → one flat EOS-joined stream."""
+    import grain
+
+    src = storage.data_source(tfds_root, name, split)
+    eos = tok.eos_id
+    ds = (grain.MapDataset.source(src)
+          .map(lambda ex: ex["text"].decode("utf-8"))
+          .batch(256, batch_fn=list)
+          .map(tok.encode_batch))
+    parts: list[np.ndarray] = []
+    for ids_batch in ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)):
+        for ids in ids_batch:
+            parts.append(np.asarray(ids, dtype=dtype))
+            parts.append(np.asarray([eos], dtype=dtype))
+    return np.concatenate(parts) if parts else np.zeros((0,), dtype=dtype)
+
+
+def _token_cache(cfg: DataConfig, tok: tokenizers.Tokenizer, name: str, counts: dict,
+                 verify: bool, progress: bool) -> tuple[Path, dict]:
+    d = cfg.root / "tokens" / fingerprint(tok.identity) / name
+    meta_path = d / TOKENS_META
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            ok = meta["tokenizer"] == tok.identity and all(
+                (d / f"{s}.bin").stat().st_size == meta[s]["tokens"] * np.dtype(meta[s]["dtype"]).itemsize
+                and meta[s]["documents"] == counts[s] for s in splits.SPLITS)
+            if ok and verify:
+                ok = all(sha256_file(d / f"{s}.bin") == meta[s]["sha256"] for s in splits.SPLITS)
+            if ok:
+                return d, meta
+        except (OSError, KeyError, ValueError):
+            pass
+        _log(progress, f"{name}: token cache invalid, rebuilding")
+    t0 = time.time()
+    dtype = storage.token_dtype(tok.vocab_size)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".tok-"))
+    meta: dict[str, Any] = {"tokenizer": tok.identity}
+    for s in splits.SPLITS:
+        arr = _tokenize_split(tok, cfg.root / "tfds", name, s, dtype)
+        arr.tofile(tmp / f"{s}.bin")
+        meta[s] = {"documents": counts[s], "tokens": int(arr.size), "dtype": dtype.name,
+                   "sha256": sha256_file(tmp / f"{s}.bin")}
+    (tmp / TOKENS_META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    if d.exists():
+        shutil.rmtree(d)
+    os.replace(tmp, d)  # whole folder appears at once: no half-written cache
+    _log(progress, f"{name}: tokenized in {time.time() - t0:.1f}s")
+    return d, meta
+
+
+def load_prepared(cfg: DataConfig, *, progress: bool = False, verify: bool = False) -> PreparedData:
+    """Make sure every stage exists and is intact (building what is missing)."""
+    cfg.root.mkdir(parents=True, exist_ok=True)
+    _quiet_tfds()
+    names, metas = [], []
+    for dom in cfg.domains:
+        metas.append(_build_domain(cfg, dom, progress))
+        names.append(domain_config_name(cfg, dom))
+    tok = _tokenizer(cfg, names, progress)
+    dirs, tmetas = [], []
+    for n, m in zip(names, metas):
+        d, tm = _token_cache(cfg, tok, n, m["counts"], verify, progress)
+        dirs.append(d)
+        tmetas.append(tm)
+    return PreparedData(cfg, tok, tuple(dirs), tuple(tmetas))
+
+
+def load_tokenizer(cfg: DataConfig) -> tokenizers.Tokenizer:
+    """The configured tokenizer (trained/fetched on first use, then reused from the cache)."""
+    if cfg.tokenizer.kind == "trained_bpe":
+        return load_prepared(cfg).tokenizer
+    return _tokenizer(cfg, [], progress=False)
+
+
+def summarize(prep: PreparedData) -> dict:
+    cfg = prep.cfg
+    doms = []
+    for i, dom in enumerate(cfg.domains):
+        m = prep.token_meta[i]
+        doms.append({
+            "name": dom.name,
+            "source": dataclasses.asdict(dom.source),
+            "description": builtin.DESCRIPTIONS.get(dom.source.corpus or "", ""),
+            "tfds_config": domain_config_name(cfg, dom),
+            "splits": {s: {"documents": m[s]["documents"], "tokens": m[s]["tokens"]}
+                       for s in splits.SPLITS},
+        })
+    return {"data_dir": str(cfg.root), "tokenizer": prep.tokenizer.identity,
+            "validation_docs": cfg.validation_docs, "split_seed": cfg.split_seed,
+            "recovery_fraction": cfg.recovery_fraction, "domains": doms}
+
+
+def format_table(summary: dict) -> str:
+    cols = list(splits.SPLITS)
+    head = f"{'domain':<8}" + "".join(f"{c + ' docs':>16}{c + ' tokens':>18}" for c in cols)
+    lines = [head, "-" * len(head)]
+    tot = {c: [0, 0] for c in cols}
+    for d in summary["domains"]:
+        row = f"{d['name']:<8}"
+        for c in cols:
+            n, t = d["splits"][c]["documents"], d["splits"][c]["tokens"]
+            tot[c][0] += n
+            tot[c][1] += t
+            row += f"{n:>16,}{t:>18,}"
+        lines.append(row)
+    lines.append("-" * len(head))
+    lines.append(f"{'total':<8}" + "".join(f"{tot[c][0]:>16,}{tot[c][1]:>18,}" for c in cols))
+    tk = summary["tokenizer"]
+    lines.append(f"tokenizer: {tk['kind']} vocab={tk['vocab_size']} eos={tk['eos_id']} "
+                 f"sha256={tk['sha256'][:12]}")
+    return "\n".join(lines)
+
+
+def prepare(cfg: DataConfig, *, progress: bool = True) -> dict:
+    """Build or verify the whole stream; write and return ``summary.json``. Idempotent."""
+    t0 = time.time()
+    prep = load_prepared(cfg, progress=progress, verify=True)
+    summary = summarize(prep)
+    tmp = cfg.root / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
+    os.replace(tmp, cfg.root / "summary.json")
+    _log(progress, f"ready in {time.time() - t0:.1f}s: {cfg.root}")
+    return summary
+
+
+def _quiet_tfds() -> None:
+    import absl.logging
+    import tensorflow_datasets as tfds
+
+    tfds.disable_progress_bar()
+    absl.logging.set_verbosity(absl.logging.ERROR)

@@ -1,0 +1,476 @@
+"""LOIRE's four growth operators as pure transforms of (config, params) (paper §2.3-2.4).
+
+``grow(cfg, params, op, size, key)`` returns a bigger config and bigger parameters that
+compute the same function, up to rounding, wherever an exact construction exists
+(``../shared/design/growth-exactness.md``). It raises ``ValueError`` where none does,
+unless ``exact=False``.
+
+- ``"ffn"`` (eq. 8): new W1 columns (and SwiGLU gate columns) random, new W2 rows zero.
+- ``"heads"`` (eqs 6-7): new heads of the same ``head_dim``; new W^Q/K/V columns random,
+  new W^O rows zero. RoPE acts within a head, so this is exact with RoPE too.
+- ``"layers"`` (eqs 12-13): copies of chosen layers, gated with alpha = 0, either plugged
+  in after their source (``mode="plugin"``, LOIRE) or stacked on top (``"stack"``, Fig. 6).
+- ``"hidden"`` (eqs 9-11): the paper zero-pads the stream, which breaks LayerNorm (its
+  App. G eq. 23 takes the statistics over the old width). Exact constructions instead:
+  ``zero_pad`` with RMSNorm (gains x sqrt(h1/h2), eps x h1/h2), ``mean_expand`` with pre-norm
+  LayerNorm (new stream coordinates hold the mean of the old ones), and ``duplicate``
+  with any norm when h2 is a multiple of h1 (the stream is tiled, readers split).
+
+The same plan grows any tree shaped like the parameters (Adam moments): see
+``grow_like`` and ``grow_optimizer_state``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from loire_jax.config import ModelConfig
+from loire_jax.layout import GATES, flatten, leaf_axes, unflatten, validate_params
+
+OPS = ("hidden", "ffn", "heads", "layers")
+INITS = ("loire", "random", "zero")
+HIDDEN_METHODS = ("auto", "zero_pad", "mean_expand", "duplicate", "paper")
+MODES = ("plugin", "stack")
+SPLIT_NOISE = 0.1  # relative spread of the random reader split in `duplicate` (breaks symmetry)
+
+
+@dataclasses.dataclass(frozen=True)
+class GrowthPlan:
+    """Everything one growth step decides, validated; applying it is then pure array work.
+
+    ``function_preserving`` is what the construction guarantees: True for every
+    ``init="loire"`` plan that ``exact=True`` accepts.
+    """
+
+    op: str
+    old: ModelConfig
+    new: ModelConfig
+    init: str
+    method: str | None = None  # hidden only
+    positions: tuple[int, ...] = ()  # layers only: source layer of each copy
+    mode: str | None = None  # layers only
+    tied_rescale: str | None = None  # hidden duplicate with tied embeddings: norm scaled by 1/m
+    function_preserving: bool = False
+    reason: str = ""  # why not function-preserving, when it is not
+
+
+# --------------------------------------------------------------------------- planning
+def default_positions(layers: int, new_layers: int) -> tuple[int, ...]:
+    """Spread ``new_layers - layers`` copies evenly over the stack (all layers when doubling)."""
+    n = new_layers - layers
+    return tuple((2 * i + 1) * layers // (2 * n) for i in range(n))
+
+
+def _hidden_obstacle(cfg: ModelConfig, method: str, h2: int, last_gate: float | None) -> str | None:
+    """Why ``method`` is not exact for ``cfg`` at width h2, or None if it is."""
+    if method == "paper":
+        return ("the paper's zero-padding (eqs 9-11) changes the norm statistics: "
+                "LayerNorm's mean and variance, and RMSNorm's mean square, are taken over the new width")
+    if method == "zero_pad" and cfg.norm != "rmsnorm":
+        return "zero_pad is exact only for RMSNorm: with LayerNorm the mean over the new width moves the new coordinates"
+    if method == "mean_expand" and not (cfg.norm == "layernorm" and cfg.norm_position == "pre"):
+        return ("mean_expand is exact only for pre-norm LayerNorm: RMSNorm's statistic changes, and a "
+                "post-norm stream is gamma*x+beta, whose new coordinates cannot stay at the mean")
+    if method == "duplicate":
+        if h2 % cfg.hidden:
+            return f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}"
+        if cfg.tie_embeddings and cfg.norm_position == "post" and last_gate is not None and last_gate != 1.0:
+            return ("with tied embeddings and post-norm, duplicate rescales the last layer's output norm by 1/m, "
+                    f"which is exact only while that layer's gate is 1 (it is {last_gate})")
+    return None
+
+
+def _auto_hidden_method(cfg: ModelConfig, h2: int) -> str:
+    if cfg.norm == "rmsnorm":
+        return "zero_pad"
+    if cfg.norm_position == "pre":
+        return "mean_expand"
+    return "duplicate"
+
+
+def _check_size(what: str, old: int, new: Any) -> int:
+    if not isinstance(new, (int, np.integer)) or isinstance(new, bool):
+        raise ValueError(f"{what} growth needs an integer target size, got {new!r}")
+    if new <= old:
+        raise ValueError(f"growth cannot shrink or keep {what}: it is {old}, asked for {new}; "
+                         f"give a size larger than {old}")
+    return int(new)
+
+
+def plan_growth(
+    cfg: ModelConfig,
+    op: str,
+    size: int,
+    *,
+    init: str = "loire",
+    exact: bool = True,
+    method: str = "auto",
+    positions: Sequence[int] | None = None,
+    mode: str = "plugin",
+    last_gate: float | None = None,
+) -> GrowthPlan:
+    """Validate a growth request and resolve every choice; raises ValueError on bad input.
+
+    ``last_gate`` is the current gate of the last layer; only the tied post-norm
+    ``duplicate`` construction depends on it (``grow`` passes it for you).
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown growth operator {op!r}; choose one of {OPS}")
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; choose one of {INITS}")
+    if method not in HIDDEN_METHODS:
+        raise ValueError(f"unknown hidden method {method!r}; choose one of {HIDDEN_METHODS}")
+    if op != "hidden" and method != "auto":
+        raise ValueError(f"method={method!r} applies to hidden growth only, not {op!r}")
+    if op != "layers" and (positions is not None or mode != "plugin"):
+        raise ValueError(f"positions and mode apply to layer growth only, not {op!r}")
+
+    if op == "ffn":
+        new = cfg.replace(ffn=_check_size("ffn", cfg.ffn, size))
+        return GrowthPlan("ffn", cfg, new, init, function_preserving=init == "loire",
+                          reason="" if init == "loire" else f"init={init!r}")
+    if op == "heads":
+        new = cfg.replace(heads=_check_size("heads", cfg.heads, size))
+        return GrowthPlan("heads", cfg, new, init, function_preserving=init == "loire",
+                          reason="" if init == "loire" else f"init={init!r}")
+    if op == "layers":
+        return _plan_layers(cfg, size, init, positions, mode)
+
+    h2 = _check_size("hidden", cfg.hidden, size)
+    if init != "loire":
+        return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2), init, method="paper",
+                          reason=f"init={init!r}")
+    chosen = _auto_hidden_method(cfg, h2) if method == "auto" else method
+    obstacle = _hidden_obstacle(cfg, chosen, h2, last_gate)
+    if obstacle and method == "auto" and not exact:
+        chosen, obstacle = "paper", _hidden_obstacle(cfg, "paper", h2, last_gate)
+    if obstacle and exact:
+        raise ValueError(
+            f"no exact hidden growth {cfg.hidden}->{h2} for this model ({cfg.norm}, {cfg.norm_position}-norm, "
+            f"tied={cfg.tie_embeddings}) with method={chosen!r}: {obstacle}. Alternatives: "
+            + _alternatives(cfg, h2) + ", or pass exact=False to accept a construction that is not function-preserving"
+        )
+    if chosen == "duplicate" and h2 % cfg.hidden:
+        raise ValueError(f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}")
+    eps = cfg.norm_eps * cfg.hidden / h2 if chosen in ("zero_pad", "mean_expand") else cfg.norm_eps
+    tied_rescale = None
+    if chosen == "duplicate" and cfg.tie_embeddings:
+        tied_rescale = "final_norm" if cfg.has_final_norm else "layers/norm_mlp"
+    return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2, norm_eps=eps), init, method=chosen,
+                      tied_rescale=tied_rescale, function_preserving=obstacle is None, reason=obstacle or "")
+
+
+def _alternatives(cfg: ModelConfig, h2: int) -> str:
+    options = []
+    for m in ("zero_pad", "mean_expand", "duplicate"):
+        if _hidden_obstacle(cfg, m, h2, None) is None:
+            options.append(f"method={m!r}")
+    mult = (h2 // cfg.hidden + 1) * cfg.hidden
+    if _hidden_obstacle(cfg, "duplicate", mult, None) is None and h2 % cfg.hidden:
+        options.append(f"a multiple of {cfg.hidden} (e.g. {mult}) with method='duplicate'")
+    options.append("a pre-norm or RMSNorm architecture (exact at any width)")
+    return "; ".join(options)
+
+
+def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int] | None, mode: str) -> GrowthPlan:
+    l2 = _check_size("layers", cfg.layers, size)
+    if l2 > 2 * cfg.layers:
+        raise ValueError(f"layer growth copies each layer at most once, so {cfg.layers} layers can grow to at "
+                         f"most {2 * cfg.layers}, asked for {l2}")
+    if mode not in MODES:
+        raise ValueError(f"unknown layer growth mode {mode!r}; choose one of {MODES}")
+    n = l2 - cfg.layers
+    if positions is None:
+        chosen = default_positions(cfg.layers, l2)
+    else:
+        chosen = tuple(int(p) for p in positions)
+        bad = [p for p in chosen if not 0 <= p < cfg.layers]
+        if bad:
+            raise ValueError(f"layer positions {bad} are out of range: valid positions are 0..{cfg.layers - 1}")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"layer positions must be distinct, got {list(chosen)}")
+        if len(chosen) != n:
+            raise ValueError(f"growing {cfg.layers}->{l2} layers needs {n} positions, got {len(chosen)}")
+        chosen = tuple(sorted(chosen))
+    return GrowthPlan("layers", cfg, cfg.replace(layers=l2), init, positions=chosen, mode=mode,
+                      function_preserving=init == "loire", reason="" if init == "loire" else f"init={init!r}")
+
+
+# --------------------------------------------------------------------------- applying
+@dataclasses.dataclass(frozen=True)
+class _Ctx:
+    plan: GrowthPlan
+    key: jax.Array
+    moment: int  # 0: parameters; 1, 2: Adam first / second moment
+
+    def leaf_key(self, path: str, salt: str = "") -> jax.Array:
+        return jax.random.fold_in(self.key, zlib.crc32((path + salt).encode()) & 0x7FFFFFFF)
+
+    def fresh(self, path: str, shape: tuple[int, ...], dtype: Any, loire: str) -> jax.Array:
+        """New slots: ``loire`` says what LOIRE puts there ('random' or 'zero'); the ablations override it."""
+        kind = loire if self.plan.init == "loire" else ("random" if self.plan.init == "random" else "zero")
+        if self.moment or kind == "zero":
+            return jnp.zeros(shape, dtype)
+        noise = self.plan.old.init_std * jax.random.normal(self.leaf_key(path), shape, dtype)
+        if self.plan.init == "random" and _is_gain(path):
+            return 1.0 + noise
+        return noise
+
+    def scale(self, c: float) -> float:
+        """A parameter multiplied by c has its first moment times c and its second times c**2."""
+        return c ** self.moment if self.moment else c
+
+
+def _is_gain(path: str) -> bool:
+    return path.endswith("/scale")
+
+
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _append(x: jax.Array, axis: int, block: jax.Array) -> jax.Array:
+    return jnp.concatenate([x, block.astype(x.dtype)], axis=axis)
+
+
+def _block_shape(x: jax.Array, axis: int, size: int) -> tuple[int, ...]:
+    shape = list(x.shape)
+    shape[axis] = size
+    return tuple(shape)
+
+
+def _grow_width(ctx: _Ctx, flat: dict[str, Any], base: str, old: int, new: int) -> dict[str, Any]:
+    """FFN (eq. 8) and heads (eqs 6-7): ':o' slots free (random kernels), ':i' slots zero."""
+    out = dict(flat)
+    for path, axes in leaf_axes(ctx.plan.old).items():
+        x = flat.get(path)
+        for role in ("o", "i"):
+            name = f"{base}:{role}"
+            if name in axes and _is_array(x):
+                ax = axes.index(name)
+                loire = "random" if (role == "o" and path.endswith("kernel")) else "zero"
+                out[path] = _append(x, ax, ctx.fresh(path, _block_shape(x, ax, new - old), x.dtype, loire))
+    return out
+
+
+def _split_factors(ctx: _Ctx, path: str, m: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """m multiplicative factors per element that sum to 1: readers of a tiled stream keep their sum."""
+    eps = jax.random.normal(ctx.leaf_key(path, "#split"), (m,) + shape, dtype) * (SPLIT_NOISE / m)
+    return 1.0 / m + eps - jnp.mean(eps, axis=0, keepdims=True)
+
+
+def _grow_hidden(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
+    plan = ctx.plan
+    h1, h2 = plan.old.hidden, plan.new.hidden
+    add, method = h2 - h1, plan.method
+    ratio = math.sqrt(h1 / h2)
+    out = dict(flat)
+    for path, axes in leaf_axes(plan.old).items():
+        x = flat.get(path)
+        names = [a for a in axes if a.startswith("hidden:")]
+        if not names or not _is_array(x):
+            continue
+        ax, role = axes.index(names[0]), names[0].split(":")[1]
+        block = _block_shape(x, ax, add)
+        if plan.init != "loire" or method == "paper":
+            loire = {"w": "zero", "r": "random", "g": "one", "b": "zero"}[role]
+            if loire == "one" and plan.init == "loire":
+                new = jnp.zeros(block, x.dtype) if ctx.moment else jnp.ones(block, x.dtype)
+            else:
+                new = ctx.fresh(path, block, x.dtype, loire if loire != "one" else "zero")
+            out[path] = _append(x, ax, new)
+        elif method in ("zero_pad", "mean_expand"):
+            if role == "w":
+                if method == "mean_expand" and not ctx.moment:
+                    new = jnp.broadcast_to(jnp.mean(x, axis=ax, keepdims=True), block)
+                else:
+                    new = jnp.zeros(block, x.dtype)
+                out[path] = _append(x, ax, new)
+            elif role == "r":
+                out[path] = _append(x, ax, ctx.fresh(path, block, x.dtype, "random"))
+            elif role == "g":
+                new = jnp.zeros(block, x.dtype) if ctx.moment else jnp.full(block, ratio, x.dtype)
+                out[path] = _append(x * ctx.scale(ratio), ax, new)
+            else:  # 'b': the new coordinates normalise to 0, so a zero bias keeps them 0
+                out[path] = _append(x, ax, jnp.zeros(block, x.dtype))
+        else:  # duplicate
+            m = h2 // h1
+            if role == "r":
+                s = _split_factors(ctx, path, m, x.shape, x.dtype)
+                if ctx.moment:
+                    s = s ** ctx.moment
+                out[path] = jnp.concatenate([x * s[j] for j in range(m)], axis=ax)
+            else:
+                copies = jnp.zeros_like(x) if ctx.moment else x
+                out[path] = jnp.concatenate([x] + [copies] * (m - 1), axis=ax)
+    if method == "duplicate" and plan.init == "loire" and plan.tied_rescale:
+        out = _rescale_tied_head(ctx, out, 1.0 / (h2 // h1))
+    return out
+
+
+def _rescale_tied_head(ctx: _Ctx, flat: dict[str, Any], c: float) -> dict[str, Any]:
+    """A tied head reads the tiled stream m times over; scale the norm feeding it by 1/m."""
+    target = ctx.plan.tied_rescale
+    out = dict(flat)
+    for leaf in ("scale", "bias"):
+        path = f"{target}/{leaf}"
+        x = out.get(path)
+        if not _is_array(x):
+            continue
+        if target == "final_norm":
+            out[path] = x * ctx.scale(c)
+        else:  # post-norm: the last layer's output norm
+            out[path] = x.at[-1].multiply(ctx.scale(c))
+    return out
+
+
+def _grow_layers(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
+    plan = ctx.plan
+    l1 = plan.old.layers
+    if plan.mode == "plugin":
+        order = []
+        for layer in range(l1):
+            order.append((layer, False))
+            if layer in plan.positions:
+                order.append((layer, True))
+    else:
+        order = [(layer, False) for layer in range(l1)] + [(p, True) for p in plan.positions]
+    source = np.array([s for s, _ in order])
+    copies = np.array([i for i, (_, c) in enumerate(order) if c])
+    out = dict(flat)
+    for path, axes in leaf_axes(plan.old).items():
+        x = flat.get(path)
+        if not axes or axes[0] != "layers" or not _is_array(x):
+            continue
+        y = x[source]
+        if path == GATES:
+            gate = 0.0 if plan.init == "loire" else 1.0  # ablations plug the new layer in ungated
+            y = y.at[copies].set(0.0 if ctx.moment else gate)
+        elif ctx.moment:
+            y = y.at[copies].set(0.0)
+        elif plan.init != "loire":
+            shape = (len(copies),) + x.shape[1:]
+            y = y.at[copies].set(ctx.fresh(path, shape, x.dtype, "random"))
+        out[path] = y
+    return out
+
+
+def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None = None, *,
+              moment: int = 0) -> dict[str, Any]:
+    """Grow any tree shaped like ``plan.old``'s parameters consistently with the parameters.
+
+    ``moment=0`` grows parameters; ``moment=1``/``2`` grows Adam's first/second moments:
+    old slots carry over, new slots are zero, a parameter scaled by c gets c**moment, and
+    reader rows split in ``duplicate`` split their moments with the same factors
+    (pass the same ``key`` as for the parameters). Leaves that are not arrays (e.g.
+    optax's masked nodes) pass through.
+    """
+    if moment not in (0, 1, 2):
+        raise ValueError(f"moment must be 0, 1 or 2, got {moment!r}")
+    ctx = _Ctx(plan, _as_key(key), moment)
+    flat = flatten(tree)
+    if plan.op == "hidden":
+        flat = _grow_hidden(ctx, flat)
+    elif plan.op in ("ffn", "heads"):
+        old = getattr(plan.old, plan.op)
+        flat = _grow_width(ctx, flat, plan.op, old, getattr(plan.new, plan.op))
+    else:
+        flat = _grow_layers(ctx, flat)
+    return unflatten(flat)
+
+
+def _as_key(key: jax.Array | None) -> jax.Array:
+    if key is None:
+        return jax.random.key(0)
+    if isinstance(key, (int, np.integer)):
+        return jax.random.key(int(key))
+    return key
+
+
+def grow_optimizer_state(plan: GrowthPlan, opt_state: Any, key: jax.Array | None = None) -> Any:
+    """Grow an optax state: every parameter-shaped subtree is grown with ``grow_like``.
+
+    A subtree in a field named ``nu`` is a second moment; any other one a first moment.
+    Step counts and other scalars are kept.
+    """
+    paths = set(leaf_axes(plan.old))
+
+    def walk(node: Any, field: str | None) -> Any:
+        if isinstance(node, Mapping) and node and set(flatten(node)) <= paths and len(flatten(node)) > 0:
+            return grow_like(plan, node, key, moment=2 if field == "nu" else 1)
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            return type(node)(*(walk(getattr(node, f), f) for f in node._fields))
+        if isinstance(node, (tuple, list)):
+            return type(node)(walk(x, field) for x in node)
+        if isinstance(node, Mapping):
+            return {k: walk(v, k) for k, v in node.items()}
+        return node
+
+    return walk(opt_state, None)
+
+
+# --------------------------------------------------------------------------- public entry
+def grow(
+    cfg: ModelConfig,
+    params: Mapping[str, Any],
+    op: str,
+    size: int,
+    key: jax.Array | None = None,
+    *,
+    init: str = "loire",
+    exact: bool = True,
+    method: str = "auto",
+    positions: Sequence[int] | None = None,
+    mode: str = "plugin",
+    mesh: jax.sharding.Mesh | None = None,
+) -> tuple[ModelConfig, dict[str, Any]]:
+    """Grow ``params`` of ``cfg`` along ``op`` to ``size``; returns ``(new_cfg, new_params)``.
+
+    - ``op``: ``"hidden"``, ``"ffn"``, ``"heads"`` (new head count, head_dim fixed) or
+      ``"layers"`` (new total, at most twice the current).
+    - ``init``: ``"loire"`` (function-preserving), ``"random"`` or ``"zero"`` (the paper's
+      Fig. 4 ablations: every new slot random / zero, old slots untouched, and new layers
+      plugged in ungated).
+    - ``exact=True`` raises ValueError where no exact construction exists. ``exact=False``
+      falls back to the paper's zero-padding there, which is NOT function-preserving.
+    - ``method`` (hidden only): ``auto`` | ``zero_pad`` | ``mean_expand`` | ``duplicate`` |
+      ``paper``.
+    - ``positions``/``mode`` (layers only): which layers to copy (default: spread evenly),
+      and ``plugin`` (copy right after its source) or ``stack`` (copies on top).
+    - ``mesh``: grow under ``jax.jit`` with output shardings from the partition rules, so
+      the model is never gathered onto one host. Parameters that are already sharded
+      over a mesh use it automatically.
+
+    The inputs are never modified.
+    """
+    validate_params(cfg, params)
+    last_gate = None
+    if op == "hidden" and cfg.tie_embeddings and cfg.norm_position == "post":
+        last_gate = float(jax.device_get(params[GATES][-1]))  # one scalar, not the model
+    plan = plan_growth(cfg, op, size, init=init, exact=exact, method=method, positions=positions,
+                       mode=mode, last_gate=last_gate)
+    key = _as_key(key)
+    mesh = mesh or _mesh_of(params)
+    if mesh is None:
+        return plan.new, grow_like(plan, params, key)
+    from loire_jax.sharding import param_shardings  # sharding knows nothing of growth
+
+    out_shardings = param_shardings(plan.new, mesh)
+    fn = jax.jit(lambda p, k: grow_like(plan, p, k), out_shardings=out_shardings)
+    return plan.new, fn(dict(params), key)
+
+
+def _mesh_of(params: Mapping[str, Any]) -> jax.sharding.Mesh | None:
+    meshes = {id(getattr(getattr(x, "sharding", None), "mesh", None)): getattr(x.sharding, "mesh", None)
+              for x in flatten(params).values() if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding)}
+    meshes = {k: m for k, m in meshes.items() if m is not None and m.size > 1}
+    if len(meshes) == 1:
+        return next(iter(meshes.values()))
+    return None

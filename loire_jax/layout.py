@@ -1,0 +1,163 @@
+"""The parameter layout: every leaf's path and the meaning of each of its axes.
+
+One table drives growth (which axes grow, and how), sharding (which mesh axis each
+logical axis maps to), parameter counting and input validation. Axis names are
+``base`` or ``base:role``; the role says how growth treats that axis:
+
+- ``hidden:w`` a *writer* into the residual stream (embeddings, W^O, W2, their biases);
+- ``hidden:r`` a *reader* of the normalised stream (W^Q/K/V, W1, gate, LM head);
+- ``hidden:g`` / ``hidden:b`` a norm's gain / bias;
+- ``ffn:o`` / ``heads:o`` produced by the layer (W1 columns, new heads' Q/K/V), ``:i``
+  consumed (W2 rows, W^O rows): eqs 6-8 fill ``:o`` slots freely and ``:i`` slots with 0.
+
+Paths are '/'-joined keys of the plain nested parameter dict.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Mapping
+
+import jax
+import numpy as np
+
+from loire_jax.config import ModelConfig
+
+GATES = "gates"
+
+
+def leaf_axes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
+    """Every parameter path of ``cfg``'s model, with its axis names, in a fixed order."""
+    axes: dict[str, tuple[str, ...]] = {"embed/embedding": ("vocab", "hidden:w")}
+    if cfg.position == "learned":
+        axes["pos_embed/embedding"] = ("seq", "hidden:w")
+    for name in ("query", "key", "value"):
+        axes[f"layers/attn/{name}/kernel"] = ("layers", "hidden:r", "heads:o", "head_dim")
+        if cfg.use_bias:
+            axes[f"layers/attn/{name}/bias"] = ("layers", "heads:o", "head_dim")
+    axes["layers/attn/out/kernel"] = ("layers", "heads:i", "head_dim", "hidden:w")
+    if cfg.use_bias:
+        axes["layers/attn/out/bias"] = ("layers", "hidden:w")
+    ffn_in = ("up", "gate") if cfg.activation == "swiglu" else ("up",)
+    for name in ffn_in:
+        axes[f"layers/mlp/{name}/kernel"] = ("layers", "hidden:r", "ffn:o")
+        if cfg.use_bias:
+            axes[f"layers/mlp/{name}/bias"] = ("layers", "ffn:o")
+    axes["layers/mlp/down/kernel"] = ("layers", "ffn:i", "hidden:w")
+    if cfg.use_bias:
+        axes["layers/mlp/down/bias"] = ("layers", "hidden:w")
+    norms = ["layers/norm_attn", "layers/norm_mlp"]
+    if cfg.has_final_norm:
+        norms.append("final_norm")
+    for norm in norms:
+        lead = ("layers",) if norm.startswith("layers/") else ()
+        axes[f"{norm}/scale"] = lead + ("hidden:g",)
+        if cfg.norm_has_bias:
+            axes[f"{norm}/bias"] = lead + ("hidden:b",)
+    if not cfg.tie_embeddings:
+        axes["lm_head/kernel"] = ("hidden:r", "vocab")
+    axes[GATES] = ("layers",)
+    return axes
+
+
+def axis_size(cfg: ModelConfig, name: str) -> int:
+    base = name.split(":")[0]
+    return {
+        "vocab": cfg.vocab_size,
+        "seq": cfg.max_seq_len,
+        "layers": cfg.layers,
+        "hidden": cfg.hidden,
+        "heads": cfg.heads,
+        "head_dim": cfg.head_dim,
+        "ffn": cfg.ffn,
+    }[base]
+
+
+def leaf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    return {path: tuple(axis_size(cfg, a) for a in names) for path, names in leaf_axes(cfg).items()}
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """Trainable parameters from the closed form below (gates are state, not parameters).
+
+    The closed form is written out independently of the layout table so that the two
+    can check each other in the tests.
+    """
+    h, f, H, d, L, V = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers, cfg.vocab_size
+    bias = 1 if cfg.use_bias else 0
+    n_ffn_in = 2 if cfg.activation == "swiglu" else 1
+    norm_params = h * (2 if cfg.norm_has_bias else 1)
+    attn = 4 * h * H * d + bias * (3 * H * d + h)
+    mlp = n_ffn_in * (h * f + bias * f) + f * h + bias * h
+    per_layer = attn + mlp + 2 * norm_params
+    total = V * h + L * per_layer
+    total += cfg.max_seq_len * h if cfg.position == "learned" else 0
+    total += norm_params if cfg.has_final_norm else 0
+    total += 0 if cfg.tie_embeddings else h * V
+    return total
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> {'a/b/c': leaf}. Leaves are anything that is not a Mapping."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, path))
+        else:
+            flat[path] = value
+    return flat
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = tree
+        *parents, last = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return tree
+
+
+def iter_paths(tree: Mapping[str, Any]) -> Iterator[str]:
+    yield from flatten(tree)
+
+
+def validate_params(cfg: ModelConfig, params: Mapping[str, Any], what: str = "params") -> None:
+    """Raise ValueError naming every path whose presence or shape disagrees with ``cfg``."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{what} must be a nested dict of arrays, got {type(params).__name__}")
+    expected = leaf_shapes(cfg)
+    actual = {p: tuple(np.shape(v)) for p, v in flatten(params).items()}
+    problems = []
+    for path in sorted(set(expected) - set(actual)):
+        problems.append(f"missing {path} (expected shape {expected[path]})")
+    for path in sorted(set(actual) - set(expected)):
+        problems.append(f"unexpected {path} (shape {actual[path]})")
+    for path in sorted(set(expected) & set(actual)):
+        if expected[path] != actual[path]:
+            problems.append(f"{path} has shape {actual[path]}, config implies {expected[path]}")
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; ... and {len(problems) - 8} more" if len(problems) > 8 else "")
+        raise ValueError(f"{what} do not match the ModelConfig: {shown}")
+
+
+def count_leaves(params: Mapping[str, Any]) -> int:
+    """Parameters actually present (excluding the gate state)."""
+    return sum(int(math.prod(np.shape(v))) for p, v in flatten(params).items() if p != GATES)
+
+
+def tree_paths_like(params: Mapping[str, Any]) -> Any:
+    """A pytree of the same structure whose leaves are their own paths (for tree_map by path)."""
+    return unflatten({p: p for p in flatten(params)})
+
+
+def map_with_path(fn, tree: Mapping[str, Any]) -> dict[str, Any]:
+    return unflatten({p: fn(p, v) for p, v in flatten(tree).items()})
+
+
+def abstract_params(cfg: ModelConfig) -> dict[str, Any]:
+    """ShapeDtypeStructs for every leaf: the model's shape without allocating it."""
+    dt = cfg.params_dtype
+    return unflatten({p: jax.ShapeDtypeStruct(s, dt) for p, s in leaf_shapes(cfg).items()})

@@ -1,0 +1,182 @@
+"""The Flax decoder-only Transformer (paper §2.1, eqs 1-3) with LOIRE's gated layers (eq. 12).
+
+Parameters leave this module as a plain nested dict. Layers are stacked along a leading
+axis and run under ``nn.scan``, so a 24-layer model compiles as fast as a 1-layer one
+and layer growth is a gather along that axis.
+
+Every layer computes ``H + alpha * (Trans(H) - H)`` with its own gate ``alpha``, kept
+in ``params['gates']``. Original layers have alpha = 1; a freshly plugged-in copy has
+alpha = 0, which makes it the identity *bit-exactly* (the paper's eq. 12 with
+lambda = 1 - alpha; writing it this way keeps the alpha = 0 case exact). Gates are model
+state: training sets them from the ramp schedule and never differentiates them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from loire_jax.config import ModelConfig
+from loire_jax.layout import GATES, validate_params
+
+
+def _softmax_dtype(dtype: jnp.dtype) -> jnp.dtype:
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def rope_tables(cfg: ModelConfig, length: int) -> tuple[jax.Array, jax.Array]:
+    """Sine/cosine tables [length, head_dim/2]; RoPE rotates within one head, so head growth keeps it exact."""
+    dt = _softmax_dtype(cfg.compute_dtype)
+    half = cfg.head_dim // 2
+    inv_freq = 1.0 / (cfg.rope_theta ** (jnp.arange(half, dtype=dt) / half))
+    angles = jnp.arange(length, dtype=dt)[:, None] * inv_freq[None, :]
+    return jnp.sin(angles), jnp.cos(angles)
+
+
+def apply_rope(x: jax.Array, sin: jax.Array, cos: jax.Array) -> jax.Array:
+    """Rotate-half RoPE on [batch, seq, heads, head_dim]."""
+    x1, x2 = jnp.split(x.astype(sin.dtype), 2, axis=-1)
+    s, c = sin[None, :, None, :], cos[None, :, None, :]
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
+
+
+def _norm(cfg: ModelConfig, name: str) -> nn.Module:
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                            use_fast_variance=False, name=name)
+    return nn.RMSNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name)
+
+
+def _kernel_init(cfg: ModelConfig) -> Any:
+    return nn.initializers.normal(stddev=cfg.init_std)
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention, eq. 1, with ``heads`` heads of width ``head_dim``."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, rope: tuple[jax.Array, jax.Array] | None) -> jax.Array:
+        cfg = self.cfg
+
+        def proj(name: str) -> jax.Array:
+            return nn.DenseGeneral((cfg.heads, cfg.head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                                   param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name=name)(x)
+
+        q, k, v = proj("query"), proj("key"), proj("value")
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        sdt = _softmax_dtype(cfg.compute_dtype)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sdt) / math.sqrt(cfg.head_dim)
+        seq = x.shape[1]
+        causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+        scores = jnp.where(causal[None, None], scores, jnp.finfo(sdt).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        return nn.DenseGeneral(cfg.hidden, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                               param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="out")(out)
+
+
+class Mlp(nn.Module):
+    """The FFN of eq. 2 (GELU, as in the paper) or its SwiGLU variant."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cfg = self.cfg
+
+        def dense(features: int, name: str) -> nn.Dense:
+            return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                            param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name=name)
+
+        if cfg.activation == "swiglu":
+            hidden = jax.nn.silu(dense(cfg.ffn, "gate")(x)) * dense(cfg.ffn, "up")(x)
+        else:
+            hidden = jax.nn.gelu(dense(cfg.ffn, "up")(x), approximate=False)
+        return dense(cfg.hidden, "down")(hidden)
+
+
+class GatedBlock(nn.Module):
+    """One Transformer layer, gated: H + alpha (Trans(H) - H) (eq. 12)."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, gate: jax.Array, rope: Any) -> tuple[jax.Array, None]:
+        cfg = self.cfg
+        attn, mlp = Attention(cfg, name="attn"), Mlp(cfg, name="mlp")
+        norm_attn, norm_mlp = _norm(cfg, "norm_attn"), _norm(cfg, "norm_mlp")
+        if cfg.norm_position == "pre":
+            h = x + attn(norm_attn(x), rope)
+            y = h + mlp(norm_mlp(h))
+        else:  # eq. 3: Layer_norm(H + MHA(H)), Layer_norm(H + FFN(H))
+            h = norm_attn(x + attn(x, rope))
+            y = norm_mlp(h + mlp(h))
+        gate = jax.lax.stop_gradient(gate).astype(y.dtype)
+        return x + gate * (y - x), None
+
+
+class Decoder(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, gates: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        embed = nn.Embed(cfg.vocab_size, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                         embedding_init=_kernel_init(cfg), name="embed")
+        x = embed(tokens)
+        seq = tokens.shape[1]
+        rope = None
+        if cfg.position == "learned":
+            pos = nn.Embed(cfg.max_seq_len, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                           embedding_init=_kernel_init(cfg), name="pos_embed")
+            x = x + pos(jnp.arange(seq))[None]
+        else:
+            rope = rope_tables(cfg, seq)
+        stack = nn.scan(GatedBlock, variable_axes={"params": 0}, split_rngs={"params": True},
+                        in_axes=(0, nn.broadcast), length=cfg.layers)
+        x, _ = stack(cfg, name="layers")(x, gates, rope)
+        if cfg.has_final_norm:
+            x = _norm(cfg, "final_norm")(x)
+        if cfg.tie_embeddings:
+            return embed.attend(x)
+        return nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                        kernel_init=_kernel_init(cfg), name="lm_head")(x)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
+    """Fresh parameters for ``cfg`` as a plain nested dict (gates all 1: every layer active)."""
+    cfg.check_dtype_support()
+    tokens = jnp.zeros((1, 1), dtype=jnp.int32)
+    gates = jnp.ones((cfg.layers,), dtype=cfg.params_dtype)
+    variables = Decoder(cfg).init(key, tokens, gates)
+    params = _plain(variables["params"])
+    params[GATES] = gates
+    return params
+
+
+def _plain(tree: Any) -> Any:
+    if hasattr(tree, "items"):
+        return {k: _plain(v) for k, v in tree.items()}
+    return tree
+
+
+def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
+    """Logits [batch, seq, vocab] for int tokens [batch, seq], honouring the layer gates.
+
+    Jit it with the config static: ``jax.jit(apply_model, static_argnums=0)``.
+    """
+    if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+        raise ValueError(f"tokens must be an integer array [batch, seq], got {tokens.dtype}{tokens.shape}")
+    if tokens.shape[1] > cfg.max_seq_len:
+        raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_seq_len {cfg.max_seq_len}")
+    cfg.check_dtype_support()
+    validate_params(cfg, params)  # shapes only: cheap, and works under tracing
+    body = {k: v for k, v in params.items() if k != GATES}
+    return Decoder(cfg).apply({"params": body}, tokens, params[GATES])
