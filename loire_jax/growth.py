@@ -459,12 +459,15 @@ def grow(
     key = _as_key(key)
     mesh = mesh or _mesh_of(params)
     if mesh is None:
-        return plan.new, grow_like(plan, params, key)
+        return plan.new, _grow_jit(plan, dict(params), key)
     from loire_jax.sharding import param_shardings  # sharding knows nothing of growth
 
-    out_shardings = param_shardings(plan.new, mesh)
-    fn = jax.jit(lambda p, k: grow_like(plan, p, k), out_shardings=out_shardings)
-    return plan.new, fn(dict(params), key)
+    fn = jax.jit(grow_like, static_argnums=0, out_shardings=param_shardings(plan.new, mesh))
+    return plan.new, fn(plan, dict(params), key)
+
+
+# One compiled program per plan: eager growth would compile every small op separately.
+_grow_jit = jax.jit(grow_like, static_argnums=0, static_argnames="moment")
 
 
 def _mesh_of(params: Mapping[str, Any]) -> jax.sharding.Mesh | None:

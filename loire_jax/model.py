@@ -14,6 +14,7 @@ state: training sets them from the ramp schedule and never differentiates them.
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
 
 import flax.linen as nn
@@ -21,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from loire_jax.config import ModelConfig
-from loire_jax.layout import GATES, validate_params
+from loire_jax.layout import GATES, leaf_shapes, unflatten, validate_params
 
 
 def _softmax_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -150,21 +151,30 @@ class Decoder(nn.Module):
                         kernel_init=_kernel_init(cfg), name="lm_head")(x)
 
 
-def init_params(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
-    """Fresh parameters for ``cfg`` as a plain nested dict (gates all 1: every layer active)."""
+def init_params(cfg: ModelConfig, key: jax.Array, *, out_shardings: Any = None) -> dict[str, Any]:
+    """Fresh parameters for ``cfg`` as a plain nested dict, as one compiled program.
+
+    Weights and embeddings ~ N(0, init_std^2), biases 0, norm gains 1, gates 1 (every
+    layer active). Leaves are drawn from the layout table, one key per path, so the
+    values do not depend on how the model is sharded; pass ``out_shardings`` (see
+    ``loire_jax.sharding.param_shardings``) to create a large model directly on a mesh.
+    ``Decoder(cfg).init`` builds the same tree (a test checks it) but compiles far more.
+    """
     cfg.check_dtype_support()
-    tokens = jnp.zeros((1, 1), dtype=jnp.int32)
-    gates = jnp.ones((cfg.layers,), dtype=cfg.params_dtype)
-    variables = Decoder(cfg).init(key, tokens, gates)
-    params = _plain(variables["params"])
-    params[GATES] = gates
-    return params
+    return jax.jit(_init, static_argnums=0, out_shardings=out_shardings)(cfg, key)
 
 
-def _plain(tree: Any) -> Any:
-    if hasattr(tree, "items"):
-        return {k: _plain(v) for k, v in tree.items()}
-    return tree
+def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
+    flat = {}
+    for path, shape in leaf_shapes(cfg).items():
+        if path.endswith(("kernel", "embedding")):
+            leaf_key = jax.random.fold_in(key, zlib.crc32(path.encode()) & 0x7FFFFFFF)
+            flat[path] = cfg.init_std * jax.random.normal(leaf_key, shape, cfg.params_dtype)
+        elif path.endswith("bias"):
+            flat[path] = jnp.zeros(shape, cfg.params_dtype)
+        else:  # norm gains and layer gates
+            flat[path] = jnp.ones(shape, cfg.params_dtype)
+    return unflatten(flat)
 
 
 def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:

@@ -234,9 +234,10 @@ def prepare(cfg: DataConfig, *, progress: bool = True) -> dict:
     """Build or verify the whole stream; write and return ``summary.json``. Idempotent."""
     t0 = time.time()
     prep = load_prepared(cfg, progress=progress, verify=True)
-    summary = summarize(prep)
+    text = json.dumps(summarize(prep), indent=1, sort_keys=True)
+    summary = json.loads(text)  # the returned dict equals the file (tuples → lists)
     tmp = cfg.root / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
+    tmp.write_text(text)
     os.replace(tmp, cfg.root / "summary.json")
     _log(progress, f"ready in {time.time() - t0:.1f}s: {cfg.root}")
     return summary

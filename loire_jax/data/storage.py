@@ -9,6 +9,8 @@ preparation) is detected and rebuilt.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -95,8 +97,9 @@ def write_domain(tfds_root: Path, config_name: str, split_docs: Mapping[str, Seq
     builder = LoireText(split_docs=split_docs, data_dir=str(tfds_root),
                         config=tfds.core.BuilderConfig(name=config_name),
                         file_format="array_record")
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    with contextlib.redirect_stdout(io.StringIO()):  # TFDS prints banners to stdout
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     d = dataset_dir(tfds_root, config_name)
     meta = {"counts": {k: len(v) for k, v in split_docs.items()}, **extra_meta,
             "files": _file_sizes(d)}

@@ -8,6 +8,7 @@ of resuming a model on ids produced by a different vocabulary.
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 import os
 import shutil
@@ -76,7 +77,17 @@ class SentencePieceTokenizer(Tokenizer):
             raise DataError(f"sentencepiece model {path} defines no EOS piece; documents "
                             "must be separated by EOS. Retrain with eos_id set.")
         self.identity = {"kind": kind, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
-                         "sha256": sha256_file(path)}
+                         "sha256": self._vocab_hash()}
+
+    def _vocab_hash(self) -> str:
+        # Hash the vocabulary (pieces, scores, types), not the file: the file also records
+        # trainer settings such as its temporary output path, which differ between builds.
+        h = hashlib.sha256()
+        for i in range(self.vocab_size):
+            h.update(f"{self._sp.id_to_piece(i)}\t{self._sp.get_score(i)}\t"
+                     f"{int(self._sp.is_control(i))}{int(self._sp.is_unknown(i))}"
+                     f"{int(self._sp.is_byte(i))}\n".encode())
+        return h.hexdigest()
 
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
@@ -159,7 +170,7 @@ def train_bpe(docs: Iterable[str], out_dir: Path, vocab_size: int, seed: int) ->
             model_type="bpe", vocab_size=vocab_size, byte_fallback=True,
             character_coverage=0.9995, input_sentence_size=1_000_000,
             shuffle_input_sentence=True, num_threads=2, unk_id=0, bos_id=1, eos_id=2,
-            pad_id=-1, minloglevel=2, train_extremely_large_corpus=False)
+            pad_id=-1, minloglevel=2)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)

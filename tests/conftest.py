@@ -1,0 +1,23 @@
+"""Test session setup: 8 simulated CPU devices and float64, fixed before JAX starts."""
+
+import os
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+# Tests compile hundreds of tiny programs; LLVM's optimisation passes would double that time.
+for _flag in ("--xla_force_host_platform_device_count=8", "--xla_backend_optimization_level=0"):
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "loire",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.load_profile("loire")

@@ -1,0 +1,54 @@
+"""Hypothesis strategies over the whole architecture space and over growth requests."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from loire_jax import ModelConfig
+from loire_jax.config import ACTIVATIONS, NORM_POSITIONS, NORMS, POSITIONS
+
+OPS = ("hidden", "ffn", "heads", "layers")
+
+
+@st.composite
+def model_configs(draw, dtype: str = "float64", even: bool = False) -> ModelConfig:
+    """Small configs covering every (norm, position, activation, positions, tying, bias) cell.
+
+    ``even`` keeps every shardable size a multiple of 2 for a (2, 2, 2) mesh.
+    """
+    unit = 2 if even else 1
+    return ModelConfig(
+        vocab_size=draw(st.integers(5, 24)) * unit,
+        max_seq_len=draw(st.integers(4, 10)),
+        hidden=draw(st.integers(2, 8)) * unit,
+        ffn=draw(st.integers(2, 10)) * unit,
+        heads=draw(st.integers(1, 3)) * unit,
+        head_dim=draw(st.integers(1, 4)) * 2,
+        layers=draw(st.integers(1, 3)),
+        norm=draw(st.sampled_from(NORMS)),
+        norm_position=draw(st.sampled_from(NORM_POSITIONS)),
+        activation=draw(st.sampled_from(ACTIVATIONS)),
+        position=draw(st.sampled_from(POSITIONS)),
+        tie_embeddings=draw(st.booleans()),
+        use_bias=draw(st.booleans()),
+        init_std=draw(st.sampled_from([0.02, 0.3, 1.0])),
+        dtype=dtype,
+        param_dtype=dtype,
+    )
+
+
+def target_size(draw, cfg: ModelConfig, op: str, even: bool = False) -> int:
+    """A size for which an exact construction exists (post-norm LayerNorm: multiples only)."""
+    unit = 2 if even else 1
+    if op == "hidden":
+        if cfg.norm == "layernorm" and cfg.norm_position == "post" or draw(st.booleans()):
+            return cfg.hidden * draw(st.integers(2, 3))
+        return cfg.hidden + unit * draw(st.integers(1, 4))
+    if op == "ffn":
+        return cfg.ffn + unit * draw(st.integers(1, 6))
+    if op == "heads":
+        return cfg.heads + unit * draw(st.integers(1, 2))
+    return cfg.layers + draw(st.integers(1, cfg.layers))
+
+
+op_sequences = st.lists(st.sampled_from(OPS), min_size=1, max_size=4)
