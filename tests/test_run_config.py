@@ -1,0 +1,210 @@
+"""Run configuration: presets, overrides, round trip, rejection before compute, resume rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loire_jax.run_config import (
+    GrowthSpec,
+    OptimizerConfig,
+    RunConfig,
+    StageConfig,
+    apply_overrides,
+    history_compatible,
+    stage_models,
+    validate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+TINY = CONFIGS / "tiny.yaml"
+
+
+def tiny(*overrides: str) -> RunConfig:
+    return RunConfig.from_yaml(TINY, list(overrides))
+
+
+def shapes(run: RunConfig) -> list[tuple[int, int, int, int]]:
+    return [(m.hidden, m.ffn, m.heads, m.layers) for m in stage_models(run)]
+
+
+# --------------------------------------------------------------------------- presets
+@pytest.mark.parametrize("name", ["tiny", "gpt_paper", "gpt_1b"])
+def test_presets_load_validate_and_round_trip_through_json(name):
+    run = RunConfig.from_yaml(CONFIGS / f"{name}.yaml")
+    assert run.name == name
+    assert [s.domains[0] for s in run.stages] == ["WB", "NEWS", "REV", "BIO", "CS"]
+    assert [g.op for s in run.stages for g in s.growth] == ["hidden", "ffn", "heads", "layers"]
+    saved = json.loads(json.dumps(run.to_dict()))
+    assert RunConfig.from_dict(saved) == run
+    validate(run, {"data": 1, "fsdp": 8, "tensor": 1})
+
+
+def test_gpt_paper_is_table_1_with_app_d1_schedule():
+    run = RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml")
+    assert shapes(run) == [(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6),
+                           (768, 2048, 12, 12)]
+    assert run.model.vocab_size == 50257 and run.model.head_dim == 64 and run.optimizer.name == "adam"
+    for stage in run.stages[1:]:
+        assert (stage.steps, stage.warmup_steps, stage.gate_ramp_steps) == (20000, 5000, 5000)
+        assert (stage.beta, stage.beta_steps, stage.teachers) == (0.1, 1000, "all")
+    assert run.stages[0].steps == 20000 and not run.stages[0].distills
+
+
+def test_gpt_1b_is_table_3():
+    run = RunConfig.from_yaml(CONFIGS / "gpt_1b.yaml")
+    assert shapes(run) == [(1024, 3072, 16, 12), (2048, 3072, 16, 12), (2048, 6144, 16, 12),
+                           (2048, 6144, 32, 12), (2048, 6144, 32, 24)]
+    assert run.model.head_dim == 64
+
+
+def test_tiny_doubles_each_dimension_in_turn_and_fits_fsdp_8():
+    run = tiny()
+    assert shapes(run) == [(64, 256, 4, 2), (128, 256, 4, 2), (128, 512, 4, 2), (128, 512, 8, 2), (128, 512, 8, 4)]
+    assert run.mesh_sizes == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert run.model.vocab_size == run.data.tokenizer.vocab_size == 8192
+    assert run.teacher_stages(4) == (0, 1, 2, 3) and run.replay_domains(2) == ("WB", "NEWS")
+
+
+def test_precision_sets_model_dtypes():
+    assert (tiny().model.dtype, tiny().model.param_dtype) == ("float32", "float32")
+    bf = tiny("precision=bf16")
+    assert (bf.model.dtype, bf.model.param_dtype) == ("bfloat16", "float32")
+    with pytest.raises(ValueError, match="set precision instead"):
+        tiny("model.dtype=bfloat16")
+
+
+# --------------------------------------------------------------------------- overrides
+def test_overrides_are_typed_dotted_and_indexed():
+    run = tiny("optimizer.lr=1e-3", "stages.2.steps=50", "seed=3", "batch_size=32", "optimizer.clip_norm=null",
+               "stages.1.growth.0.size=256", "stages.4.domains=[CS, WB]", "model.layers=4",
+               "stages.4.growth.0.size=8")
+    assert run.optimizer.lr == 1e-3 and isinstance(run.optimizer.lr, float)
+    assert run.stages[2].steps == 50 and run.stages[1].steps == 40
+    assert (run.seed, run.batch_size, run.optimizer.clip_norm) == (3, 32, None)
+    assert run.stages[4].domains == ("CS", "WB")
+    assert shapes(run)[1] == (256, 256, 4, 4) and shapes(run)[-1][3] == 8
+
+
+def test_overrides_reach_inlined_data_and_stage_defaults():
+    run = tiny("data.data_dir=/tmp/elsewhere", "stage_defaults.steps=30")
+    assert run.data.data_dir == "/tmp/elsewhere"
+    assert [s.steps for s in run.stages] == [30] * 5
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("optimizer.lrr=1", "unknown key 'lrr' in optimizer; valid keys are"),
+    ("bogus=1", "unknown key 'bogus' in the top level"),
+    ("stages.9.steps=1", "which has 5 entries (0..4)"),
+    ("stages.1.stepz=1", "unknown key 'stepz' in stages.1"),
+    ("model.hiden=8", "'hidden'"),
+    ("seed", "expected key=value"),
+])
+def test_bad_override_keys_fail_listing_valid_ones(override, needle):
+    with pytest.raises(ValueError) as err:
+        tiny(override)
+    assert needle in str(err.value)
+
+
+def test_apply_overrides_leaves_the_input_alone():
+    raw = {"name": "x", "optimizer": {"lr": 1.0}}
+    out = apply_overrides(raw, ["optimizer.lr=2", "checkpoint.keep=3"])
+    assert raw == {"name": "x", "optimizer": {"lr": 1.0}} and out["optimizer"]["lr"] == 2
+    assert out["checkpoint"] == {"keep": 3}
+
+
+# --------------------------------------------------------------------------- rejection
+def test_shrinking_growth_is_rejected_naming_the_stage():
+    with pytest.raises(ValueError, match=r"stages\.2 \('M3-REV'\).*cannot shrink or keep ffn"):
+        tiny("stages.2.growth.0.size=128")
+
+
+def test_first_stage_cannot_grow_or_distil():
+    with pytest.raises(ValueError, match="first stage"):
+        tiny("stages.0.growth=[{op: ffn, size: 512}]")
+    with pytest.raises(ValueError, match="first stage"):
+        tiny("stages.0.teachers=all")
+
+
+def test_mesh_that_does_not_divide_is_rejected_naming_stage_and_dim():
+    with pytest.raises(ValueError, match=r"stages\.0 \('M1-WB'\).*not divisible by mesh axis fsdp=3"):
+        tiny("mesh=3")
+    run = tiny()
+    with pytest.raises(ValueError, match=r"stages\.0 \('M1-WB'\).*attn/.* not divisible by mesh axis tensor=3"):
+        validate(run, "data=1,fsdp=1,tensor=3")
+    with pytest.raises(ValueError, match=r"batch_size=16 is not divisible by data\*fsdp=32"):
+        validate(run, {"data": 4, "fsdp": 8, "tensor": 1})
+
+
+def test_paper_vocab_needs_padding_under_tensor_parallelism():
+    with pytest.raises(ValueError, match="pad model.vocab_size to 50304 for tensor=2"):
+        RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2"])
+    RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2", "model.vocab_size=50304"])
+
+
+def test_unknown_domain_is_rejected():
+    with pytest.raises(ValueError, match=r"stages\.3 \('M4-BIO'\): unknown domain\(s\) \['LAW'\]"):
+        tiny("stages.3.domains=[LAW]")
+    with pytest.raises(ValueError, match=r"unknown domain\(s\) \['CS'\]"):
+        validate(tiny(), known_domains={"WB", "NEWS", "REV", "BIO"})
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("stages.1.beta_steps=20", "beta_steps=20 exceeds warmup_steps=12"),
+    ("stages.1.gate_ramp_steps=41", "gate_ramp_steps=41 is longer than the stage's steps=40"),
+    ("stages.1.teachers=none", "needs teachers"),
+    ("stages.1.replay_ratio=1.0", "replay_ratio must be in [0, 1)"),
+    ("seq_len=256", "seq_len=256 exceeds model.max_seq_len=128"),
+    ("model.vocab_size=4096", "smaller than the trained_bpe tokenizer's 8192"),
+    ("optimizer.weight_decay=0.1", "needs name: adamw"),
+    ("stages.1.name=M1-WB", "stage names must be unique"),
+    ("mesh=fsdp=x", "bad mesh spec"),
+])
+def test_inconsistent_fields_are_rejected_with_the_field_named(override, needle):
+    with pytest.raises(ValueError) as err:
+        tiny(override)
+    assert needle in str(err.value)
+
+
+def test_dataclasses_validate_when_built():
+    with pytest.raises(ValueError, match="op must be one of"):
+        GrowthSpec(op="width", size=8)
+    with pytest.raises(ValueError, match="steps must be a positive integer"):
+        StageConfig(name="s", domains=("WB",), steps=0)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        OptimizerConfig(schedule="step")
+    assert OptimizerConfig(name="adamw", weight_decay=0.1).weight_decay == 0.1
+
+
+def test_exactness_is_enforced_unless_waived():
+    with pytest.raises(ValueError, match="no exact hidden growth"):
+        tiny("stages.1.growth.0.method=paper")
+    run = tiny("stages.1.growth.0.method=paper", "stages.1.growth.0.exact=false")
+    assert shapes(run)[1] == (128, 256, 4, 2)
+
+
+# --------------------------------------------------------------------------- resume
+def test_history_compatible_refuses_changes_to_what_already_ran():
+    saved = tiny()
+    assert history_compatible(saved, tiny(), 2) is None
+    for override, field in [("model.hidden=32", "model.hidden"), ("seed=1", "seed"), ("batch_size=32", "batch_size"),
+                            ("stages.1.steps=70", "stages.1.steps"), ("optimizer.lr=0.01", "optimizer.lr"),
+                            ("data.validation_docs=10", "data.validation_docs"), ("precision=bf16", "precision")]:
+        reason = history_compatible(saved, tiny(override), completed_stages=2)
+        assert reason is not None and field in reason, (override, reason)
+    # the stage in progress is frozen too once it has started
+    assert history_compatible(saved, tiny("stages.2.steps=80"), 2) is None
+    assert "stages.2.steps" in history_compatible(saved, tiny("stages.2.steps=80"), 2, stage_started=True)
+
+
+def test_history_compatible_allows_layout_bookkeeping_and_future_stages():
+    saved = tiny()
+    new = tiny("mesh=4", "checkpoint.keep=5", "eval.batches=2", "data.data_dir=/tmp/x", "stages.4.steps=100",
+               "stages.3.growth.0.size=16", "stages.3.beta=0.5")
+    assert history_compatible(saved, new, completed_stages=3) is None
+    fewer = RunConfig.from_dict({**saved.to_dict(), "stages": saved.to_dict()["stages"][:2]})
+    assert "cannot be removed" in history_compatible(saved, fewer, completed_stages=3)
+    assert history_compatible(saved, fewer, completed_stages=2) is None
