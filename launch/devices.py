@@ -8,6 +8,7 @@ only be set before the first backend call, so entry points call ``configure`` fi
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 
@@ -19,6 +20,11 @@ def configure(mesh_spec: str, *, enable_x64: bool = False) -> tuple[dict[str, in
     sizes = parse_mesh(mesh_spec)
     need = math.prod(sizes.values())
     jax.config.update("jax_num_cpu_devices", max(need, 1))  # only affects the CPU backend
+    # Simulated devices share a few cores: a collective can wait minutes for its peers on a
+    # loaded machine, and XLA's stuck-collective watchdog would abort the process at 40 s.
+    flag = "--xla_cpu_collective_call_terminate_timeout_seconds"
+    if flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}=1800".strip()
     if enable_x64:
         jax.config.update("jax_enable_x64", True)
     devices = jax.devices()

@@ -1,10 +1,12 @@
-"""Entry point: ``python launch/train.py --mesh 8``.
+"""Entry point of the lifelong run: ``python launch/train.py --mesh 8``.
 
-Until the lifelong training engine lands (issue 4), this runs the growth demo: initialise
-M1, apply the paper's schedule hidden -> ffn -> heads -> layers (Table 1: each dimension
-doubled in turn), sharded over the device mesh, and after every step print the parameter
-count and the measured max |logits_grown - logits_M1| on a fixed batch. It exits 1 if
-any step breaks function preservation beyond tolerance.
+    python launch/train.py [--config configs/tiny.yaml] [--mesh 8 | --mesh data=2,fsdp=2,tensor=2]
+                           [--workdir DIR] [--fresh] [key=value ...]
+
+Runs LOIRE stage by stage (Algorithm 1): M1 on the first domain, then at every stage the
+configured growth, a distillation warmup from the earlier stages' frozen models, and
+training on the new domain. Rerunning the same command resumes the run where it stopped.
+A SIGTERM saves a checkpoint and exits 0.
 """
 
 from __future__ import annotations
@@ -12,93 +14,49 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from typing import Any
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from launch import devices  # noqa: E402  (must run before any JAX backend call)
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """key=value pairs for the M1 ModelConfig, typed by YAML rules (8 -> int, true -> bool)."""
-    import yaml
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"error: expected key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+from launch import devices  # noqa: E402  (before any JAX backend call)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mesh", default="1", help="device count (fsdp=N) or e.g. data=2,fsdp=2,tensor=2")
-    parser.add_argument("--preset", default="paper", choices=["paper", "modern"])
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("overrides", nargs="*", help="M1 ModelConfig fields, e.g. hidden=64 layers=2")
+    parser.add_argument("--config", default=str(ROOT / "configs" / "tiny.yaml"))
+    parser.add_argument("--mesh", default=None, help="device count (fsdp=N) or data=..,fsdp=..,tensor=..; "
+                                                    "default: the config's")
+    parser.add_argument("--workdir", default=None, help="default: runs/<config name>")
+    parser.add_argument("--fresh", action="store_true", help="discard an existing workdir and start over")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     args = parser.parse_args(argv)
 
-    sizes, devs, note = devices.configure(args.mesh, enable_x64=args.dtype == "float64")
+    from loire_jax.run_config import RunConfig
 
-    import jax
-    import jax.numpy as jnp
-
-    from loire_jax import apply_model, grow, init_params, param_count, plan_growth, preset
-    from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
-
-    m1 = dict(vocab_size=50257, max_seq_len=1024, hidden=384, ffn=1024, heads=6, head_dim=64, layers=6,
-              dtype=args.dtype, param_dtype=args.dtype)
     try:
-        m1.update(parse_overrides(args.overrides))
-        cfg = preset(args.preset, **m1)
-        mesh = make_mesh(sizes, devs)
-        shardings = param_shardings(cfg, mesh)
-        schedule = [("hidden", 2 * cfg.hidden), ("ffn", 2 * cfg.ffn), ("heads", 2 * cfg.heads),
-                    ("layers", 2 * cfg.layers)]
-        for op, size in schedule:  # validate the whole schedule before any compute
-            cfg = plan_growth(cfg, op, size).new
-            param_shardings(cfg, mesh)
-        cfg = preset(args.preset, **m1)
-    except ValueError as err:
+        run = RunConfig.from_yaml(args.config, args.overrides)
+        mesh_spec = args.mesh or run.mesh
+        sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64")
+    except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
-    print(f"devices: {note}; mesh {dict(mesh.shape)}")
-    print(f"M1: {args.preset} preset (hidden, ffn, heads, layers) = "
-          f"({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}), head_dim {cfg.head_dim}, vocab {cfg.vocab_size}, "
-          f"{args.dtype}")
-    key = jax.random.key(args.seed)
-    params = init_params(cfg, key, out_shardings=shardings)
-    seq = min(args.seq, cfg.max_seq_len)
-    tokens = jax.device_put(jax.random.randint(jax.random.fold_in(key, 1), (args.batch, seq), 0, cfg.vocab_size),
-                            batch_sharding(mesh))
-    forward = jax.jit(apply_model, static_argnums=0)
-    reference = forward(cfg, params, tokens)
-    scale = float(jnp.max(jnp.abs(reference)))
-    tol = 1e-9 if args.dtype == "float64" else 1e-4 * max(1.0, scale)
-    print(f"tolerance on max |dlogits|: {tol:.1e} ({'absolute' if args.dtype == 'float64' else '1e-4 x max(1, max|logits|)'})")
-    header = f"{'step':<6}{'operator':<10}{'(hidden, ffn, heads, layers)':<30}{'params':>14}{'max |dlogits|':>16}{'seconds':>9}"
-    print(header)
-    print("-" * len(header))
-    print(f"{'M1':<6}{'-':<10}{str((cfg.hidden, cfg.ffn, cfg.heads, cfg.layers)):<30}{param_count(cfg):>14,}"
-          f"{0.0:>16.2e}{'':>9}")
-    ok = True
-    for i, (op, size) in enumerate(schedule, start=2):
-        start = time.perf_counter()
-        cfg, params = grow(cfg, params, op, size, jax.random.fold_in(key, 100 + i), mesh=mesh)
-        delta = float(jnp.max(jnp.abs(forward(cfg, params, tokens) - reference)))
-        elapsed = time.perf_counter() - start
-        ok &= delta <= tol
-        print(f"M{i:<5}{op:<10}{str((cfg.hidden, cfg.ffn, cfg.heads, cfg.layers)):<30}{param_count(cfg):>14,}"
-              f"{delta:>16.2e}{elapsed:>9.1f}")
-    print("function preserved at every step" if ok else "FUNCTION NOT PRESERVED: see the rows above")
-    return 0 if ok else 1
+    from launch.engine import Engine, RunError
+    from loire_jax.data import DataError
+
+    workdir = Path(args.workdir or os.path.join("runs", run.name))
+    engine = Engine(run, workdir, devs, mesh_spec, progress=not args.no_progress)
+    try:
+        engine.preflight(args.fresh)
+        engine.summary(note)
+        return engine.run_all()
+    except (RunError, DataError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        engine.close()
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
                                                            tuple(teacher_params))
         updates, opt_state = optimizer.update(grads, state["opt_state"], trainable(params))
         new_params = {**optax.apply_updates(trainable(params), updates), GATES: gates}
-        metrics = {"loss": lm + kd, "lm_loss": lm, "kd_loss": kd, "grad_norm": optax.global_norm(grads),
+        metrics = {"loss": lm + kd, "lm_loss": lm, "kd_loss": kd, "grad_norm": optax.tree.norm(grads),
                    "alpha": jnp.min(gates)}
         return {"params": new_params, "opt_state": opt_state, "step": state["step"] + 1,
                 "rng": state["rng"]}, metrics

@@ -1,4 +1,4 @@
-"""End to end: the README's run command, `python launch/train.py --mesh 8`, on a small M1."""
+"""End to end: the growth demo, `python launch/grow_demo.py --mesh 8`, on a small M1."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ SMALL = ["vocab_size=64", "max_seq_len=32", "hidden=16", "ffn=32", "heads=2", "h
 def run_train(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
     env["JAX_PLATFORMS"] = "cpu"  # the command itself must simulate the 8 devices
-    return subprocess.run([sys.executable, str(ROOT / "launch" / "train.py"), *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, str(ROOT / "launch" / "grow_demo.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -1,0 +1,342 @@
+"""The lifelong LOIRE run (Algorithm 1): grow, distil, train, checkpoint - stage after stage.
+
+This is the edge of the system: it reads and writes the workdir, drives devices, prints
+progress and handles signals. The decisions it acts on are pure and live in the
+library: run config, growth, stage planning, train step.
+
+Workdir layout:
+    config.json            the resolved run config (a resume must not change history)
+    stage_<k>/             Orbax checkpoints of stage k (its final one is a teacher later)
+    metrics.jsonl          one JSON record per logged step and per evaluation
+    tb/                    TensorBoard event files
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from loire_jax import checkpoints
+from loire_jax.data import check_compatible, eval_iterator, load_tokenizer, prepare, train_iterator
+from loire_jax.growth import grow_like, grow_optimizer_state
+from loire_jax.layout import param_count
+from loire_jax.model import init_params
+from loire_jax.run_config import RunConfig, growth_plans, history_compatible, stage_models, validate
+from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
+from loire_jax.stages import (Phase, abstract_state, optimizer_for, phase_at, phases, ramp_layers,
+                              restart_schedules, stage_tokens, state_shardings)
+from loire_jax.train_step import StepSpec, init_state, make_eval_step, make_train_step
+
+
+class RunError(Exception):
+    """A problem the user must fix; printed without a traceback."""
+
+
+class MetricsLog:
+    """JSONL plus TensorBoard; both append, so a resumed run continues the same files."""
+
+    def __init__(self, workdir: Path):
+        self.path = workdir / "metrics.jsonl"
+        self._file = self.path.open("a")
+        try:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(workdir / "tb"))
+        except ImportError:  # optional: JSONL is the record of truth
+            self._tb = None
+
+    def write(self, record: dict[str, Any], tb_step: int | None = None, prefix: str = "") -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None and tb_step is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("stage", "step"):
+                    self._tb.add_scalar(f"{prefix}{k}", v, tb_step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+class Engine:
+    def __init__(self, run: RunConfig, workdir: Path, devices: list[jax.Device], mesh_spec: str | None, *,
+                 progress: bool = True):
+        self.run, self.workdir, self.progress = run, workdir, progress
+        # Fault injection for tests: LOIRE_FAULT=kill:N or term:N sends this process a real
+        # SIGKILL / SIGTERM after N steps of this session, at a reproducible point.
+        kind, _, n = os.environ.get("LOIRE_FAULT", "").partition(":")
+        self.fault = (signal.SIGKILL if kind == "kill" else signal.SIGTERM, int(n)) if n else None
+        self.mesh = make_mesh(run.mesh_sizes if mesh_spec is None else _sizes(mesh_spec), devices)
+        self.models = stage_models(run)
+        self.plans = growth_plans(run)
+        self.domain_index = {d.name: i for i, d in enumerate(run.data.domains)}
+        self.steps_this_session = 0
+        self.step_fns: dict[tuple[int, str], Any] = {}  # compiled once per (stage, phase)
+        self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
+
+    # ------------------------------------------------------------------ checks and summary
+    def preflight(self, fresh: bool) -> None:
+        """Everything that can be rejected is rejected here, before any model compute."""
+        validate(self.run, dict(self.mesh.shape), known_domains=set(self.domain_index))
+        for cfg in self.models:
+            param_shardings(cfg, self.mesh)
+        saved = self.workdir / "config.json"
+        if fresh and self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        if saved.exists():
+            old = RunConfig.from_dict(json.loads(saved.read_text()))
+            done = sum(1 for k in range(len(self.run.stages)) if self._stage_done(k))
+            started = self._ckpt(done).latest_step() is not None if done < len(self.run.stages) else False
+            reason = history_compatible(old, self.run, done, stage_started=started)
+            if reason:
+                raise RunError(f"workdir {self.workdir} holds a different run: {reason}")
+        # A stage that has started needs every earlier stage's final checkpoint (its base and teachers).
+        for k in range(len(self.run.stages)):
+            if self._ckpt(k).latest_step() is None:
+                continue
+            missing = [j + 1 for j in range(k) if not self._stage_done(j)]
+            if missing:
+                raise RunError(f"stage {k + 1} has checkpoints but the final checkpoint of stage(s) {missing} is "
+                               f"missing: it is the model stage {k + 1} grew from and a teacher. Restore it, or "
+                               f"start over with --fresh")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(self.run.to_dict(), indent=1))
+
+    def summary(self, note: str) -> None:
+        print(f"devices: {note}; mesh {dict(self.mesh.shape)}")
+        print(f"run {self.run.name!r}: {len(self.run.stages)} stages, batch {self.run.batch_size} x seq "
+              f"{self.run.seq_len}, {self.run.precision}, workdir {self.workdir}")
+        for k, (stage, cfg) in enumerate(zip(self.run.stages, self.models)):
+            grow = ", ".join(f"{g.op}->{g.size}" for g in stage.growth) or "-"
+            print(f"  stage {k + 1} {stage.name:<10} domains {','.join(stage.domains):<8} grow {grow:<12} "
+                  f"(h,f,a,L)=({cfg.hidden},{cfg.ffn},{cfg.heads},{cfg.layers}) params {param_count(cfg):>11,} "
+                  f"tokens {stage_tokens(self.run, stage):>9,} teachers "
+                  f"{[j + 1 for j in self.run.teacher_stages(k)] or '-'}")
+
+    # ------------------------------------------------------------------ helpers
+    def _ckpt(self, k: int) -> checkpoints.StageCheckpoints:
+        """One manager per stage directory for the whole session (Orbax wants a single writer).
+        The engine decides when to save (period, stage end, preemption) and always forces."""
+        if k not in self._ckpts:
+            self._ckpts[k] = checkpoints.StageCheckpoints(checkpoints.stage_dir(self.workdir, k + 1), save_every=1,
+                                                          keep=self.run.checkpoint.keep)
+        return self._ckpts[k]
+
+    def close(self) -> None:
+        for ck in self._ckpts.values():
+            ck.close()
+        self._ckpts.clear()
+
+    def _stage_done(self, k: int) -> bool:
+        ck = self._ckpt(k)
+        step = ck.latest_step()
+        return step is not None and bool(ck.read_meta(step).get("final"))
+
+    def _rng_shape(self) -> tuple[int, ...]:
+        return tuple(jax.random.key_data(jax.random.key(0)).shape)
+
+    def _abstract(self, k: int):
+        opt = optimizer_for(self.run.optimizer, self.run.stages[k].steps)
+        return abstract_state(self.models[k], self.mesh, opt, self._rng_shape()), opt
+
+    def _iterator(self, k: int, replay: bool):
+        stage = self.run.stages[k]
+        return train_iterator(self.run.data, self.domain_index[stage.domains[0]], seq_len=self.run.seq_len,
+                              global_batch_size=self.run.batch_size, seed=self.run.seed * 1000 + k,
+                              replay_ratio=stage.replay_ratio if replay else 0.0, mesh=self.mesh)
+
+    def evaluate(self, k: int, params: dict[str, Any], point: str, log: MetricsLog) -> dict[str, float]:
+        """Validation perplexity on every domain seen so far (PPL_(t),j of App. D.3)."""
+        cfg = self.models[k]
+        fn = jax.jit(make_eval_step(cfg))
+        seen: list[str] = []
+        for stage in self.run.stages[:k + 1]:
+            seen += [d for d in stage.domains if d not in seen]
+        out = {}
+        for name in seen:
+            it = eval_iterator(self.run.data, self.domain_index[name], seq_len=self.run.seq_len,
+                               batch_size=self.run.batch_size)
+            total, count = 0.0, 0.0
+            for i, batch in enumerate(it):
+                if self.run.eval.batches and i >= self.run.eval.batches:
+                    break
+                tokens = jax.device_put(batch["tokens"], batch_sharding(self.mesh))
+                weights = jax.device_put(batch["weights"], batch_sharding(self.mesh))
+                s, c = fn(params, {"tokens": tokens, "weights": weights})
+                total, count = total + float(s), count + float(c)
+            out[name] = math.exp(total / max(count, 1.0))
+            log.write({"kind": "eval", "stage": k + 1, "point": point, "domain": name, "ppl": out[name],
+                       "tokens": count})
+        print(f"  [{point}] stage {k + 1} PPL: " + ", ".join(f"{d} {p:.2f}" for d, p in out.items()))
+        return out
+
+    # ------------------------------------------------------------------ the stage
+    def _start_state(self, k: int, log: MetricsLog) -> tuple[dict[str, Any], Any]:
+        """Stage 1: a fresh M1. Later: the previous stage's final state, grown (Algorithm 1 l.1-21)."""
+        abstract, opt = self._abstract(k)
+        shardings = jax.tree_util.tree_map(lambda a: a.sharding, abstract)
+        rng = jax.random.key(self.run.seed)
+        if k == 0:
+            params = init_params(self.models[0], jax.random.fold_in(rng, 0), out_shardings=shardings["params"])
+            state = jax.jit(lambda p: init_state(p, opt, jax.random.key_data(rng)),
+                            out_shardings=shardings)(params)
+            return state, opt
+        prev_abstract, _ = self._abstract(k - 1)
+        prev, _ = self._ckpt(k - 1).restore(prev_abstract)
+        reset = self.run.stages[k].reset_optimizer
+        params, opt_state = prev["params"], prev["opt_state"]
+        for i, plan in enumerate(self.plans[k]):
+            key = jax.random.fold_in(rng, 1000 * (k + 1) + i)
+            out_sh = state_shardings(plan.new, self.mesh, opt)
+            params = jax.jit(grow_like, static_argnums=0, out_shardings=out_sh["params"])(plan, params, key)
+            if not reset:
+                opt_state = jax.jit(grow_optimizer_state, static_argnums=0, out_shardings=out_sh["opt_state"])(
+                    plan, opt_state, key)
+        if reset:
+            state = jax.jit(lambda p: init_state(p, opt, jax.random.key_data(rng)), out_shardings=shardings)(params)
+        else:
+            opt_state = jax.jit(restart_schedules, out_shardings=shardings["opt_state"])(opt_state)
+            state = {"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32),
+                     "rng": prev["rng"]}
+        return state, opt
+
+    def run_stage(self, k: int, log: MetricsLog, tokenizer_identity: dict) -> bool:
+        """Returns False if the run must stop now (preemption or a simulated crash)."""
+        stage, cfg = self.run.stages[k], self.models[k]
+        ck = self._ckpt(k)
+        teachers = self.run.teacher_stages(k)
+        stage_phases = phases(stage, bool(teachers))
+        latest = ck.latest_step()
+        data_phase, it = None, None
+        if latest is not None:  # resume inside this stage
+            abstract, opt = self._abstract(k)
+            meta = ck.read_meta(latest)
+            check_compatible(meta["tokenizer"], tokenizer_identity, "checkpoint")
+            start = latest
+            data_phase = phase_at(stage_phases, start)
+            it = self._iterator(k, data_phase.replay)
+            restore_it = it if meta.get("data_replay") == data_phase.replay else None
+            state, _ = ck.restore(abstract, step=latest, data_iterator=restore_it)
+            print(f"stage {k + 1} ({stage.name}): resuming at step {start}/{stage.steps}")
+        else:
+            state, opt = self._start_state(k, log)
+            start = 0
+            self.evaluate(k, state["params"], "init", log)
+        shardings = state_shardings(cfg, self.mesh, opt)
+        teacher_params = tuple(
+            checkpoints.restore_params(checkpoints.stage_dir(self.workdir, j + 1),
+                                       self._abstract(j)[0]["params"]) for j in teachers)
+        ramp = ramp_layers(self.plans[k])
+        guard = checkpoints.PreemptionGuard()
+        bar = _progress(stage.steps, start, f"stage {k + 1}/{len(self.run.stages)} {stage.name}", self.progress)
+        pending = None  # metrics of the previous step: fetched one step late
+        t_last, tok_per_step = time.perf_counter(), self.run.batch_size * self.run.seq_len
+        meta_base = {"model": cfg.to_dict(), "tokenizer": tokenizer_identity, "stage": k + 1, "name": stage.name}
+        with guard:
+            for s in range(start, stage.steps):
+                phase = phase_at(stage_phases, s)
+                if it is None or phase.replay != data_phase.replay:
+                    it, data_phase = self._iterator(k, phase.replay), phase
+                if (k, phase.name) not in self.step_fns:
+                    spec = StepSpec(cfg, teachers=tuple(self.models[j] for j in teachers) if phase.distill else (),
+                                    betas=(stage.beta,) * len(teachers) if phase.distill else (),
+                                    ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps)
+                    self.step_fns[k, phase.name] = jax.jit(make_train_step(spec, opt), donate_argnums=0,
+                                                           out_shardings=(shardings, None))
+                batch = next(it)
+                state, metrics = self.step_fns[k, phase.name](state, batch, teacher_params if phase.distill else ())
+                if pending is not None:
+                    self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
+                    t_last = time.perf_counter()
+                pending = (metrics, phase.name)
+                self.steps_this_session += 1
+                done = s + 1
+                final = done == stage.steps
+                if self.fault and self.steps_this_session == self.fault[1]:
+                    os.kill(os.getpid(), self.fault[0])  # SIGKILL lands wherever the saves are
+                if final or guard.requested or (self.run.checkpoint.save_every and done % self.run.checkpoint.save_every == 0):
+                    self._log_step(k, s, pending[0], pending[1], log, bar, tok_per_step, t_last)
+                    pending = None
+                    ck.save(done, state, data_iterator=it,
+                            meta={**meta_base, "final": final, "data_replay": data_phase.replay, "step": done},
+                            force=True)
+                if guard.requested and not final:
+                    ck.wait()
+                    bar.close()
+                    print(f"\npreempted (SIGTERM) in stage {k + 1} at step {done}: checkpoint saved; rerun the same "
+                          "command to resume")
+                    return False
+        bar.close()
+        ck.wait()
+        for (stage_k, phase_name), fn in self.step_fns.items():
+            if stage_k == k:  # one compilation per phase, never per step
+                log.write({"kind": "compile", "stage": k + 1, "phase": phase_name, "programs": fn._cache_size()})
+        self.evaluate(k, state["params"], "final", log)
+        if guard.requested:  # arrived on the stage's last step: the stage is complete and saved
+            print(f"preempted (SIGTERM) after stage {k + 1}: rerun the same command to resume")
+            return False
+        return True
+
+    def _log_step(self, k, s, metrics, phase, log, bar, tok_per_step, t_last) -> None:
+        m = {key: float(v) for key, v in jax.device_get(metrics).items()}
+        if not math.isfinite(m["loss"]):
+            bar.close()
+            raise RunError(f"non-finite loss ({m['loss']}) in stage {k + 1} ({self.run.stages[k].name}) at step "
+                           f"{s + 1}; the last good checkpoint is kept. Lower the learning rate or check the data.")
+        rate = tok_per_step / max(time.perf_counter() - t_last, 1e-9)
+        record = {"kind": "train", "stage": k + 1, "step": s + 1, "phase": phase, **m, "tokens_per_s": rate}
+        log.write(record, tb_step=sum(st.steps for st in self.run.stages[:k]) + s + 1, prefix="train/")
+        bar.set_postfix_str(f"{phase} loss {m['loss']:.3f} kd {m['kd_loss']:.4f} a {m['alpha']:.2f} "
+                            f"{rate:,.0f} tok/s", refresh=False)
+        bar.update(1)
+
+    # ------------------------------------------------------------------ the run
+    def run_all(self) -> int:
+        prepare(self.run.data, progress=self.progress)
+        tokenizer = load_tokenizer(self.run.data)
+        if tokenizer.vocab_size > self.run.model.vocab_size:
+            raise RunError(f"the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size is "
+                           f"{self.run.model.vocab_size}")
+        log = MetricsLog(self.workdir)
+        try:
+            for k in range(len(self.run.stages)):
+                if self._stage_done(k):
+                    continue
+                if not self.run_stage(k, log, tokenizer.identity):
+                    return 0
+        finally:
+            log.close()
+        print(f"run complete: {len(self.run.stages)} stages; workdir {self.workdir}")
+        return 0
+
+
+def _sizes(spec: str) -> dict[str, int]:
+    from loire_jax.sharding import parse_mesh
+
+    return parse_mesh(spec)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None: ...
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None: ...
+    def close(self) -> None: ...
+
+
+def _progress(total: int, start: int, desc: str, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True, file=sys.stdout)

@@ -1,0 +1,388 @@
+"""Stage checkpoints: the only module in the project that talks to Orbax.
+
+Each LOIRE stage k writes to ``<workdir>/stage_<k>/``, an Orbax ``CheckpointManager``
+directory with one sub-directory per saved step. A step holds four items:
+
+- ``params``: the parameter pytree (its own item so a teacher can be restored from it
+  without reading a byte of optimizer state);
+- ``train``: everything else in the training state (optimizer state, step, RNG key data);
+- ``data``: the grain iterator state, so a resume continues on the exact next batch;
+- ``meta``: a plain JSON dict (model config, tokenizer identity, data position, ...),
+  so the tree of a finished stage can be rebuilt before restoring it.
+
+The Orbax API still moves between releases (see the design notes, jax-stack-notes.md), so every Orbax
+call lives here and the rest of the project sees plain pytrees and dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, Iterable, Mapping
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+PARAMS, TRAIN, DATA, META = "params", "train", "data", "meta"  # item names on disk
+# Written by Orbax when it finalises a step (seen with orbax-checkpoint 0.12.8 on a
+# local disk, where the step directory also only appears by rename of a tmp directory). Orbax itself lists any non-tmp step directory on a local disk, even one with
+# no marker, so we filter on it: "latest" must never name an incomplete step.
+_COMMIT_MARKER = "commit_success.txt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or does not match what the caller expects."""
+
+
+# -- paths ---------------------------------------------------------------------------
+
+def stage_dir(workdir: str | Path, stage: int) -> Path:
+    """``<workdir>/stage_<k>``: one checkpoint directory per LOIRE stage (k = 1..T)."""
+    if not isinstance(stage, (int, np.integer)) or isinstance(stage, bool) or stage < 1:
+        raise ValueError(f"stage must be an integer >= 1, got {stage!r}")
+    return Path(workdir) / f"stage_{int(stage)}"
+
+
+def _complete_steps(directory: Path) -> list[int]:
+    """Steps whose directory carries Orbax's commit marker, oldest first."""
+    if not directory.is_dir():
+        return []
+    steps = []
+    for child in directory.iterdir():
+        if child.is_dir() and child.name.isdigit() and (child / _COMMIT_MARKER).exists():
+            steps.append(int(child.name))
+    return sorted(steps)
+
+
+def _quarantine_incomplete(directory: Path) -> list[Path]:
+    """Rename step directories without the commit marker out of Orbax's sight.
+
+    Orbax 0.12.8 lists such a directory as a step on a local disk: ``save`` then skips
+    that step as "already saved" (returns False) and the keep-N policy counts it, deleting
+    a good checkpoint in its place. Renaming (not deleting) keeps the evidence. Orbax's
+    own tmp directories of a killed save are deleted: they can never be finalised, and
+    its ``cleanup_tmp_directories`` missed the untimestamped ``<step>.orbax-checkpoint-tmp``
+    names that 0.12.8 itself writes. Only process 0 touches the directory, and only here,
+    at start-up: one writer per stage directory.
+    """
+    if jax.process_index() != 0 or not directory.is_dir():
+        return []
+    moved = []
+    for child in sorted(directory.iterdir()):
+        if child.is_dir() and child.name.split(".")[0].isdigit() and ".orbax-checkpoint-tmp" in child.name:
+            shutil.rmtree(child)
+            continue
+        if child.is_dir() and child.name.isdigit() and not (child / _COMMIT_MARKER).exists():
+            target = directory / f"{child.name}.incomplete-{time.time_ns()}"
+            child.rename(target)
+            moved.append(target)
+    return moved
+
+
+# -- abstract trees and strictness ----------------------------------------------------
+
+def _key_str(entry: Any) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def _flat_by_path(tree: Any) -> dict[str, Any]:
+    """'/'-joined paths -> leaves. Namedtuple fields and dict keys print alike, so an
+    optax state and Orbax's metadata of it (stored as dicts and lists) compare by path."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {"/".join(_key_str(k) for k in path): leaf for path, leaf in leaves}
+
+
+def _is_key_leaf(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _check_matches(item: str, abstract: Any, metadata: Any, directory: Path, step: int) -> None:
+    """Refuse a restore whose tree differs from the saved one, naming every difference.
+
+    Orbax's StandardRestore is strict about structure, but it casts dtypes silently and
+    its messages do not say which leaf is wrong; a partial or zero-filled load of a
+    grown model is the failure mode we must never have (orbax#2972, maxtext PR 4341).
+    """
+    want = _flat_by_path(abstract)
+    have = {p: m for p, m in _flat_by_path(metadata).items() if m is not None}
+    problems = [f"missing in checkpoint: {p}" for p in sorted(set(want) - set(have))]
+    problems += [f"not in the abstract tree: {p}" for p in sorted(set(have) - set(want))]
+    for p in sorted(set(want) & set(have)):
+        w, h = want[p], have[p]
+        w_shape, h_shape = tuple(np.shape(w)), tuple(getattr(h, "shape", ()))
+        w_dtype, h_dtype = np.dtype(w.dtype), np.dtype(getattr(h, "dtype", w.dtype))
+        if w_shape != h_shape:
+            problems.append(f"{p}: shape {w_shape} requested, {h_shape} saved")
+        elif w_dtype != h_dtype:
+            problems.append(f"{p}: dtype {w_dtype} requested, {h_dtype} saved")
+    if problems:
+        shown = "; ".join(problems[:12]) + (f"; ... ({len(problems)} differences)" if len(problems) > 12 else "")
+        raise CheckpointError(
+            f"the {item!r} tree requested does not match step {step} in {directory}: {shown}. "
+            "Rebuild the abstract tree from the config saved in that checkpoint's meta "
+            "(read_meta) instead of the current one.")
+
+
+def abstract_like(tree: Any, shardings: Any = None) -> Any:
+    """ShapeDtypeStructs for ``tree`` (arrays or structs), with ``shardings`` if given.
+
+    ``shardings`` is a matching tree of Shardings, or a single Sharding for every leaf
+    (e.g. replicated scalars on a new mesh). Without it each leaf keeps its own sharding.
+    """
+    if shardings is None:
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype,
+                                                           sharding=getattr(x, "sharding", None)), tree)
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=shardings), tree)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), tree, shardings)
+
+
+def _keys_to_data(tree: Any) -> Any:
+    """Typed PRNG keys cannot be serialised: store their uint32 key data instead."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key_leaf(x) else x, tree)
+
+
+def _abstract_keys_to_data(tree: Any) -> tuple[Any, Any]:
+    """Abstract key leaves -> abstract uint32 key data, plus the key dtypes to rewrap."""
+    dtypes = jax.tree.map(lambda x: x.dtype if _is_key_leaf(x) else None, tree)
+
+    def to_data(x: Any) -> Any:
+        if not _is_key_leaf(x):
+            return x
+        out = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(x.shape, x.dtype))
+        return jax.ShapeDtypeStruct(out.shape, out.dtype, sharding=getattr(x, "sharding", None))
+
+    return jax.tree.map(to_data, tree), dtypes
+
+
+def _rewrap_keys(tree: Any, dtypes: Any) -> Any:
+    def wrap(x: Any, dtype: Any) -> Any:
+        if dtype is None:
+            return x
+        # A key dtype carries its PRNG impl (jax 0.10 exposes no public accessor on a dtype).
+        return jax.random.wrap_key_data(x, impl=dtype._impl)
+
+    return jax.tree.map(wrap, tree, dtypes, is_leaf=lambda x: x is None)
+
+
+def _check_json(meta: Any) -> dict:
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"meta must be a JSON dict, got {type(meta).__name__}")
+    try:
+        # Round trip now, before an async save, so a bad value fails at the call site.
+        return json.loads(json.dumps(dict(meta), allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"meta must be plain JSON (str/int/float/bool/None/list/dict): {e}") from e
+
+
+def _handlers() -> dict[str, Any]:
+    import grain  # data item handler; grain is a project dependency
+
+    return {PARAMS: ocp.StandardCheckpointHandler(), TRAIN: ocp.StandardCheckpointHandler(),
+            META: ocp.JsonCheckpointHandler(), DATA: grain.checkpoint.CheckpointHandler()}
+
+
+# -- the manager -----------------------------------------------------------------------
+
+class StageCheckpoints:
+    """Periodic and final checkpoints of one stage, atomic and bitwise resumable.
+
+    ``save_every`` is the period of ``save`` (``force=True`` saves regardless: the final
+    step, a preemption). ``keep`` is how many recent steps survive. With ``async_save``
+    the arrays are written in the background; call ``wait()`` (or ``close()``) before
+    exiting or before reading the checkpoint back.
+    """
+
+    def __init__(self, directory: str | Path, *, save_every: int, keep: int = 2,
+                 async_save: bool = True) -> None:
+        if save_every < 1 or keep < 1:
+            raise ValueError(f"save_every and keep must be >= 1, got {save_every}, {keep}")
+        self.directory = Path(directory).absolute()
+        self.quarantined = _quarantine_incomplete(self.directory)
+        options = ocp.CheckpointManagerOptions(
+            save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(save_every),
+            preservation_policy=ocp.checkpoint_managers.LatestN(keep),
+            enable_async_checkpointing=async_save,
+            create=True,
+        )
+        self._mngr = ocp.CheckpointManager(self.directory, options=options, item_handlers=_handlers())
+
+    # steps --------------------------------------------------------------------------
+    def all_steps(self) -> list[int]:
+        """Finalised steps only: a step being written or cut off is never listed."""
+        return _complete_steps(self.directory)
+
+    def latest_step(self) -> int | None:
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def _resolve(self, step: int | None) -> int:
+        steps = self.all_steps()
+        if step is None:
+            if not steps:
+                raise CheckpointError(f"no complete checkpoint in {self.directory}")
+            return steps[-1]
+        if step not in steps:
+            raise CheckpointError(f"step {step} is not a complete checkpoint in {self.directory}; "
+                                  f"complete steps: {steps}")
+        return step
+
+    # save ---------------------------------------------------------------------------
+    def save(self, step: int, state: Mapping[str, Any], *, data_iterator: Any = None,
+             meta: Mapping[str, Any], force: bool = False) -> bool:
+        """Save ``state`` at ``step`` if the period says so (or ``force``); True if saved.
+
+        ``state`` must have ``params``; its other entries (opt_state, step, rng...) form
+        the ``train`` item. Typed PRNG keys are stored as their key data. Orbax writes to
+        a temporary directory and renames it when complete, so a crash or a full disk
+        mid-save leaves the previous step as the latest; errors of an async save are
+        raised by the next ``save``/``wait``.
+        """
+        if PARAMS not in state:
+            raise KeyError(f"state must contain {PARAMS!r}; got keys {sorted(state)}")
+        meta = _check_json(meta)
+        train = _keys_to_data({k: v for k, v in state.items() if k != PARAMS})
+        items: dict[str, Any] = {PARAMS: ocp.args.StandardSave(state[PARAMS]), META: ocp.args.JsonSave(meta)}
+        if jax.tree.leaves(train):  # Orbax refuses an empty item
+            items[TRAIN] = ocp.args.StandardSave(train)
+        if data_iterator is not None:
+            import grain
+
+            items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
+        return bool(self._mngr.save(int(step), args=ocp.args.Composite(**items), force=force))
+
+    # restore ------------------------------------------------------------------------
+    def restore(self, abstract_state: Mapping[str, Any], *, step: int | None = None,
+                data_iterator: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The state at ``step`` (latest complete by default) and its meta dict.
+
+        ``abstract_state`` mirrors the saved ``state`` with ``jax.ShapeDtypeStruct``
+        leaves whose ``sharding`` says where each array goes: a different mesh than the
+        saving one is fine. Any key, shape or dtype difference raises CheckpointError.
+        ``data_iterator`` (a grain iterator) has its position restored in place.
+        """
+        self.wait()  # an in-flight async save of this step must land first
+        step = self._resolve(step)
+        if PARAMS not in abstract_state:
+            raise KeyError(f"abstract_state must contain {PARAMS!r}; got keys {sorted(abstract_state)}")
+        abs_train, impls = _abstract_keys_to_data({k: v for k, v in abstract_state.items() if k != PARAMS})
+        metadata = self._mngr.item_metadata(step)
+        _check_matches(PARAMS, abstract_state[PARAMS], metadata[PARAMS], self.directory, step)
+        _check_matches(TRAIN, abs_train, metadata[TRAIN] if TRAIN in metadata else None,
+                       self.directory, step)
+        items: dict[str, Any] = {PARAMS: ocp.args.StandardRestore(abstract_state[PARAMS]),
+                                 META: ocp.args.JsonRestore()}
+        if jax.tree.leaves(abs_train):
+            items[TRAIN] = ocp.args.StandardRestore(abs_train)
+        if data_iterator is not None:
+            import grain
+
+            if not (self.directory / str(step) / DATA).exists():
+                raise CheckpointError(f"step {step} in {self.directory} holds no data iterator state")
+            items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
+        out = self._mngr.restore(step, args=ocp.args.Composite(**items))
+        state = dict(_rewrap_keys(out[TRAIN], impls)) if TRAIN in items else dict(abs_train)
+        state[PARAMS] = out[PARAMS]
+        return state, dict(out[META])
+
+    def read_meta(self, step: int | None = None) -> dict[str, Any]:
+        """The JSON meta saved with ``step`` (latest complete by default)."""
+        self.wait()
+        step = self._resolve(step)
+        return dict(self._mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META])
+
+    # lifecycle ------------------------------------------------------------------------
+    def wait(self) -> None:
+        """Block until async saves are on disk; re-raises an error of a failed save."""
+        self._mngr.wait_until_finished()
+
+    def close(self) -> None:
+        self._mngr.close()  # waits for in-flight saves
+
+    def __enter__(self) -> "StageCheckpoints":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def restore_params(directory: str | Path, abstract_params: Any, *, step: int | None = None) -> Any:
+    """A teacher: the params of an earlier stage's final (latest complete) checkpoint.
+
+    Only the ``params`` item is read, so no optimizer state is ever loaded; leaves land
+    with the shardings of ``abstract_params`` (ShapeDtypeStructs).
+    """
+    directory = Path(directory).absolute()
+    steps = _complete_steps(directory)
+    if not steps:
+        raise CheckpointError(f"no complete checkpoint in {directory}")
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise CheckpointError(f"step {step} is not a complete checkpoint in {directory}; complete steps: {steps}")
+    handler = ocp.StandardCheckpointHandler()
+    # read-only: no save policy, and create=False so a wrong path is not silently made
+    with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True),
+                               item_handlers={PARAMS: handler}) as mngr:
+        metadata = mngr.item_metadata(step)
+        _check_matches(PARAMS, abstract_params, metadata[PARAMS], directory, step)
+        out = mngr.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}))
+    return out[PARAMS]
+
+
+# -- preemption ------------------------------------------------------------------------
+
+class PreemptionGuard:
+    """Turns SIGTERM into a flag the training loop polls: save, then exit cleanly.
+
+    Why a signal flag rather than Orbax's ``reached_preemption``: that needs
+    ``jax.distributed`` initialised (a coordinator port even for one process), and it
+    is always False otherwise, silently. A handler that only sets a flag works on any
+    backend and leaves the decision (save with ``force=True``, ``wait``, exit) to the
+    loop at a step boundary. With several processes, ``should_stop`` agrees across them
+    so every host saves the same step.
+    """
+
+    def __init__(self, signals: Iterable[int] = (signal.SIGTERM,)) -> None:
+        self._signals = tuple(signals)
+        self._event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self._event.set()  # only a flag: no I/O inside a signal handler
+
+    def __enter__(self) -> "PreemptionGuard":
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("PreemptionGuard must be entered in the main thread (Python signal rule)")
+        for s in self._signals:
+            self._previous[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, prev in self._previous.items():
+            signal.signal(s, prev)
+        self._previous.clear()
+
+    @property
+    def requested(self) -> bool:
+        """True once a preemption signal arrived (on this process)."""
+        return self._event.is_set()
+
+    def should_stop(self) -> bool:
+        """``requested`` on any process; one collective per call when multi-process."""
+        if jax.process_count() == 1:
+            return self.requested
+        from jax.experimental import multihost_utils
+
+        flags = multihost_utils.process_allgather(np.array(self.requested, dtype=np.int32))
+        return bool(np.any(flags))
