@@ -21,21 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from launch import devices  # noqa: E402
 
 
-def measured_peak_flops(n: int = 2048, repeats: int = 5) -> float:
-    import jax
-    import jax.numpy as jnp
-
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    mm = jax.jit(lambda x: x @ x)
-    mm(a).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        mm(a).block_until_ready()
-        times.append(time.perf_counter() - t)
-    return 2 * n**3 / statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mesh", default="8")
@@ -85,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         jax.block_until_ready(m)
         rates.append(args.steps * args.batch * args.seq / (time.perf_counter() - t))
     tokens_s = statistics.median(rates)
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else measured_peak_flops()
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else devices.measured_matmul_flops()
     achieved = tokens_s * train_flops_per_token(cfg, args.seq, teachers)
     print(f"devices: {note}; mesh {dict(mesh.shape)}")
     print(f"model (h, f, heads, L) = ({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}), vocab {cfg.vocab_size}, "

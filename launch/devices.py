@@ -20,11 +20,15 @@ def configure(mesh_spec: str, *, enable_x64: bool = False) -> tuple[dict[str, in
     sizes = parse_mesh(mesh_spec)
     need = math.prod(sizes.values())
     jax.config.update("jax_num_cpu_devices", max(need, 1))  # only affects the CPU backend
-    # Simulated devices share a few cores: a collective can wait minutes for its peers on a
+    # Simulated devices share a few cores: a collective can wait long for its peers on a
     # loaded machine, and XLA's stuck-collective watchdog would abort the process at 40 s.
-    flag = "--xla_cpu_collective_call_terminate_timeout_seconds"
-    if flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}=1800".strip()
+    # XLA:CPU's concurrency-optimised scheduler let simulated devices start independent
+    # collectives in different orders and deadlock under load (2 of 3 parallel runs here);
+    # with it off, 3 of 3 completed.
+    for flag, value in (("--xla_cpu_collective_call_terminate_timeout_seconds", "300"),
+                        ("--xla_cpu_enable_concurrency_optimized_scheduler", "false")):
+        if flag not in os.environ.get("XLA_FLAGS", ""):
+            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}={value}".strip()
     if enable_x64:
         jax.config.update("jax_enable_x64", True)
     devices = jax.devices()
@@ -35,3 +39,37 @@ def configure(mesh_spec: str, *, enable_x64: bool = False) -> tuple[dict[str, in
     note = (f"{len(devices)} {devices[0].platform} device(s) available, mesh needs {need}: "
             f"simulating {need} CPU devices")
     return sizes, cpus[:need], note
+
+
+# Dense bf16 peaks (FLOP/s) per device, from the vendors' datasheets, for MFU on accelerators.
+PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12,
+                   "TPU v5 lite": 197e12, "TPU v6 lite": 918e12}
+
+
+def peak_flops(devices: list[jax.Device]) -> tuple[float | None, str]:
+    """The mesh's peak FLOP/s for MFU: measured with a large matmul on CPU, published elsewhere."""
+    kind = devices[0].device_kind
+    if devices[0].platform == "cpu":
+        return measured_matmul_flops(), "measured (2048^2 fp32 matmul)"
+    for name, peak in PUBLISHED_PEAKS.items():
+        if name.lower() in kind.lower():
+            return peak * len(devices), f"published {name} bf16 x {len(devices)}"
+    return None, f"unknown peak for {kind!r}"
+
+
+def measured_matmul_flops(n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a jitted fp32 n x n matmul in this process: the CPU's practical peak."""
+    import statistics
+    import time
+
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    mm = jax.jit(lambda x: x @ x)
+    mm(a).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        mm(a).block_until_ready()
+        times.append(time.perf_counter() - t)
+    return 2 * n**3 / statistics.median(times)

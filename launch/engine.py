@@ -28,12 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from loire_jax import checkpoints
-from loire_jax.data import check_compatible, eval_iterator, load_tokenizer, prepare, train_iterator
+from loire_jax.data import (check_compatible, eval_iterator, load_tokenizer, prepare, to_global_batch,
+                            train_iterator)
+from loire_jax.flops import train_flops_per_token
 from loire_jax.growth import grow_like, grow_optimizer_state
 from loire_jax.layout import param_count
 from loire_jax.model import init_params
 from loire_jax.run_config import RunConfig, growth_plans, history_compatible, stage_models, validate
-from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
+from loire_jax.sharding import BATCH_AXES, batch_sharding, make_mesh, param_shardings
 from loire_jax.stages import (Phase, abstract_state, optimizer_for, phase_at, phases, ramp_layers,
                               restart_schedules, stage_tokens, state_shardings)
 from loire_jax.train_step import StepSpec, init_state, make_eval_step, make_train_step
@@ -83,6 +85,7 @@ class Engine:
         self.plans = growth_plans(run)
         self.domain_index = {d.name: i for i, d in enumerate(run.data.domains)}
         self.steps_this_session = 0
+        self.peak, self.peak_note = None, ""
         self.step_fns: dict[tuple[int, str], Any] = {}  # compiled once per (stage, phase)
         self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
 
@@ -115,7 +118,11 @@ class Engine:
         saved.write_text(json.dumps(self.run.to_dict(), indent=1))
 
     def summary(self, note: str) -> None:
-        print(f"devices: {note}; mesh {dict(self.mesh.shape)}")
+        from launch.devices import peak_flops
+
+        self.peak, self.peak_note = peak_flops(list(self.mesh.devices.flat))
+        peak = f"{self.peak / 1e9:,.1f} GFLOP/s" if self.peak else "n/a"
+        print(f"devices: {note}; mesh {dict(self.mesh.shape)}; peak for MFU {peak} ({self.peak_note})")
         print(f"run {self.run.name!r}: {len(self.run.stages)} stages, batch {self.run.batch_size} x seq "
               f"{self.run.seq_len}, {self.run.precision}, workdir {self.workdir}")
         for k, (stage, cfg) in enumerate(zip(self.run.stages, self.models)):
@@ -130,8 +137,11 @@ class Engine:
         """One manager per stage directory for the whole session (Orbax wants a single writer).
         The engine decides when to save (period, stage end, preemption) and always forces."""
         if k not in self._ckpts:
+            # Async saves run device work on a second thread; on simulated CPU devices that can
+            # interleave collectives differently per device and deadlock, so save synchronously there.
+            async_save = self.mesh.devices.flat[0].platform != "cpu"
             self._ckpts[k] = checkpoints.StageCheckpoints(checkpoints.stage_dir(self.workdir, k + 1), save_every=1,
-                                                          keep=self.run.checkpoint.keep)
+                                                          keep=self.run.checkpoint.keep, async_save=async_save)
         return self._ckpts[k]
 
     def close(self) -> None:
@@ -155,7 +165,7 @@ class Engine:
         stage = self.run.stages[k]
         return train_iterator(self.run.data, self.domain_index[stage.domains[0]], seq_len=self.run.seq_len,
                               global_batch_size=self.run.batch_size, seed=self.run.seed * 1000 + k,
-                              replay_ratio=stage.replay_ratio if replay else 0.0, mesh=self.mesh)
+                              replay_ratio=stage.replay_ratio if replay else 0.0, mesh=None)
 
     def evaluate(self, k: int, params: dict[str, Any], point: str, log: MetricsLog) -> dict[str, float]:
         """Validation perplexity on every domain seen so far (PPL_(t),j of App. D.3)."""
@@ -210,7 +220,8 @@ class Engine:
             opt_state = jax.jit(restart_schedules, out_shardings=shardings["opt_state"])(opt_state)
             state = {"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32),
                      "rng": prev["rng"]}
-        return state, opt
+        # Exactly the step's output shardings, so the first step compiles the only program.
+        return jax.device_put(state, shardings), opt
 
     def run_stage(self, k: int, log: MetricsLog, tokenizer_identity: dict) -> bool:
         """Returns False if the run must stop now (preemption or a simulated crash)."""
@@ -255,7 +266,9 @@ class Engine:
                                     ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps)
                     self.step_fns[k, phase.name] = jax.jit(make_train_step(spec, opt), donate_argnums=0,
                                                            out_shardings=(shardings, None))
-                batch = next(it)
+                # Host batches from grain's threads; placed on the mesh here, on the main thread:
+                # device work from a second thread can deadlock XLA:CPU's simulated collectives.
+                batch = to_global_batch(next(it), self.mesh, BATCH_AXES)
                 state, metrics = self.step_fns[k, phase.name](state, batch, teacher_params if phase.distill else ())
                 if pending is not None:
                     self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
@@ -296,10 +309,14 @@ class Engine:
             raise RunError(f"non-finite loss ({m['loss']}) in stage {k + 1} ({self.run.stages[k].name}) at step "
                            f"{s + 1}; the last good checkpoint is kept. Lower the learning rate or check the data.")
         rate = tok_per_step / max(time.perf_counter() - t_last, 1e-9)
-        record = {"kind": "train", "stage": k + 1, "step": s + 1, "phase": phase, **m, "tokens_per_s": rate}
+        teachers = [self.models[j] for j in self.run.teacher_stages(k)] if phase == "distill" else []
+        flops = rate * train_flops_per_token(self.models[k], self.run.seq_len, teachers)
+        mfu = flops / self.peak if self.peak else float("nan")
+        record = {"kind": "train", "stage": k + 1, "step": s + 1, "phase": phase, **m, "tokens_per_s": rate,
+                  "mfu": mfu}
         log.write(record, tb_step=sum(st.steps for st in self.run.stages[:k]) + s + 1, prefix="train/")
         bar.set_postfix_str(f"{phase} loss {m['loss']:.3f} kd {m['kd_loss']:.4f} a {m['alpha']:.2f} "
-                            f"{rate:,.0f} tok/s", refresh=False)
+                            f"{rate:,.0f} tok/s MFU {100 * mfu:.1f}%", refresh=False)
         bar.update(1)
 
     # ------------------------------------------------------------------ the run

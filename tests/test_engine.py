@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,24 @@ def test_a_resume_that_changes_history_is_refused(run_config, reference):
     result = train(run_config, reference, "seed=1")
     assert result.returncode == 2
     assert "different run" in result.stderr and "seed" in result.stderr and "--fresh" in result.stderr
+
+
+def test_a_missing_teacher_checkpoint_is_refused_before_compute(run_config, reference, tmp_path):
+    import shutil
+
+    workdir = tmp_path / "holes"
+    shutil.copytree(reference, workdir)
+    shutil.rmtree(workdir / "stage_1")
+    result = train(run_config, workdir)
+    assert result.returncode == 2
+    assert "final checkpoint of stage(s) [1] is missing" in result.stderr
+
+
+def test_a_non_finite_loss_stops_the_run_naming_stage_and_step(run_config, tmp_path):
+    result = train(run_config, tmp_path, "optimizer.lr=1e30")
+    assert result.returncode == 2
+    found = re.search(r"non-finite loss \((nan|inf|-inf)\) in stage (\d) \((\w+)\) at step (\d+)", result.stderr)
+    assert found, result.stderr[-2000:]
+    bad_step = int(found.group(4))
+    saved = [int(p.name) for p in (tmp_path / f"stage_{found.group(2)}").iterdir() if p.name.isdigit()]
+    assert all(step < bad_step for step in saved)  # the last good checkpoint stays, nothing after it
