@@ -35,7 +35,7 @@ from loire_jax.growth import grow_like, grow_optimizer_state
 from loire_jax.layout import param_count
 from loire_jax.model import init_params
 from loire_jax.run_config import RunConfig, growth_plans, history_compatible, stage_models, validate
-from loire_jax.sharding import BATCH_AXES, batch_sharding, make_mesh, param_shardings
+from loire_jax.sharding import BATCH_AXES, batch_sharding, make_mesh, param_shardings, parse_mesh
 from loire_jax.stages import (Phase, abstract_state, optimizer_for, phase_at, phases, ramp_layers,
                               restart_schedules, stage_tokens, state_shardings)
 from loire_jax.train_step import StepSpec, init_state, make_eval_step, make_train_step
@@ -80,7 +80,7 @@ class Engine:
         # SIGKILL / SIGTERM after N steps of this session, at a reproducible point.
         kind, _, n = os.environ.get("LOIRE_FAULT", "").partition(":")
         self.fault = (signal.SIGKILL if kind == "kill" else signal.SIGTERM, int(n)) if n else None
-        self.mesh = make_mesh(run.mesh_sizes if mesh_spec is None else _sizes(mesh_spec), devices)
+        self.mesh = make_mesh(run.mesh_sizes if mesh_spec is None else parse_mesh(mesh_spec), devices)
         self.models = stage_models(run)
         self.plans = growth_plans(run)
         self.domain_index = {d.name: i for i, d in enumerate(run.data.domains)}
@@ -337,12 +337,6 @@ class Engine:
             log.close()
         print(f"run complete: {len(self.run.stages)} stages; workdir {self.workdir}")
         return 0
-
-
-def _sizes(spec: str) -> dict[str, int]:
-    from loire_jax.sharding import parse_mesh
-
-    return parse_mesh(spec)
 
 
 class _NoBar:

@@ -16,7 +16,7 @@ Paths are '/'-joined keys of the plain nested parameter dict.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -120,10 +120,6 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return tree
 
 
-def iter_paths(tree: Mapping[str, Any]) -> Iterator[str]:
-    yield from flatten(tree)
-
-
 def validate_params(cfg: ModelConfig, params: Mapping[str, Any], what: str = "params") -> None:
     """Raise ValueError naming every path whose presence or shape disagrees with ``cfg``."""
     if not isinstance(params, Mapping):
@@ -146,15 +142,6 @@ def validate_params(cfg: ModelConfig, params: Mapping[str, Any], what: str = "pa
 def count_leaves(params: Mapping[str, Any]) -> int:
     """Parameters actually present (excluding the gate state)."""
     return sum(int(math.prod(np.shape(v))) for p, v in flatten(params).items() if p != GATES)
-
-
-def tree_paths_like(params: Mapping[str, Any]) -> Any:
-    """A pytree of the same structure whose leaves are their own paths (for tree_map by path)."""
-    return unflatten({p: p for p in flatten(params)})
-
-
-def map_with_path(fn, tree: Mapping[str, Any]) -> dict[str, Any]:
-    return unflatten({p: fn(p, v) for p, v in flatten(tree).items()})
 
 
 def abstract_params(cfg: ModelConfig) -> dict[str, Any]:
