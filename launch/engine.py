@@ -13,6 +13,7 @@ Workdir layout:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -85,6 +86,7 @@ class Engine:
         self.plans = growth_plans(run)
         self.domain_index = {d.name: i for i, d in enumerate(run.data.domains)}
         self.steps_this_session = 0
+        self.complete = False
         self.peak, self.peak_note = None, ""
         self.step_fns: dict[tuple[int, str], Any] = {}  # compiled once per (stage, phase)
         self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
@@ -231,6 +233,7 @@ class Engine:
         stage_phases = phases(stage, bool(teachers))
         latest = ck.latest_step()
         data_phase, it = None, None
+        clock = _StageClock()
         if latest is not None:  # resume inside this stage
             abstract, opt = self._abstract(k)
             meta = ck.read_meta(latest)
@@ -244,7 +247,8 @@ class Engine:
         else:
             state, opt = self._start_state(k, log)
             start = 0
-            self.evaluate(k, state["params"], "init", log)
+            with clock.evaluating():
+                self.evaluate(k, state["params"], "init", log)
         shardings = state_shardings(cfg, self.mesh, opt)
         teacher_params = tuple(
             checkpoints.restore_params(checkpoints.stage_dir(self.workdir, j + 1),
@@ -264,8 +268,12 @@ class Engine:
                     spec = StepSpec(cfg, teachers=tuple(self.models[j] for j in teachers) if phase.distill else (),
                                     betas=(stage.beta,) * len(teachers) if phase.distill else (),
                                     ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps)
-                    self.step_fns[k, phase.name] = jax.jit(make_train_step(spec, opt), donate_argnums=0,
-                                                           out_shardings=(shardings, None))
+                    teacher_sh = tuple(param_shardings(self.models[j], self.mesh) for j in teachers) \
+                        if phase.distill else ()
+                    self.step_fns[k, phase.name] = jax.jit(
+                        make_train_step(spec, opt), donate_argnums=0,
+                        in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
+                        out_shardings=(shardings, None))
                 # Host batches from grain's threads; placed on the mesh here, on the main thread:
                 # device work from a second thread can deadlock XLA:CPU's simulated collectives.
                 batch = to_global_batch(next(it), self.mesh, BATCH_AXES)
@@ -285,6 +293,7 @@ class Engine:
                     ck.save(done, state, data_iterator=it,
                             meta={**meta_base, "final": final, "data_replay": data_phase.replay, "step": done},
                             force=True)
+                    log.write(clock.lap(k + 1, done))
                 if guard.requested and not final:
                     ck.wait()
                     bar.close()
@@ -296,7 +305,9 @@ class Engine:
         for (stage_k, phase_name), fn in self.step_fns.items():
             if stage_k == k:  # one compilation per phase, never per step
                 log.write({"kind": "compile", "stage": k + 1, "phase": phase_name, "programs": fn._cache_size()})
-        self.evaluate(k, state["params"], "final", log)
+        with clock.evaluating():
+            self.evaluate(k, state["params"], "final", log)
+        log.write(clock.lap(k + 1, stage.steps))
         if guard.requested:  # arrived on the stage's last step: the stage is complete and saved
             print(f"preempted (SIGTERM) after stage {k + 1}: rerun the same command to resume")
             return False
@@ -312,8 +323,9 @@ class Engine:
         teachers = [self.models[j] for j in self.run.teacher_stages(k)] if phase == "distill" else []
         flops = rate * train_flops_per_token(self.models[k], self.run.seq_len, teachers)
         mfu = flops / self.peak if self.peak else float("nan")
-        record = {"kind": "train", "stage": k + 1, "step": s + 1, "phase": phase, **m, "tokens_per_s": rate,
-                  "mfu": mfu}
+        beta = self.run.stages[k].beta if phase == "distill" else 0.0
+        record = {"kind": "train", "stage": k + 1, "step": s + 1, "phase": phase, **m, "beta": beta,
+                  "tokens_per_s": rate, "mfu": mfu}
         log.write(record, tb_step=sum(st.steps for st in self.run.stages[:k]) + s + 1, prefix="train/")
         bar.set_postfix_str(f"{phase} loss {m['loss']:.3f} kd {m['kd_loss']:.4f} a {m['alpha']:.2f} "
                             f"{rate:,.0f} tok/s MFU {100 * mfu:.1f}%", refresh=False)
@@ -336,7 +348,32 @@ class Engine:
         finally:
             log.close()
         print(f"run complete: {len(self.run.stages)} stages; workdir {self.workdir}")
+        self.complete = True
         return 0
+
+
+class _StageClock:
+    """A stage session's wall time, split into training (growth, compilation, steps, saves) and
+    evaluation. Logged as a "wall" record at every checkpoint, so time after the last save of a
+    killed session is not counted: the steps it ran are redone, and counted, on resume."""
+
+    def __init__(self) -> None:
+        self.mark, self.eval_s = time.perf_counter(), 0.0
+
+    @contextlib.contextmanager
+    def evaluating(self):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.eval_s += time.perf_counter() - t
+
+    def lap(self, stage: int, step: int) -> dict[str, Any]:
+        now = time.perf_counter()
+        record = {"kind": "wall", "stage": stage, "step": step, "train_s": now - self.mark - self.eval_s,
+                  "eval_s": self.eval_s}
+        self.mark, self.eval_s = now, 0.0
+        return record
 
 
 class _NoBar:

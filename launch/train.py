@@ -51,7 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine.preflight(args.fresh)
         engine.summary(note)
-        return engine.run_all()
+        rc = engine.run_all()
+        engine.close()
+        if rc == 0 and engine.complete:
+            from launch.report import write_report
+
+            out = write_report([workdir])
+            print(f"report: {out / 'report.md'} and plots in {out}")
+        return rc
     except (RunError, DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

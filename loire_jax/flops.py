@@ -13,15 +13,23 @@ from typing import Sequence
 from loire_jax.config import ModelConfig
 
 
-def forward_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """Forward FLOPs for one token at context length ``seq_len`` (causal attention)."""
+def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs for one token at context length ``seq_len``.
+
+    ``causal=False`` counts the full S x S score and value matmuls, which is what a dense
+    attention kernel executes (and what XLA's cost analysis reports); the default counts
+    the useful causal half, as MFU and the paper's cost tables do.
+    """
     h, f, H, d, L, V = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers, cfg.vocab_size
     ffn_in = 2 if cfg.activation == "swiglu" else 1
     per_layer = 2 * (4 * h * H * d + (ffn_in + 1) * h * f)  # Q, K, V, O and the FFN matmuls
-    per_layer += 2 * 2 * H * d * seq_len / 2  # QK^T and PV, causal half
+    per_layer += 2 * 2 * H * d * seq_len * (0.5 if causal else 1.0)  # QK^T and PV
     return L * per_layer + 2 * h * V  # LM head
 
 
-def train_flops_per_token(cfg: ModelConfig, seq_len: int, teachers: Sequence[ModelConfig] = ()) -> float:
-    """One training step's FLOPs per token: 3x the student forward, plus each teacher's forward."""
-    return 3 * forward_flops_per_token(cfg, seq_len) + sum(forward_flops_per_token(t, seq_len) for t in teachers)
+def train_flops_per_token(cfg: ModelConfig, seq_len: int, teachers: Sequence[ModelConfig] = (),
+                          causal: bool = True) -> float:
+    """One training step's FLOPs per token: 3x the student forward (the backward pass costs
+    two forwards), plus each teacher's forward (eq. 15; teachers get no backward)."""
+    return 3 * forward_flops_per_token(cfg, seq_len, causal) + sum(
+        forward_flops_per_token(t, seq_len, causal) for t in teachers)

@@ -7,7 +7,7 @@ config, so a resumed run rebuilds exactly the same plan (Algorithm 1, §2.5-2.6)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from loire_jax.config import ModelConfig
+from loire_jax.flops import train_flops_per_token
 from loire_jax.growth import GrowthPlan, grow_like
 from loire_jax.layout import GATES, abstract_params, leaf_axes
 from loire_jax.run_config import OptimizerConfig, RunConfig, StageConfig
@@ -133,3 +134,20 @@ def abstract_state(cfg: ModelConfig, mesh: Mesh, optimizer: optax.GradientTransf
 
 def stage_tokens(run: RunConfig, stage: StageConfig) -> int:
     return stage.steps * run.batch_size * run.seq_len
+
+
+def stage_flops(run: RunConfig, models: Sequence[ModelConfig]) -> list[float]:
+    """Analytic training FLOPs of every stage, as Tables 4 and 9 compare them.
+
+    Per phase: its tokens x (3 x the student's forward + one forward per teacher while
+    distilling, eq. 15). Evaluation and the growth transforms are not training and are
+    not counted; ``models`` are the stage architectures (``run_config.stage_models``).
+    """
+    tokens_per_step = run.batch_size * run.seq_len
+    out = []
+    for k, stage in enumerate(run.stages):
+        teachers = [models[j] for j in run.teacher_stages(k)]
+        out.append(sum((p.end - p.start) * tokens_per_step
+                       * train_flops_per_token(models[k], run.seq_len, teachers if p.distill else ())
+                       for p in phases(stage, bool(teachers))))
+    return out

@@ -3,10 +3,12 @@
 import os
 
 os.environ["JAX_PLATFORMS"] = "cpu"
+# Room in XLA:CPU's shared pool for every simulated device's in-flight collectives
+# (see launch/devices.py: simulated_cpu_env).
+os.environ.setdefault("NPROC", "32")
 # Tests compile hundreds of tiny programs; LLVM's optimisation passes would double that time.
 for _flag in ("--xla_force_host_platform_device_count=8", "--xla_backend_optimization_level=0",
-              "--xla_cpu_collective_call_terminate_timeout_seconds=300",
-              "--xla_cpu_enable_concurrency_optimized_scheduler=false"):
+              "--xla_cpu_collective_call_terminate_timeout_seconds=300"):
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 

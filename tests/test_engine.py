@@ -4,6 +4,7 @@ SIGTERM exactly where it stopped, and restores onto a smaller mesh."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -96,6 +97,46 @@ def test_two_stage_run_on_8_devices(reference):
     assert any((reference / "tb").iterdir())
 
 
+def _recompute_from_jsonl(workdir: Path) -> tuple[list[float], list[float | None]]:
+    """AP and AP+ straight from metrics.jsonl, independently of loire_jax.metrics."""
+    final = {}
+    for r in records(workdir, "eval"):
+        if r["point"] == "final":
+            final.setdefault(r["stage"], {})[r["domain"]] = r["ppl"]
+    order = ["SCI", "NEWS"]  # the config's stages: A trains SCI, B trains NEWS
+    ap, ap_plus = [], []
+    for t in sorted(final):
+        seen = order[:t]
+        ap.append(math.exp(sum(math.log(final[t][d]) for d in seen) / len(seen)))
+        ap_plus.append(None if t == 1 else sum(final[t][d] - final[order.index(d) + 1][d] for d in seen[:-1])
+                       / (len(seen) - 1))
+    return ap, ap_plus
+
+
+def test_the_run_ends_with_a_report_that_agrees_with_the_metrics_log(reference):
+    import matplotlib.image
+
+    out = reference / "report"
+    report = json.loads((out / "report.json").read_text())
+    (run,) = report["runs"]
+    ap, ap_plus = _recompute_from_jsonl(reference)
+    assert [r["AP"] for r in run["lifelong"]] == pytest.approx(ap, rel=1e-12)
+    assert run["lifelong"][0]["AP+"] is None and run["lifelong"][1]["AP+"] == pytest.approx(ap_plus[1], rel=1e-12)
+    # Init of stage 2 vs final of stage 1 on SCI: growth preserved the function
+    assert abs(run["preservation"][1]["delta"]) < 1e-3 * run["preservation"][1]["previous_final"]
+    # cost: analytic FLOPs and a measured wall time for both stages, stage 2 (bigger, with a teacher) costs more
+    stages = run["stages"]
+    assert all(s["wall_s"] > 0 for s in stages) and stages[1]["flops"] > stages[0]["flops"] > 0
+    assert len(run["curves"]) == 12 and [c["beta"] for c in run["curves"][6:9]] == [0.1, 0.1, 0.0]
+    text = (out / "report.md").read_text()
+    for heading in ("AP and AP+", "Init / Final", "Per-domain perplexity", "Cost per stage"):
+        assert heading in text
+    for stem in ("ap", "ppl_heatmap", "init_final", "training"):
+        image = matplotlib.image.imread(out / f"{stem}.png")
+        assert image.shape[0] > 100 and image.shape[1] > 100, stem
+        assert image[..., :3].std() > 0.01, f"{stem}.png is blank"
+
+
 def test_kill_9_mid_run_then_rerun_reproduces_the_uninterrupted_run(run_config, reference, tmp_path):
     killed = train(run_config, tmp_path, fault="kill:9")  # stage 2, step 3: after a checkpoint at step 2
     assert killed.returncode == -9
@@ -117,6 +158,15 @@ def test_sigterm_saves_exits_0_and_resumes_onto_a_smaller_mesh(run_config, refer
     assert got.keys() == want.keys()
     for key in want:  # other reductions on 4 devices: equal up to float32 rounding
         assert got[key] == pytest.approx(want[key], rel=1e-4), key
+    # Two runs side by side: same schedule, so the analytic FLOPs ratio is exactly 1 at every stage.
+    out = tmp_path / "compare"
+    result = subprocess.run([sys.executable, str(ROOT / "launch" / "report.py"), str(tmp_path), str(reference),
+                             "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (comparison,) = json.loads((out / "report.json").read_text())["comparisons"]
+    assert comparison["flops"]["per_stage"] == [1.0, 1.0] and comparison["flops"]["total"] == 1.0
+    assert all(r > 0 for r in comparison["wall_s"]["per_stage"])
+    assert "Cost ratios (Table 4)" in (out / "report.md").read_text()
 
 
 def test_a_resume_that_changes_history_is_refused(run_config, reference):
