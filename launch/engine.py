@@ -89,6 +89,7 @@ class Engine:
         self.complete = False
         self.peak, self.peak_note = None, ""
         self.step_fns: dict[tuple[int, str], Any] = {}  # compiled once per (stage, phase)
+        self.eval_fns: dict[int, Any] = {}
         self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
 
     # ------------------------------------------------------------------ checks and summary
@@ -169,10 +170,15 @@ class Engine:
                               global_batch_size=self.run.batch_size, seed=self.run.seed * 1000 + k,
                               replay_ratio=stage.replay_ratio if replay else 0.0, mesh=None)
 
-    def evaluate(self, k: int, params: dict[str, Any], point: str, log: MetricsLog) -> dict[str, float]:
-        """Validation perplexity on every domain seen so far (PPL_(t),j of App. D.3)."""
-        cfg = self.models[k]
-        fn = jax.jit(make_eval_step(cfg))
+    def evaluate(self, k: int, params: dict[str, Any], point: str, log: MetricsLog,
+                 step: int | None = None) -> dict[str, float]:
+        """Validation perplexity on every domain seen so far (PPL_(t),j of App. D.3).
+
+        ``point`` is "init" (right after growth), "final" (stage end) or "step" (every
+        ``eval.every`` steps in between); the report reads init and final."""
+        if k not in self.eval_fns:  # one compilation per stage
+            self.eval_fns[k] = jax.jit(make_eval_step(self.models[k]))
+        fn = self.eval_fns[k]
         seen: list[str] = []
         for stage in self.run.stages[:k + 1]:
             seen += [d for d in stage.domains if d not in seen]
@@ -190,8 +196,9 @@ class Engine:
                 total, count = total + float(s), count + float(c)
             out[name] = math.exp(total / max(count, 1.0))
             log.write({"kind": "eval", "stage": k + 1, "point": point, "domain": name, "ppl": out[name],
-                       "tokens": count})
-        print(f"  [{point}] stage {k + 1} PPL: " + ", ".join(f"{d} {p:.2f}" for d, p in out.items()))
+                       "tokens": count, **({"step": step} if step is not None else {})})
+        where = f"{point} {step}" if step is not None else point
+        print(f"  [{where}] stage {k + 1} PPL: " + ", ".join(f"{d} {p:.2f}" for d, p in out.items()))
         return out
 
     # ------------------------------------------------------------------ the stage
@@ -294,6 +301,9 @@ class Engine:
                             meta={**meta_base, "final": final, "data_replay": data_phase.replay, "step": done},
                             force=True)
                     log.write(clock.lap(k + 1, done))
+                if self.run.eval.every and done % self.run.eval.every == 0 and not final:
+                    with clock.evaluating():
+                        self.evaluate(k, state["params"], "step", log, step=done)
                 if guard.requested and not final:
                     ck.wait()
                     bar.close()
@@ -307,6 +317,7 @@ class Engine:
                 log.write({"kind": "compile", "stage": k + 1, "phase": phase_name, "programs": fn._cache_size()})
         with clock.evaluating():
             self.evaluate(k, state["params"], "final", log)
+        log.write({"kind": "compile", "stage": k + 1, "phase": "eval", "programs": self.eval_fns[k]._cache_size()})
         log.write(clock.lap(k + 1, stage.steps))
         if guard.requested:  # arrived on the stage's last step: the stage is complete and saved
             print(f"preempted (SIGTERM) after stage {k + 1}: rerun the same command to resume")

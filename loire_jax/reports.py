@@ -188,21 +188,19 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
               "(growth, compilation, steps and checkpoints; evaluation excluded), summed over sessions.", ""]
     header = ["run", "metric"] + cols + ["total", "mean"]
     rows = []
+    pad = lambda cells: cells + [""] * (n - len(cells))  # noqa: E731  (runs may differ in stage count)
     for s in summaries:
-        fl = [st["flops"] for st in s["stages"]]
         fin = [st for st in s["stages"] if st["finished"]]
-        rows.append([s["name"], "FLOPs"] + [_sci(x) for x in fl] + [""] * (n - len(fl))
-                    + [_sci(s["totals"]["flops"]), _sci(sum(st["flops"] for st in fin) / len(fin) if fin else None)])
-        walls = [st["wall_s"] if st["finished"] else None for st in s["stages"]]
-        ok = [w for w in walls if w is not None]
-        rows.append([s["name"], "wall (s)"] + [_f(w, 1) for w in walls] + [""] * (n - len(walls))
-                    + [_f(s["totals"]["wall_s"], 1), _f(sum(ok) / len(ok) if ok else None, 1)])
-        rows.append([s["name"], "params"] + [f"{st['params']:,}" for st in s["stages"]] + [""] * (n - len(walls))
-                    + ["", ""])
-        rows.append([s["name"], "tokens/s"] + [_f(st["tokens_per_s"], 0) for st in s["stages"]]
-                    + [""] * (n - len(walls)) + ["", ""])
-        rows.append([s["name"], "MFU %"] + [_f(None if st["mfu"] is None else 100 * st["mfu"], 1)
-                                             for st in s["stages"]] + [""] * (n - len(walls)) + ["", ""])
+        walls = [st["wall_s"] for st in fin if st["wall_s"] is not None]
+        rows.append([s["name"], "FLOPs"] + pad([_sci(st["flops"]) for st in s["stages"]])
+                    + [_sci(s["totals"]["flops"]), _sci(s["totals"]["flops"] / len(fin) if fin else None)])
+        rows.append([s["name"], "wall (s)"] + pad([_f(st["wall_s"] if st["finished"] else None, 1)
+                                                   for st in s["stages"]])
+                    + [_f(s["totals"]["wall_s"], 1), _f(sum(walls) / len(walls) if walls else None, 1)])
+        rows.append([s["name"], "params"] + pad([f"{st['params']:,}" for st in s["stages"]]) + ["", ""])
+        rows.append([s["name"], "tokens/s"] + pad([_f(st["tokens_per_s"], 0) for st in s["stages"]]) + ["", ""])
+        rows.append([s["name"], "MFU %"] + pad([_f(None if st["mfu"] is None else 100 * st["mfu"], 1)
+                                                for st in s["stages"]]) + ["", ""])
     lines += _table(header, rows) + [""]
 
     if comparisons:
@@ -258,8 +256,10 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         im = ax.imshow(grid, cmap="viridis", norm=norm, aspect="auto")
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
-                if v == v:
-                    ax.text(j, i, f"{v:.1f}", ha="center", va="center", color="white", fontsize=8)
+                if v == v:  # dark text on the bright end of viridis
+                    bright = norm is not None and norm(v) > 0.6
+                    ax.text(j, i, f"{v:.1f}", ha="center", va="center", color="black" if bright else "white",
+                            fontsize=8)
         ax.set_xticks(range(len(doms)), doms)
         ax.set_yticks(range(len(grid)), [f"M{k + 1}" for k in range(len(grid))])
         ax.set_title(f"{s['name']}: PPL after each stage")

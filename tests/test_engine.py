@@ -32,7 +32,7 @@ def run_config(tmp_path_factory) -> Path:
         "batch_size": 8, "seq_len": 16, "precision": "float32", "seed": 0, "mesh": "8",
         "optimizer": {"name": "adam", "lr": 1.0e-2, "schedule": "cosine", "warmup_steps": 1, "clip_norm": 1.0},
         "checkpoint": {"save_every": 2, "keep": 2},
-        "eval": {"every": 0, "batches": 2},
+        "eval": {"every": 3, "batches": 2},
         "stages": [
             {"name": "A", "domains": ["SCI"], "steps": 6},
             {"name": "B", "domains": ["NEWS"], "steps": 6,
@@ -86,14 +86,18 @@ def test_two_stage_run_on_8_devices(reference):
     assert abs(kd[0]) < 1e-8 < kd[1]  # the grown student starts equal to its teacher, then departs
     assert all(r["kd_loss"] == 0 for r in train_records if r["phase"] != "distill")
     assert [round(r["alpha"], 4) for r in train_records if r["stage"] == 2][:4] == [0.0, 0.3333, 0.6667, 1.0]
-    evals = {(r["stage"], r["point"], r["domain"]): r["ppl"] for r in records(reference, "eval")}
+    evals = {(r["stage"], r["point"], r["domain"]): r["ppl"] for r in records(reference, "eval")
+             if r["point"] != "step"}
+    mid = {(r["stage"], r["step"], r["domain"]) for r in records(reference, "eval") if r["point"] == "step"}
+    assert mid == {(1, 3, "SCI"), (2, 3, "SCI"), (2, 3, "NEWS")}  # eval.every = 3
     assert set(evals) == {(1, "init", "SCI"), (1, "final", "SCI"), (2, "init", "SCI"), (2, "init", "NEWS"),
                           (2, "final", "SCI"), (2, "final", "NEWS")}
     # Growth preserved the function: stage 2 starts where stage 1 ended.
     assert evals[2, "init", "SCI"] == pytest.approx(evals[1, "final", "SCI"], rel=1e-4)
     assert evals[1, "final", "SCI"] < evals[1, "init", "SCI"]
     compiles = records(reference, "compile")
-    assert compiles and all(r["programs"] == 1 for r in compiles)
+    assert {(r["stage"], r["phase"]) for r in compiles} >= {(1, "train"), (1, "eval"), (2, "distill"), (2, "eval")}
+    assert all(r["programs"] == 1 for r in compiles)  # one program per phase and per stage's evals
     assert any((reference / "tb").iterdir())
 
 

@@ -83,6 +83,14 @@ def test_ap_is_a_mean_between_the_extremes(values):
 
 
 @settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(ppl, ppl), min_size=1, max_size=8))
+def test_ap_is_multiplicative_as_a_geometric_mean_is(pairs):
+    u, v = [a for a, _ in pairs], [b for _, b in pairs]
+    assert average_perplexity([a * b for a, b in pairs]) == pytest.approx(
+        average_perplexity(u) * average_perplexity(v), rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.lists(ppl, min_size=2, max_size=6), st.floats(min_value=-0.5, max_value=5.0))
 def test_ap_plus_is_the_mean_shift_of_the_old_domains(learned_values, shift):
     names = [f"D{i}" for i in range(len(learned_values))]
