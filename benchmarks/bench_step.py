@@ -38,15 +38,16 @@ def main(argv: list[str] | None = None) -> None:
     import jax
     import numpy as np
 
-    from launch.train import parse_overrides
     from loire_jax import init_params, preset
     from loire_jax.flops import train_flops_per_token
+    from loire_jax.run_config import apply_overrides
     from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
+    from loire_jax.stages import state_shardings
     from loire_jax.train_step import StepSpec, init_state, make_optimizer, make_train_step
 
     model = dict(vocab_size=8192, max_seq_len=args.seq, hidden=128, ffn=512, heads=4, head_dim=32, layers=4,
                  dtype=args.dtype, param_dtype="float32")
-    model.update(parse_overrides(args.overrides))
+    model = apply_overrides({"model": model}, [f"model.{o}" for o in args.overrides])["model"]  # validated keys
     cfg = preset("paper", **model)
     mesh = make_mesh(sizes, devs)
     shardings = param_shardings(cfg, mesh)
@@ -54,8 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     opt = make_optimizer("adamw", learning_rate=1e-3, weight_decay=0.1)
     teachers = (cfg,) * args.teachers
     spec = StepSpec(cfg, teachers=teachers, betas=(0.1,) * args.teachers)
-    step = jax.jit(make_train_step(spec, opt), donate_argnums=0)
-    state = init_state(params, opt, jax.random.key_data(jax.random.key(1)))
+    state_sh = state_shardings(cfg, mesh, opt)  # as the engine places the state
+    state = jax.jit(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(1))), out_shardings=state_sh)(params)
+    step = jax.jit(make_train_step(spec, opt), donate_argnums=0,
+                   in_shardings=(state_sh, batch_sharding(mesh), (shardings,) * args.teachers),
+                   out_shardings=(state_sh, None))
     rng = np.random.default_rng(0)
     batches = [jax.device_put(rng.integers(0, cfg.vocab_size, (args.batch, args.seq + 1), dtype=np.int32),
                               batch_sharding(mesh)) for _ in range(4)]
