@@ -45,17 +45,16 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
         got = {d: evals[k + 1, point, d]["ppl"] for d in seen[k] if (k + 1, point, d) in evals}
         return got if len(got) == len(seen[k]) else None
 
-    final, init = [], []
-    for k in range(len(run.stages)):
-        f = ppl_at(k, "final")
-        if f is None:
-            break
-        final.append(f)
-    for k in range(len(run.stages)):
-        i = ppl_at(k, "init")
-        if i is None:
-            break
-        init.append(i)
+    def leading(point: str) -> list[dict[str, float]]:
+        """PPL rows of the stages evaluated at ``point``, up to the first one that was not."""
+        rows = []
+        for k in range(len(run.stages)):
+            if (row := ppl_at(k, point)) is None:
+                break
+            rows.append(row)
+        return rows
+
+    final, init = leading("final"), leading("init")
 
     flops = stage_flops(run, models)
     wall: dict[int, float] = {}
