@@ -51,26 +51,24 @@ class MetricsLog:
 
     def __init__(self, workdir: Path):
         self.path = workdir / "metrics.jsonl"
-        self._file = self.path.open("a")
         try:
             from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(str(workdir / "tb"))
-        except ImportError:  # optional: JSONL is the record of truth
-            self._tb = None
+        except ImportError as err:  # a declared dependency: a broken install, not an option
+            raise RunError(f"tensorboardX cannot be imported ({err}); reinstall with pip install -e .") from None
+        self._file = self.path.open("a")
+        self._tb = SummaryWriter(str(workdir / "tb"))
 
     def write(self, record: dict[str, Any], tb_step: int | None = None, prefix: str = "") -> None:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._tb is not None and tb_step is not None:
+        if tb_step is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("stage", "step"):
                     self._tb.add_scalar(f"{prefix}{k}", v, tb_step)
 
     def close(self) -> None:
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        self._tb.close()
 
 
 class Engine:
@@ -164,11 +162,15 @@ class Engine:
         opt = optimizer_for(self.run.optimizer, self.run.stages[k].steps)
         return abstract_state(self.models[k], self.mesh, opt, self._rng_shape()), opt
 
-    def _iterator(self, k: int, replay: bool):
+    def _iterator(self, k: int, stage_phases: list[Phase]):
+        """The stage's one data stream: replay through the replay phases, then the domain alone,
+        continuing where the replay phases left it (no window repeats at the hand-over)."""
         stage = self.run.stages[k]
+        replay_steps = max((p.end for p in stage_phases if p.replay), default=0)
         return train_iterator(self.run.data, self.domain_index[stage.domains[0]], seq_len=self.run.seq_len,
                               global_batch_size=self.run.batch_size, seed=self.run.seed * 1000 + k,
-                              replay_ratio=stage.replay_ratio if replay else 0.0, mesh=None)
+                              replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps,
+                              mesh=None)
 
     def evaluate(self, k: int, params: dict[str, Any], point: str, log: MetricsLog,
                  step: int | None = None) -> dict[str, float]:
@@ -222,7 +224,7 @@ class Engine:
             params = jax.jit(grow_like, static_argnums=0, out_shardings=out_sh["params"])(plan, params, key)
             if not reset:
                 opt_state = jax.jit(grow_optimizer_state, static_argnums=0, out_shardings=out_sh["opt_state"])(
-                    plan, opt_state, key)
+                    plan, opt_state)
         if reset:
             state = jax.jit(lambda p: init_state(p, opt, jax.random.key_data(rng)), out_shardings=shardings)(params)
         else:
@@ -239,17 +241,18 @@ class Engine:
         teachers = self.run.teacher_stages(k)
         stage_phases = phases(stage, bool(teachers))
         latest = ck.latest_step()
-        data_phase, it = None, None
+        it = self._iterator(k, stage_phases)
         clock = _StageClock()
+        if ck.quarantined:
+            print(f"stage {k + 1}: set aside {len(ck.quarantined)} incomplete checkpoint(s) of a killed save: "
+                  + ", ".join(str(p) for p in ck.quarantined))
+            log.write({"kind": "quarantined", "stage": k + 1, "paths": [str(p) for p in ck.quarantined]})
         if latest is not None:  # resume inside this stage
             abstract, opt = self._abstract(k)
             meta = ck.read_meta(latest)
             check_compatible(meta["tokenizer"], tokenizer_identity, "checkpoint")
             start = latest
-            data_phase = phase_at(stage_phases, start)
-            it = self._iterator(k, data_phase.replay)
-            restore_it = it if meta.get("data_replay") == data_phase.replay else None
-            state, _ = ck.restore(abstract, step=latest, data_iterator=restore_it)
+            state, _ = ck.restore(abstract, step=latest, data_iterator=it)
             print(f"stage {k + 1} ({stage.name}): resuming at step {start}/{stage.steps}")
         else:
             state, opt = self._start_state(k, log)
@@ -269,8 +272,6 @@ class Engine:
         with guard:
             for s in range(start, stage.steps):
                 phase = phase_at(stage_phases, s)
-                if it is None or phase.replay != data_phase.replay:
-                    it, data_phase = self._iterator(k, phase.replay), phase
                 if (k, phase.name) not in self.step_fns:
                     spec = StepSpec(cfg, teachers=tuple(self.models[j] for j in teachers) if phase.distill else (),
                                     betas=(stage.beta,) * len(teachers) if phase.distill else (),
@@ -298,7 +299,7 @@ class Engine:
                     self._log_step(k, s, pending[0], pending[1], log, bar, tok_per_step, t_last)
                     pending = None
                     ck.save(done, state, data_iterator=it,
-                            meta={**meta_base, "final": final, "data_replay": data_phase.replay, "step": done},
+                            meta={**meta_base, "final": final, "step": done},
                             force=True)
                     log.write(clock.lap(k + 1, done))
                 if self.run.eval.every and done % self.run.eval.every == 0 and not final:

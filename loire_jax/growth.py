@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from loire_jax.config import ModelConfig
 from loire_jax.layout import GATES, flatten, leaf_axes, unflatten, validate_params
@@ -207,25 +208,43 @@ def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int
 @dataclasses.dataclass(frozen=True)
 class _Ctx:
     plan: GrowthPlan
-    key: jax.Array
+    key: jax.Array | None
     moment: int  # 0: parameters; 1, 2: Adam first / second moment
 
     def leaf_key(self, path: str, salt: str = "") -> jax.Array:
+        if self.key is None:
+            raise ValueError(f"this {self.plan.op} growth draws random values (for {path}); pass a PRNG key, "
+                             "e.g. key=jax.random.key(seed)")
         return jax.random.fold_in(self.key, zlib.crc32((path + salt).encode()) & 0x7FFFFFFF)
 
-    def fresh(self, path: str, shape: tuple[int, ...], dtype: Any, loire: str) -> jax.Array:
-        """New slots: ``loire`` says what LOIRE puts there ('random' or 'zero'); the ablations override it."""
+    def fresh(self, path: str, x: jax.Array, ax: int, block: tuple[int, ...], loire: str) -> jax.Array:
+        """New slots appended to ``x`` along ``ax``. For parameters, ``loire`` says what LOIRE puts
+        there ('random' or 'zero'; the ablations override it). For moments: see ``new_moment``."""
+        if self.moment:
+            return self.new_moment(x, ax, block)
         kind = loire if self.plan.init == "loire" else ("random" if self.plan.init == "random" else "zero")
-        if self.moment or kind == "zero":
-            return jnp.zeros(shape, dtype)
-        noise = self.plan.old.init_std * jax.random.normal(self.leaf_key(path), shape, dtype)
+        if kind == "zero":
+            return jnp.zeros(block, x.dtype)
+        noise = self.plan.old.init_std * jax.random.normal(self.leaf_key(path), block, x.dtype)
         if self.plan.init == "random" and _is_gain(path):
             return 1.0 + noise
         return noise
 
-    def scale(self, c: float) -> float:
-        """A parameter multiplied by c has its first moment times c and its second times c**2."""
-        return c ** self.moment if self.moment else c
+    def new_moment(self, x: jax.Array, ax: int, block: tuple[int, ...]) -> jax.Array:
+        """Moments of new slots: m = 0, and v = the mean of the old slots' v along the grown axis.
+
+        The Adam count carries over for the old slots, so zero moments would make a new
+        slot's first step (1-b1)/sqrt(1-b2) times the gradient's sign (3.2x at b2=0.999).
+        A second moment borrowed from its neighbours in the same row makes the first
+        steps the size an old slot of that row would take for the same gradient."""
+        if self.moment == 1:
+            return jnp.zeros(block, x.dtype)
+        return jnp.broadcast_to(jnp.mean(x, axis=ax, keepdims=True), block).astype(x.dtype)
+
+    def scaled(self, x: jax.Array, c: float) -> jax.Array:
+        """A parameter multiplied by c, with the function preserved, gets its gradient divided
+        by c: its first moment becomes m/c and its second v/c**2."""
+        return x * (c if not self.moment else c ** (-self.moment))
 
 
 def _is_gain(path: str) -> bool:
@@ -256,7 +275,7 @@ def _grow_width(ctx: _Ctx, flat: dict[str, Any], base: str, old: int, new: int) 
             if name in axes and _is_array(x):
                 ax = axes.index(name)
                 loire = "random" if (role == "o" and path.endswith("kernel")) else "zero"
-                out[path] = _append(x, ax, ctx.fresh(path, _block_shape(x, ax, new - old), x.dtype, loire))
+                out[path] = _append(x, ax, ctx.fresh(path, x, ax, _block_shape(x, ax, new - old), loire))
     return out
 
 
@@ -281,35 +300,42 @@ def _grow_hidden(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
         block = _block_shape(x, ax, add)
         if plan.init != "loire" or method == "paper":
             loire = {"w": "zero", "r": "random", "g": "one", "b": "zero"}[role]
-            if loire == "one" and plan.init == "loire":
-                new = jnp.zeros(block, x.dtype) if ctx.moment else jnp.ones(block, x.dtype)
+            if loire == "one" and plan.init == "loire" and not ctx.moment:
+                new = jnp.ones(block, x.dtype)
             else:
-                new = ctx.fresh(path, block, x.dtype, loire if loire != "one" else "zero")
+                new = ctx.fresh(path, x, ax, block, loire if loire != "one" else "zero")
             out[path] = _append(x, ax, new)
         elif method in ("zero_pad", "mean_expand"):
             if role == "w":
                 if method == "mean_expand" and not ctx.moment:
                     new = jnp.broadcast_to(jnp.mean(x, axis=ax, keepdims=True), block)
-                else:
-                    new = jnp.zeros(block, x.dtype)
+                else:  # zero_pad writes zeros; moments of new writer columns are new slots
+                    new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.zeros(block, x.dtype)
                 out[path] = _append(x, ax, new)
             elif role == "r":
-                out[path] = _append(x, ax, ctx.fresh(path, block, x.dtype, "random"))
+                out[path] = _append(x, ax, ctx.fresh(path, x, ax, block, "random"))
             elif role == "g":
-                new = jnp.zeros(block, x.dtype) if ctx.moment else jnp.full(block, ratio, x.dtype)
-                out[path] = _append(x * ctx.scale(ratio), ax, new)
+                new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.full(block, ratio, x.dtype)
+                out[path] = _append(ctx.scaled(x, ratio), ax, new)
             else:  # 'b': the new coordinates normalise to 0, so a zero bias keeps them 0
-                out[path] = _append(x, ax, jnp.zeros(block, x.dtype))
+                new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.zeros(block, x.dtype)
+                out[path] = _append(x, ax, new)
         else:  # duplicate
             m = h2 // h1
             if role == "r":
-                s = _split_factors(ctx, path, m, x.shape, x.dtype)
+                # A reader copy sees a copy of its input coordinate, so it gets the whole
+                # original gradient: its moments are the original ones, not split.
                 if ctx.moment:
-                    s = s ** ctx.moment
-                out[path] = jnp.concatenate([x * s[j] for j in range(m)], axis=ax)
+                    out[path] = jnp.concatenate([x] * m, axis=ax)
+                else:
+                    s = _split_factors(ctx, path, m, x.shape, x.dtype)
+                    out[path] = jnp.concatenate([x * s[j] for j in range(m)], axis=ax)
             else:
-                copies = jnp.zeros_like(x) if ctx.moment else x
-                out[path] = jnp.concatenate([x] + [copies] * (m - 1), axis=ax)
+                # Writers, gains and biases of a tiled coordinate: the copies' gradients sum to
+                # the original one exactly, but the norm's Jacobian shares it unevenly (no exact
+                # rule). Each copy takes an even share: m/M and v/M**2.
+                share = ctx.scaled(x, float(m)) if ctx.moment else x
+                out[path] = jnp.concatenate([share] * m, axis=ax)
     if method == "duplicate" and plan.init == "loire" and plan.tied_rescale:
         out = _rescale_tied_head(ctx, out, 1.0 / (h2 // h1))
     return out
@@ -325,9 +351,9 @@ def _rescale_tied_head(ctx: _Ctx, flat: dict[str, Any], c: float) -> dict[str, A
         if not _is_array(x):
             continue
         if target == "final_norm":
-            out[path] = x * ctx.scale(c)
+            out[path] = ctx.scaled(x, c)
         else:  # post-norm: the last layer's output norm
-            out[path] = x.at[-1].multiply(ctx.scale(c))
+            out[path] = x.at[-1].set(ctx.scaled(x[-1], c))
     return out
 
 
@@ -353,11 +379,13 @@ def _grow_layers(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
         if path == GATES:
             gate = 0.0 if plan.init == "loire" else 1.0  # ablations plug the new layer in ungated
             y = y.at[copies].set(0.0 if ctx.moment else gate)
-        elif ctx.moment:
+        elif ctx.moment == 1:
             y = y.at[copies].set(0.0)
+        elif ctx.moment == 2:
+            pass  # a copy keeps its source's v: its updates then grow with its gate (see docs/growth.md)
         elif plan.init != "loire":
             shape = (len(copies),) + x.shape[1:]
-            y = y.at[copies].set(ctx.fresh(path, shape, x.dtype, "random"))
+            y = y.at[copies].set(ctx.fresh(path, x[copies], 0, shape, "random"))
         out[path] = y
     return out
 
@@ -366,16 +394,27 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
               moment: int = 0) -> dict[str, Any]:
     """Grow any tree shaped like ``plan.old``'s parameters consistently with the parameters.
 
-    ``moment=0`` grows parameters; ``moment=1``/``2`` grows Adam's first/second moments:
-    old slots carry over, new slots are zero, a parameter scaled by c gets c**moment, and
-    reader rows split in ``duplicate`` split their moments with the same factors
-    (pass the same ``key`` as for the parameters). Leaves that are not arrays (e.g.
-    optax's masked nodes) pass through.
+    ``moment=0`` grows parameters (``key`` is required where the plan draws random values:
+    new kernels, the ``duplicate`` split, the ablations). ``moment=1``/``2`` grows Adam's
+    first/second moments by the rules of ``docs/growth.md``, which follow the *gradients*:
+
+    - old slots carry over; a parameter scaled by c (norm gains) gets m/c and v/c**2;
+    - a ``duplicate`` reader copy gets the original (m, v); the copies of a writer, gain or
+      bias share them evenly (m/M, v/M**2);
+    - new slots get m = 0 and v from their old neighbours along the grown axis;
+    - a plugged-in layer copy gets m = 0 and its source layer's v.
+
+    Moments need no key. Leaves that are not arrays (e.g. optax's masked nodes) pass through.
     """
     if moment not in (0, 1, 2):
         raise ValueError(f"moment must be 0, 1 or 2, got {moment!r}")
     ctx = _Ctx(plan, _as_key(key), moment)
     flat = flatten(tree)
+    known = leaf_axes(plan.old)
+    unknown = sorted(set(flat) - set(known))
+    if unknown:
+        raise ValueError(f"cannot grow {unknown[:4]}: not parameters of the {plan.op} plan's model "
+                         f"(known paths: {sorted(known)[:4]} ...)")
     if plan.op == "hidden":
         flat = _grow_hidden(ctx, flat)
     elif plan.op in ("ffn", "heads"):
@@ -386,34 +425,58 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     return unflatten(flat)
 
 
-def _as_key(key: jax.Array | None) -> jax.Array:
-    if key is None:
-        return jax.random.key(0)
-    if isinstance(key, (int, np.integer)):
+def _as_key(key: jax.Array | int | None) -> jax.Array | None:
+    """None stays None: a plan that needs randomness then raises, naming the leaf."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         return jax.random.key(int(key))
     return key
 
 
-def grow_optimizer_state(plan: GrowthPlan, opt_state: Any, key: jax.Array | None = None) -> Any:
-    """Grow an optax state: every parameter-shaped subtree is grown with ``grow_like``.
+# optax states whose array fields are moments of the parameters: (field, moment).
+_MOMENT_FIELDS: dict[type, tuple[tuple[str, int], ...]] = {
+    optax.ScaleByAdamState: (("mu", 1), ("nu", 2)),
+    optax.TraceState: (("trace", 1),),
+    optax.ScaleByLionState: (("mu", 1),),
+}
+# optax states that wrap another state in a field.
+_WRAPPERS: dict[type, str] = {optax.MaskedState: "inner_state"}
 
-    A subtree in a field named ``nu`` is a second moment; any other one a first moment.
-    Step counts and other scalars are kept.
+
+def grow_optimizer_state(plan: GrowthPlan, opt_state: Any) -> Any:
+    """Grow an optax state with ``plan``: moments by ``grow_like``, step counts kept.
+
+    Recognised states: Adam's (``ScaleByAdamState``: mu, nu), momentum (``TraceState``),
+    Lion's, and wrappers (``MaskedState``); chains and tuples of them. Any other state
+    holding non-scalar arrays (Adafactor's factored moments, a user's own transform) is
+    refused with a ValueError naming it: its leaves do not follow the parameters' shapes,
+    and passing them through would break the first update or silently mislead it.
     """
-    paths = set(leaf_axes(plan.old))
 
-    def walk(node: Any, field: str | None) -> Any:
-        if isinstance(node, Mapping) and node and set(flatten(node)) <= paths and len(flatten(node)) > 0:
-            return grow_like(plan, node, key, moment=2 if field == "nu" else 1)
+    def walk(node: Any, where: str) -> Any:
+        kind = type(node)
+        if kind in _MOMENT_FIELDS:
+            return node._replace(**{f: grow_like(plan, getattr(node, f), moment=m) for f, m in _MOMENT_FIELDS[kind]})
+        if kind in _WRAPPERS:
+            field = _WRAPPERS[kind]
+            return node._replace(**{field: walk(getattr(node, field), f"{where}.{field}")})
         if isinstance(node, tuple) and hasattr(node, "_fields"):
-            return type(node)(*(walk(getattr(node, f), f) for f in node._fields))
+            _refuse_unless_scalars(node, where)
+            return node
         if isinstance(node, (tuple, list)):
-            return type(node)(walk(x, field) for x in node)
-        if isinstance(node, Mapping):
-            return {k: walk(v, k) for k, v in node.items()}
+            return type(node)(walk(x, f"{where}[{i}]") for i, x in enumerate(node))
+        _refuse_unless_scalars(node, where)
         return node
 
-    return walk(opt_state, None)
+    return walk(opt_state, "opt_state")
+
+
+def _refuse_unless_scalars(node: Any, where: str) -> None:
+    big = [x for x in jax.tree_util.tree_leaves(node) if _is_array(x) and np.ndim(x) > 0]
+    if big:
+        raise ValueError(f"cannot grow the optimizer state {type(node).__name__} at {where}: it holds arrays "
+                         f"(shapes {[tuple(x.shape) for x in big[:3]]}) that are not moments of the parameters, "
+                         "and no rule grows them. Use Adam/AdamW, SGD momentum or Lion, or reset the optimizer at "
+                         "growth (reset_optimizer: true)")
 
 
 # --------------------------------------------------------------------------- public entry
@@ -471,9 +534,15 @@ _grow_jit = jax.jit(grow_like, static_argnums=0, static_argnames="moment")
 
 
 def _mesh_of(params: Mapping[str, Any]) -> jax.sharding.Mesh | None:
-    meshes = {id(getattr(getattr(x, "sharding", None), "mesh", None)): getattr(x.sharding, "mesh", None)
-              for x in flatten(params).values() if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding)}
-    meshes = {k: m for k, m in meshes.items() if m is not None and m.size > 1}
-    if len(meshes) == 1:
-        return next(iter(meshes.values()))
-    return None
+    """The one mesh the parameters are sharded over, None if on one device; several is an error."""
+    meshes = []
+    for path, x in flatten(params).items():
+        sharding = getattr(x, "sharding", None)
+        mesh = getattr(sharding, "mesh", None) if isinstance(sharding, jax.sharding.NamedSharding) else None
+        if mesh is not None and mesh.size > 1 and not any(mesh == m for m, _ in meshes):
+            meshes.append((mesh, path))
+    if len(meshes) > 1:
+        where = "; ".join(f"{p} on {dict(m.shape)}" for m, p in meshes[:3])
+        raise ValueError(f"the parameters are sharded over {len(meshes)} different meshes ({where}); put them on "
+                         "one mesh, or pass mesh= to grow onto it")
+    return meshes[0][0] if meshes else None

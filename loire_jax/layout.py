@@ -60,6 +60,22 @@ def leaf_axes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
     return axes
 
 
+# What each leaf is, by its last path component: the optimizer's weight decay and the
+# reports read this, never the array's rank (stacked layers make every leaf >= 2-D).
+LEAF_KINDS = {"kernel": "matrix", "embedding": "embedding", "bias": "bias", "scale": "gain"}
+DECAYED_KINDS = ("matrix", "embedding")
+
+
+def leaf_kind(path: str) -> str:
+    """``matrix`` | ``embedding`` | ``bias`` | ``gain`` | ``gate`` for a '/'-joined parameter path."""
+    if path == GATES:
+        return "gate"
+    kind = LEAF_KINDS.get(path.rsplit("/", 1)[-1])
+    if kind is None:
+        raise ValueError(f"parameter {path!r} has no kind: its last component must be one of {sorted(LEAF_KINDS)}")
+    return kind
+
+
 def axis_size(cfg: ModelConfig, name: str) -> int:
     base = name.split(":")[0]
     return {

@@ -45,10 +45,12 @@ def phases(stage: StageConfig, has_teachers: bool) -> list[Phase]:
 
 
 def phase_at(stage_phases: list[Phase], step: int) -> Phase:
+    """The phase that runs ``step``; a step outside the stage is an error, not its last phase."""
     for p in stage_phases:
         if p.start <= step < p.end:
             return p
-    return stage_phases[-1]
+    end = stage_phases[-1].end if stage_phases else 0
+    raise ValueError(f"step {step} is outside the stage's steps [0, {end})")
 
 
 def optimizer_for(cfg: OptimizerConfig, steps: int) -> optax.GradientTransformation:

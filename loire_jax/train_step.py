@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from loire_jax.config import ModelConfig
-from loire_jax.layout import GATES
+from loire_jax.layout import DECAYED_KINDS, GATES, leaf_kind
 from loire_jax.model import apply_model
 
 
@@ -30,9 +30,14 @@ def trainable(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != GATES}
 
 
-def _decay_mask(params: Any) -> Any:
-    """Weight decay on matrices and embeddings only, never on norms or biases."""
-    return jax.tree_util.tree_map(lambda x: x.ndim >= 2 and x.shape[-1] > 1, params)
+def decay_mask(params: Any) -> Any:
+    """Weight decay on matrices and embeddings only, never on norms or biases: by each leaf's
+    kind in the layout table (``layout.leaf_kind``), not by rank, since stacking the layers
+    makes every leaf at least 2-D."""
+    def decayed(path, _):
+        return leaf_kind(jax.tree_util.keystr(path, simple=True, separator="/")) in DECAYED_KINDS
+
+    return jax.tree_util.tree_map_with_path(decayed, params)
 
 
 def make_optimizer(name: str = "adamw", *, learning_rate: float | optax.Schedule = 3e-4, weight_decay: float = 0.0,
@@ -42,7 +47,7 @@ def make_optimizer(name: str = "adamw", *, learning_rate: float | optax.Schedule
     if name == "adam":
         core = optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
     elif name == "adamw":
-        core = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=_decay_mask)
+        core = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
     else:
         raise ValueError(f"unknown optimizer {name!r}; choose 'adam' or 'adamw'")
     return optax.chain(optax.clip_by_global_norm(clip_norm), core) if clip_norm else core
@@ -56,7 +61,8 @@ def init_state(params: dict[str, Any], optimizer: optax.GradientTransformation, 
 
 def token_nll(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-token next-token negative log-likelihood [B, S] and the student's log-probs."""
-    logits = apply_model(cfg, params, tokens[:, :-1]).astype(jnp.float32)
+    logits = apply_model(cfg, params, tokens[:, :-1])
+    logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # bf16 -> f32; f64 stays f64
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
     return nll, logp
@@ -104,9 +110,10 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
         params = {**train_params, GATES: gates}
         nll, logp = token_nll(cfg, params, tokens)
         lm = jnp.mean(nll)
-        kd = jnp.zeros((), jnp.float32)
+        kd = jnp.zeros((), logp.dtype)
         for t_cfg, t_params, beta in zip(spec.teachers, teacher_params, spec.betas):
-            t_logits = apply_model(t_cfg, jax.lax.stop_gradient(t_params), tokens[:, :-1]).astype(jnp.float32)
+            t_logits = apply_model(t_cfg, jax.lax.stop_gradient(t_params), tokens[:, :-1])
+            t_logits = t_logits.astype(logp.dtype)
             kd = kd + beta * jnp.mean(kl_to_student(jax.nn.log_softmax(t_logits, axis=-1), logp))
         return lm + kd, (lm, kd)
 

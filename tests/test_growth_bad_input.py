@@ -114,3 +114,29 @@ def test_default_positions_spread_evenly():
     assert default_positions(6, 7) == (3,)
     assert default_positions(6, 8) == (1, 4)
     assert default_positions(12, 15) == (2, 6, 10)
+
+
+@pytest.mark.parametrize("op,size,kwargs", [("ffn", 9, {}), ("heads", 3, {}), ("hidden", 12, {}),
+                                           ("layers", 4, dict(init="random"))])
+def test_growth_that_draws_random_values_needs_a_key(op, size, kwargs):
+    """No silent key 0: two growths of one model must not share their 'random' slots by accident."""
+    with pytest.raises(ValueError, match="pass a PRNG key"):
+        grow(CFG, PARAMS, op, size, **kwargs)
+
+
+def test_growth_without_randomness_needs_no_key():
+    cfg2, grown = grow(CFG, PARAMS, "layers", 4)
+    assert cfg2.layers == 4
+    _, zero = grow(CFG, PARAMS, "ffn", 9, init="zero")
+    assert not np.any(np.asarray(zero["layers"]["mlp"]["up"]["kernel"])[..., 8:])
+
+
+def test_parameters_on_two_meshes_are_refused():
+    devices = np.array(jax.devices())
+    a = make_mesh({"data": 1, "fsdp": 2, "tensor": 1}, list(devices[:2]))
+    b = make_mesh({"data": 1, "fsdp": 2, "tensor": 1}, list(devices[2:4]))
+    params = dict(shard_params(CFG, PARAMS, a))
+    params["embed"] = jax.tree_util.tree_map(
+        lambda x: jax.device_put(x, jax.sharding.NamedSharding(b, x.sharding.spec)), params["embed"])
+    with pytest.raises(ValueError, match="2 different meshes"):
+        grow(CFG, params, "ffn", 9, jax.random.key(1))

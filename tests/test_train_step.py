@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,10 @@ import pytest
 
 from loire_jax import grow, init_params, preset
 from loire_jax.flops import forward_flops_per_token, train_flops_per_token
-from loire_jax.train_step import StepSpec, gate_values, init_state, make_optimizer, make_train_step
+from loire_jax.layout import flatten, leaf_axes
+from loire_jax.stages import Phase, phase_at
+from loire_jax.train_step import (StepSpec, decay_mask, gate_values, init_state, make_optimizer, make_train_step,
+                                  token_nll, trainable)
 
 CFG = preset("paper", vocab_size=32, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=2, init_std=0.3)
 TOKENS = jnp.asarray(np.random.default_rng(0).integers(0, 32, (4, 9)), jnp.int32)
@@ -69,3 +74,49 @@ def test_training_flops_count_teachers_and_the_backward_pass():
     fwd = forward_flops_per_token(CFG, 8)
     assert train_flops_per_token(CFG, 8) == pytest.approx(3 * fwd)
     assert train_flops_per_token(CFG, 8, (CFG, CFG)) == pytest.approx(5 * fwd)
+
+
+# --------------------------------------------------------------------------- weight decay
+@pytest.mark.parametrize("arch", list(itertools.product(("layernorm", "rmsnorm"), ("pre", "post"), (True, False),
+                                                        (True, False))),
+                         ids=lambda a: "-".join(map(str, a)))
+def test_weight_decay_hits_matrices_and_embeddings_only(arch):
+    """Every leaf of every architecture: decayed iff it is a kernel or an embedding. Stacked
+    layers make norm gains and biases 2-D, so a rank test cannot tell them apart."""
+    norm, position, tied, bias = arch
+    cfg = preset("paper", vocab_size=16, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=2,
+                 norm=norm, norm_position=position, tie_embeddings=tied, use_bias=bias)
+    params = trainable(init_params(cfg, jax.random.key(0)))
+    mask = flatten(decay_mask(params))
+    assert set(mask) == set(leaf_axes(cfg)) - {"gates"}
+    for path, decayed in mask.items():
+        want = path.endswith("/kernel") or path.endswith("/embedding")
+        assert decayed == want, f"{path}: decayed={decayed}"
+    # and AdamW leaves the others alone: a zero gradient moves only decayed leaves
+    opt = make_optimizer("adamw", learning_rate=0.1, weight_decay=0.5, clip_norm=None)
+    updates, _ = opt.update(jax.tree_util.tree_map(jnp.zeros_like, params), opt.init(params), params)
+    for path, u in flatten(updates).items():
+        assert bool(np.any(np.asarray(u))) == mask[path], path
+
+
+def test_unknown_leaf_kind_is_refused():
+    with pytest.raises(ValueError, match="has no kind"):
+        decay_mask({"my_adapter": {"lora_a": jnp.ones((2, 2))}})
+
+
+# --------------------------------------------------------------------------- no silent fallbacks
+def test_float64_runs_keep_float64_logits():
+    cfg = CFG.replace(dtype="float64", param_dtype="float64")
+    params = init_params(cfg, jax.random.key(0))
+    nll, logp = token_nll(cfg, params, TOKENS)
+    assert nll.dtype == logp.dtype == jnp.float64
+    bf16 = CFG.replace(dtype="bfloat16")
+    _, logp16 = token_nll(bf16, init_params(bf16, jax.random.key(0)), TOKENS)
+    assert logp16.dtype == jnp.float32  # low-precision compute is still reduced in float32
+
+
+def test_a_step_outside_the_stage_is_an_error():
+    stage_phases = [Phase("warmup", 0, 5, True, False), Phase("train", 5, 10, False, False)]
+    assert phase_at(stage_phases, 9).name == "train"
+    with pytest.raises(ValueError, match="outside the stage"):
+        phase_at(stage_phases, 10)

@@ -1,14 +1,17 @@
 """grain pipelines for training (current domain + replay memory) and evaluation.
 
 Training chain: ArrayRecord source → (tokenized once at prepare time) → packed windows
-of seq_len+1 → seeded shuffle, reshuffled every epoch → mixture with the recovery memory
-of earlier domains → this process's shard → batch. Everything before the iterator is a
+of seq_len+1 → seeded shuffle, reshuffled every epoch → the stage stream (replay of the
+recovery memory of earlier domains in its first steps, then the domain alone, continuing
+in order) → this process's shard → batch. Everything before the iterator is a
 ``MapDataset`` (random access), so the iterator state is a single index: deterministic
 and resumable in O(1).
 """
 
 from __future__ import annotations
 
+import sys
+from fractions import Fraction
 from typing import Any, Sequence
 
 import grain
@@ -33,10 +36,49 @@ def _as_batch(tokens: np.ndarray) -> dict[str, np.ndarray]:
     return {"tokens": tokens}
 
 
+class StageStream:
+    """The windows of one stage, in order: the replay phase, then the train phase, one stream.
+
+    Window i of the first ``replay_windows`` is drawn from the recovery memory iff
+    floor((i+1) r) > floor(i r) (r = the replay ratio as an exact fraction), so every prefix
+    holds the ratio to within one window. The current domain's windows are consumed in
+    order across the hand-over: the train phase continues where the replay phase stopped,
+    and a window repeats only after a full epoch of the domain. Random access, so the
+    iterator state is one index (O(1) resume).
+    """
+
+    def __init__(self, current: grain.MapDataset, memory: grain.MapDataset | None, ratio: float,
+                 replay_windows: int, length: int):
+        self._cur, self._mem = current, memory
+        self._frac = Fraction(ratio).limit_denominator(10_000) if memory is not None else Fraction(0)
+        self._replay, self._len = replay_windows if memory is not None else 0, length
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _memory_before(self, i: int) -> int:
+        i = min(i, self._replay)
+        return i * self._frac.numerator // self._frac.denominator
+
+    def source_of(self, i: int) -> tuple[str, int]:
+        """("memory" | "current", index into that dataset) of window i."""
+        if i < self._replay and self._memory_before(i + 1) > self._memory_before(i):
+            return "memory", self._memory_before(i)
+        return "current", i - self._memory_before(i)
+
+    def __getitem__(self, i: int):
+        which, j = self.source_of(int(i))
+        return (self._mem if which == "memory" else self._cur)[j]
+
+
 def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
-                  seed: int, replay_ratio: float, process_index: int = 0,
-                  process_count: int = 1) -> grain.MapDataset:
-    """The infinite, batched MapDataset behind ``train_iterator`` (one process's share)."""
+                  seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
+                  process_index: int = 0, process_count: int = 1) -> grain.MapDataset:
+    """The batched MapDataset behind ``train_iterator`` (one process's share).
+
+    ``replay_steps``: how many leading steps mix in the recovery memory (None: all of
+    them); ``steps``: the stream's length in steps (None: endless).
+    """
     if not 0 <= domain_index < len(cfg.domains):
         raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
     if not 0.0 <= replay_ratio < 1.0:
@@ -53,28 +95,35 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
             f"domain {name!r} pretrain split has {len(cur_src)} sequences of {seq_len + 1} "
             f"tokens ({prep.token_meta[domain_index]['pretrain']['tokens']} tokens), fewer than "
             f"one global batch of {global_batch_size}. Add text or lower seq_len/batch size.")
-    ds = grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat()
-    if replay_ratio > 0 and domain_index > 0:
+    cur = grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat()
+    mem = None
+    if replay_ratio > 0 and domain_index > 0 and replay_steps != 0:
         mem_src = PackedWindows([prep.tokens(j, "memory") for j in range(domain_index)], seq_len)
         if len(mem_src) == 0:
             raise InsufficientDataError(
                 f"replay_ratio={replay_ratio} but the recovery memory of the domains before "
                 f"{name!r} holds no full sequence of {seq_len + 1} tokens")
         mem = grain.MapDataset.source(mem_src).shuffle(seed=seed + _MEMORY_SEED_OFFSET).repeat()
-        ds = grain.MapDataset.mix([ds, mem], weights=[1.0 - replay_ratio, replay_ratio])
+    endless = sys.maxsize // (2 * global_batch_size)
+    length = (steps if steps is not None else endless) * global_batch_size
+    replay = (replay_steps if replay_steps is not None else endless) * global_batch_size
+    ds = grain.MapDataset.source(StageStream(cur, mem, replay_ratio, replay, length))
     if process_count > 1:
         ds = ds[process_index::process_count]
     return ds.batch(local_bs, drop_remainder=True).map(_as_batch)
 
 
 def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
-                   seed: int, replay_ratio: float, mesh: Any = None,
+                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
+                   mesh: Any = None,
                    batch_axes: Sequence[str] = ("data", "fsdp"), num_threads: int = 1,
                    prefetch: int = 4) -> grain.DatasetIterator:
     """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
 
     ``replay_ratio`` is the share of sequences drawn from the recovery memory of domains
-    ``0..domain_index-1`` (0 → the current domain only; 0.1 → the ER baseline's 9:1).
+    ``0..domain_index-1`` (0 → the current domain only; 0.1 → the ER baseline's 9:1), over
+    the first ``replay_steps`` steps (None: throughout). A stage is one such stream: its
+    later steps continue the current domain where the replay steps left it.
     With ``mesh``, batches are global ``jax.Array``s sharded over ``batch_axes``; without,
     they are this process's numpy rows. ``num_threads`` is part of nothing in the state,
     but keep it fixed across a resume anyway (see jax-stack-notes).
@@ -86,7 +135,8 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
             raise ConfigError(f"global_batch_size {global_batch_size} is not divisible by the "
                               f"{shards} devices on mesh axes {tuple(batch_axes)}")
     ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
-                       seed=seed, replay_ratio=replay_ratio, process_index=pi, process_count=pc)
+                       seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
+                       process_index=pi, process_count=pc)
     it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                  prefetch_buffer_size=prefetch))
     if mesh is not None:

@@ -132,6 +132,21 @@ def _tokenize_split(tok: tokenizers.Tokenizer, tfds_root: Path, name: str, split
     return np.concatenate(parts) if parts else np.zeros((0,), dtype=dtype)
 
 
+def _token_cache_problem(d: Path, meta: dict, tok: tokenizers.Tokenizer, counts: dict, verify: bool) -> str | None:
+    """Why the token cache in ``d`` cannot be used, or None if it can."""
+    if meta["tokenizer"] != tok.identity:
+        return "made with another tokenizer"
+    for s in splits.SPLITS:
+        size = (d / f"{s}.bin").stat().st_size
+        if size != meta[s]["tokens"] * np.dtype(meta[s]["dtype"]).itemsize:
+            return f"{s}.bin holds {size} bytes, its metadata says {meta[s]['tokens']} tokens"
+        if meta[s]["documents"] != counts[s]:
+            return f"{s} was tokenized from {meta[s]['documents']} documents, the split has {counts[s]}"
+        if verify and sha256_file(d / f"{s}.bin") != meta[s]["sha256"]:
+            return f"{s}.bin does not match its SHA-256"
+    return None
+
+
 def _token_cache(cfg: DataConfig, tok: tokenizers.Tokenizer, name: str, counts: dict,
                  verify: bool, progress: bool) -> tuple[Path, dict]:
     d = cfg.root / "tokens" / fingerprint(tok.identity) / name
@@ -139,16 +154,13 @@ def _token_cache(cfg: DataConfig, tok: tokenizers.Tokenizer, name: str, counts: 
     if meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text())
-            ok = meta["tokenizer"] == tok.identity and all(
-                (d / f"{s}.bin").stat().st_size == meta[s]["tokens"] * np.dtype(meta[s]["dtype"]).itemsize
-                and meta[s]["documents"] == counts[s] for s in splits.SPLITS)
-            if ok and verify:
-                ok = all(sha256_file(d / f"{s}.bin") == meta[s]["sha256"] for s in splits.SPLITS)
-            if ok:
-                return d, meta
-        except (OSError, KeyError, ValueError):
-            pass
-        _log(progress, f"{name}: token cache invalid, rebuilding")
+            reason = _token_cache_problem(d, meta, tok, counts, verify)
+        except (OSError, KeyError, ValueError) as err:  # unreadable or incomplete metadata
+            reason = f"{type(err).__name__}: {err}"
+        if reason is None:
+            return d, meta
+        # Said even without a progress display: a rebuild costs time and the user should know why.
+        print(f"{name}: token cache {d} is invalid ({reason}); rebuilding it", file=sys.stderr)
     t0 = time.time()
     dtype = storage.token_dtype(tok.vocab_size)
     d.parent.mkdir(parents=True, exist_ok=True)

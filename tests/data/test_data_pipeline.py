@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -255,6 +256,32 @@ def test_replay_mixture_ratio(tiny_cfg, ratio):
     from_cur = sum(r in cur for r in rows)
     assert from_mem + from_cur == len(rows)  # every row is from one of the two sources
     assert abs(from_mem / len(rows) - ratio) <= 0.02
+
+
+def test_no_window_repeats_at_the_replay_to_train_hand_over(tiny_cfg):
+    """A stage is one stream: the train steps continue the domain where the replay steps
+    left it. Counted over the hand-over, no current-domain window repeats within an epoch,
+    and the replay steps hold the ratio in every batch to within one window."""
+    cur, mem = _window_sets(tiny_cfg, 2)
+    bs, replay_steps, ratio = 10, 6, 0.1
+    ds = train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=bs, seed=3, replay_ratio=ratio,
+                       replay_steps=replay_steps, steps=100)
+    assert len(ds) == 100
+    batches = [[tuple(r) for r in ds[i]["tokens"]] for i in range(len(ds))]
+    replay_rows = [r for b in batches[:replay_steps] for r in b]
+    train_rows = [r for b in batches[replay_steps:] for r in b]
+    for b in batches[:replay_steps]:
+        assert abs(sum(r in mem and r not in cur for r in b) - ratio * bs) <= 1
+    assert sum(r in mem and r not in cur for r in replay_rows) == round(ratio * len(replay_rows))
+    assert all(r in cur for r in train_rows)  # no replay after the replay steps
+    current = [r for r in replay_rows if r in cur] + train_rows
+    src = PackedWindows([load_prepared(tiny_cfg).tokens(2, "pretrain")], SEQ)
+    in_domain = Counter(tuple(src[i]) for i in range(len(src)))  # the text itself has a few equal windows
+    first_epoch = Counter(current[:len(src)])
+    repeats = sum(max(0, n - in_domain[r]) for r, n in first_epoch.items())
+    assert repeats == 0, f"{repeats} windows repeated across the hand-over within one epoch of {len(src)}"
+    assert len(current) > len(src) > replay_steps * bs  # the check spans the hand-over and a whole epoch
+    assert first_epoch == in_domain  # ... which serves every window once
 
 
 def test_first_domain_has_no_memory_to_replay(tiny_cfg):
