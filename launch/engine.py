@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from loire_jax import checkpoints
+from loire_jax import workdir as rundir
 from loire_jax.data import (check_compatible, eval_iterator, load_tokenizer, prepare, to_global_batch,
                             train_iterator)
 from loire_jax.flops import train_flops_per_token
@@ -57,6 +58,19 @@ class MetricsLog:
             raise RunError(f"tensorboardX cannot be imported ({err}); reinstall with pip install -e .") from None
         self._file = self.path.open("a")
         self._tb = SummaryWriter(str(workdir / "tb"))
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every well-formed record so far (a torn line left by a killed writer is skipped)."""
+        self._file.flush()
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+        return out
 
     def write(self, record: dict[str, Any], tb_step: int | None = None, prefix: str = "") -> None:
         self._file.write(json.dumps(record) + "\n")
@@ -89,21 +103,41 @@ class Engine:
         self.step_fns: dict[tuple[int, str], Any] = {}  # compiled once per (stage, phase)
         self.eval_fns: dict[int, Any] = {}
         self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
+        self.lock: rundir.WorkdirLock | None = None
+        self.stops = checkpoints.RunSignals()  # installed by the CLI around the whole run
 
     # ------------------------------------------------------------------ checks and summary
-    def preflight(self, fresh: bool) -> None:
-        """Everything that can be rejected is rejected here, before any model compute."""
+    def preflight(self, fresh: bool, break_lock: bool = False) -> None:
+        """Everything that can be rejected is rejected here, before any model compute.
+
+        Order matters: the config, the mesh and the environment are validated before
+        ``--fresh`` empties anything, so a run that cannot start never destroys the old one."""
         validate(self.run, dict(self.mesh.shape), known_domains=set(self.domain_index))
         for cfg in self.models:
             param_shardings(cfg, self.mesh)
-        saved = self.workdir / "config.json"
-        if fresh and self.workdir.exists():
-            shutil.rmtree(self.workdir)
-        if saved.exists():
-            old = RunConfig.from_dict(json.loads(saved.read_text()))
+        data_root = Path(self.run.data.root)
+        if data_root.exists() and not data_root.is_dir():
+            raise RunError(f"data_dir {data_root} is a file, not a directory; set data.data_dir to a directory")
+        try:
+            rundir.check_usable(self.workdir)
+            if jax.process_index() == 0:  # a multi-process run is one run: process 0 holds the lock
+                self.workdir.mkdir(parents=True, exist_ok=True)
+                self.lock = rundir.WorkdirLock(self.workdir, break_lock)
+                note = self.lock.acquire()
+                if note:
+                    print(f"workdir {self.workdir}: {note}")
+            if fresh:
+                self.close()
+                rundir.fresh(self.workdir)
+            rundir.create(self.workdir)
+        except OSError as err:
+            raise RunError(f"workdir {self.workdir}: {err.strerror or err}") from None
+        self._verify_checkpoints()
+        saved = self._saved_run()
+        if saved is not None:
             done = sum(1 for k in range(len(self.run.stages)) if self._stage_done(k))
             started = self._ckpt(done).latest_step() is not None if done < len(self.run.stages) else False
-            reason = history_compatible(old, self.run, done, stage_started=started)
+            reason = history_compatible(saved, self.run, min(done, len(saved.stages)), stage_started=started)
             if reason:
                 raise RunError(f"workdir {self.workdir} holds a different run: {reason}")
         # A stage that has started needs every earlier stage's final checkpoint (its base and teachers).
@@ -115,8 +149,34 @@ class Engine:
                 raise RunError(f"stage {k + 1} has checkpoints but the final checkpoint of stage(s) {missing} is "
                                f"missing: it is the model stage {k + 1} grew from and a teacher. Restore it, or "
                                f"start over with --fresh")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(self.run.to_dict(), indent=1))
+        (self.workdir / "config.json").write_text(json.dumps(self.run.to_dict(), indent=1))
+
+    def _verify_checkpoints(self) -> None:
+        """Read back the newest step of every stage and check its checksums; a damaged step is
+        reported and set aside, and the newest intact one is used (never damaged weights)."""
+        for k in range(len(self.run.stages)):
+            ck = self._ckpt(k)
+            if ck.latest_step() is None:
+                continue
+            try:
+                ck.read_meta()  # the format: an older layout is refused before anything is read
+                step, notes = ck.newest_intact(self._abstract(k)[0])
+            except checkpoints.CheckpointError as err:
+                raise RunError(str(err)) from None
+            for line in notes:
+                print(f"stage {k + 1}: {line}")
+            if notes and step is None:
+                raise RunError(f"stage {k + 1} has no intact checkpoint left in {ck.directory} (see above); "
+                               "restore it from a backup, or start over with --fresh")
+
+    def _saved_run(self) -> RunConfig | None:
+        """The run this workdir holds: from the newest checkpoint's meta (a deleted or edited
+        config.json cannot rewrite history), else from config.json."""
+        for k in reversed(range(len(self.run.stages))):
+            if self._ckpt(k).latest_step() is not None:
+                return RunConfig.from_dict(self._ckpt(k).read_meta()["run"])
+        saved = self.workdir / "config.json"
+        return RunConfig.from_dict(json.loads(saved.read_text())) if saved.exists() else None
 
     def summary(self, note: str) -> None:
         from launch.devices import peak_flops
@@ -145,15 +205,24 @@ class Engine:
                                                           keep=self.run.checkpoint.keep, async_save=async_save)
         return self._ckpts[k]
 
-    def close(self) -> None:
+    def close(self, release: bool = False) -> None:
         for ck in self._ckpts.values():
             ck.close()
         self._ckpts.clear()
+        if release and self.lock is not None:
+            self.lock.release()
 
     def _stage_done(self, k: int) -> bool:
         ck = self._ckpt(k)
         step = ck.latest_step()
         return step is not None and bool(ck.read_meta(step).get("final"))
+
+    def _final_evaluated(self, k: int, log: "MetricsLog") -> bool:
+        """Whether metrics.jsonl holds stage k's final evaluation on every domain seen by then."""
+        seen = {d for stage in self.run.stages[:k + 1] for d in stage.domains}
+        got = {r.get("domain") for r in log.records() if r.get("kind") == "eval" and r.get("stage") == k + 1
+               and r.get("point") == "final"}
+        return seen <= got
 
     def _rng_shape(self) -> tuple[int, ...]:
         return tuple(jax.random.key_data(jax.random.key(0)).shape)
@@ -196,7 +265,8 @@ class Engine:
                 weights = jax.device_put(batch["weights"], batch_sharding(self.mesh))
                 s, c = fn(params, {"tokens": tokens, "weights": weights})
                 total, count = total + float(s), count + float(c)
-            out[name] = math.exp(total / max(count, 1.0))
+            mean = total / max(count, 1.0)
+            out[name] = math.exp(mean) if mean < 709.0 else math.inf  # exp overflows a float past ~709
             log.write({"kind": "eval", "stage": k + 1, "point": point, "domain": name, "ppl": out[name],
                        "tokens": count, **({"step": step} if step is not None else {})})
         where = f"{point} {step}" if step is not None else point
@@ -264,12 +334,13 @@ class Engine:
             checkpoints.restore_params(checkpoints.stage_dir(self.workdir, j + 1),
                                        self._abstract(j)[0]["params"]) for j in teachers)
         ramp = ramp_layers(self.plans[k])
-        guard = checkpoints.PreemptionGuard()
+        guard = self.stops
         bar = _progress(stage.steps, start, f"stage {k + 1}/{len(self.run.stages)} {stage.name}", self.progress)
         pending = None  # metrics of the previous step: fetched one step late
         t_last, tok_per_step = time.perf_counter(), self.run.batch_size * self.run.seq_len
-        meta_base = {"model": cfg.to_dict(), "tokenizer": tokenizer_identity, "stage": k + 1, "name": stage.name}
-        with guard:
+        meta_base = {"model": cfg.to_dict(), "tokenizer": tokenizer_identity, "stage": k + 1, "name": stage.name,
+                     "run": self.run.to_dict()}
+        with guard.deferred():
             for s in range(start, stage.steps):
                 phase = phase_at(stage_phases, s)
                 if (k, phase.name) not in self.step_fns:
@@ -284,7 +355,11 @@ class Engine:
                         out_shardings=(shardings, None))
                 # Host batches from grain's threads; placed on the mesh here, on the main thread:
                 # device work from a second thread can deadlock XLA:CPU's simulated collectives.
-                batch = to_global_batch(next(it), self.mesh, BATCH_AXES)
+                host = next(it)
+                if host["tokens"].max(initial=0) >= cfg.vocab_size or host["tokens"].min(initial=0) < 0:
+                    raise RunError(f"stage {k + 1} step {s + 1}: the data holds token ids outside [0, {cfg.vocab_size}); "
+                                   "the prepared data does not match this model's vocabulary")
+                batch = to_global_batch(host, self.mesh, BATCH_AXES)
                 state, metrics = self.step_fns[k, phase.name](state, batch, teacher_params if phase.distill else ())
                 if pending is not None:
                     self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
@@ -298,9 +373,15 @@ class Engine:
                 if final or guard.requested or (self.run.checkpoint.save_every and done % self.run.checkpoint.save_every == 0):
                     self._log_step(k, s, pending[0], pending[1], log, bar, tok_per_step, t_last)
                     pending = None
-                    ck.save(done, state, data_iterator=it,
-                            meta={**meta_base, "final": final, "step": done},
-                            force=True)
+                    try:
+                        ck.save(done, state, data_iterator=it, meta={**meta_base, "final": final, "step": done},
+                                force=True)
+                    except checkpoints.NonFiniteStateError as err:
+                        bar.close()
+                        kept = ck.latest_step()
+                        raise RunError(f"training diverged in stage {k + 1} ({stage.name}): {err}. The last finite "
+                                       f"checkpoint is kept ({f'step {kept}' if kept is not None else 'none yet in this stage'}); "
+                                       "lower the learning rate or check the data") from None
                     log.write(clock.lap(k + 1, done))
                 if self.run.eval.every and done % self.run.eval.every == 0 and not final:
                     with clock.evaluating():
@@ -308,8 +389,8 @@ class Engine:
                 if guard.requested and not final:
                     ck.wait()
                     bar.close()
-                    print(f"\npreempted (SIGTERM) in stage {k + 1} at step {done}: checkpoint saved; rerun the same "
-                          "command to resume")
+                    print(f"\nstopped ({guard.name}) in stage {k + 1} at step {done}: checkpoint saved; rerun the "
+                          "same command to resume")
                     return False
         bar.close()
         ck.wait()
@@ -321,7 +402,7 @@ class Engine:
         log.write({"kind": "compile", "stage": k + 1, "phase": "eval", "programs": self.eval_fns[k]._cache_size()})
         log.write(clock.lap(k + 1, stage.steps))
         if guard.requested:  # arrived on the stage's last step: the stage is complete and saved
-            print(f"preempted (SIGTERM) after stage {k + 1}: rerun the same command to resume")
+            print(f"stopped ({guard.name}) after stage {k + 1}: rerun the same command to resume")
             return False
         return True
 
@@ -354,6 +435,11 @@ class Engine:
         try:
             for k in range(len(self.run.stages)):
                 if self._stage_done(k):
+                    if not self._final_evaluated(k, log):  # stopped between its final checkpoint and evaluation
+                        params = checkpoints.restore_params(checkpoints.stage_dir(self.workdir, k + 1),
+                                                            self._abstract(k)[0]["params"])
+                        print(f"stage {k + 1}: its final evaluation is missing; evaluating it now")
+                        self.evaluate(k, params, "final", log)
                     continue
                 if not self.run_stage(k, log, tokenizer.identity):
                     return 0

@@ -39,14 +39,20 @@ def load_run(workdir: Path):
         raise ReportError(f"{workdir} is not a run workdir: it needs config.json and metrics.jsonl "
                           "(written by launch/train.py)")
     run = RunConfig.from_dict(json.loads(config.read_text()))
-    records = []
-    lines = metrics.read_text().splitlines()
+    records, bad = [], []
+    lines = metrics.read_text(errors="replace").splitlines()
     for i, line in enumerate(lines):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            if i != len(lines) - 1:
-                raise ReportError(f"{metrics}:{i + 1} is not JSON; the metrics log is corrupt") from None
+            record = None
+        if isinstance(record, dict) and "kind" in record:
+            records.append(record)
+        elif i != len(lines) - 1:  # a torn last line is a killed writer's, and expected
+            bad.append(i + 1)
+    if bad:
+        print(f"warning: {metrics}: skipped {len(bad)} malformed line(s) ({', '.join(map(str, bad[:5]))}"
+              f"{' ...' if len(bad) > 5 else ''}); the report leaves those records out", file=sys.stderr)
     return run, records
 
 

@@ -28,7 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mesh", default=None, help="device count (fsdp=N) or data=..,fsdp=..,tensor=..; "
                                                     "default: the config's")
     parser.add_argument("--workdir", default=None, help="default: runs/<config name>")
-    parser.add_argument("--fresh", action="store_true", help="discard an existing workdir and start over")
+    parser.add_argument("--fresh", action="store_true",
+                        help="empty an existing loire_jax workdir and start over (refused for other directories)")
+    parser.add_argument("--break-lock", action="store_true",
+                        help="take the workdir's lock even if another run seems to hold it")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     args = parser.parse_args(argv)
@@ -44,26 +47,104 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from launch.engine import Engine, RunError
+    from loire_jax.checkpoints import CheckpointError, Stopped
     from loire_jax.data import DataError
+    from loire_jax.workdir import WorkdirError
 
-    workdir = Path(args.workdir or os.path.join("runs", run.name))
+    workdir = Path(args.workdir or os.path.join("runs", run.name)).expanduser()
     engine = Engine(run, workdir, devs, mesh_spec, progress=not args.no_progress)
     try:
-        engine.preflight(args.fresh)
-        engine.summary(note)
-        rc = engine.run_all()
-        engine.close()
-        if rc == 0 and engine.complete:
-            from launch.report import write_report
+        with engine.stops:
+            import tempfile
 
-            out = write_report([workdir])
-            print(f"report: {out / 'report.md'} and plots in {out}")
-        return rc
-    except (RunError, DataError, ValueError) as err:
+            _library_logs_to(Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log")  # until the workdir is ours
+            engine.preflight(args.fresh, break_lock=args.break_lock)
+            _library_logs_to(workdir / "python.log")
+            engine.summary(note)
+            rc = engine.run_all()
+            engine.close()
+        if engine.stops.requested:
+            return engine.stops.exit_code
+    except Stopped as stop:
+        print(f"\nstopped ({stop}) outside a training step: everything finished is on disk; rerun the same command "
+              "to resume", file=sys.stderr)
+        return engine.stops.exit_code
+    except (RunError, DataError, WorkdirError, CheckpointError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the environment: a full disk, a vanished mount, permissions
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"error: {err.strerror or err}{where}; the last complete checkpoint is intact, so fix this and rerun "
+              "the same command to resume", file=sys.stderr)
+        return 1
+    except Exception as err:  # a bug: one line here, the traceback in a file
+        log = _crash_log(workdir)
+        print(f"error: internal error {type(err).__name__}: {err}; traceback in {log}", file=sys.stderr)
+        return 1
     finally:
-        engine.close()
+        engine.close(release=True)
+    if rc == 0 and engine.complete:
+        from launch.report import ReportError, write_report
+
+        try:
+            out = write_report([workdir])
+        except (ReportError, ValueError, OSError) as err:
+            print(f"error: the run is complete, but its report failed: {err}; rerun it with "
+                  f"python launch/report.py {workdir}", file=sys.stderr)
+            return 1
+        print(f"report: {out / 'report.md'} and plots in {out}")
+    return rc
+
+
+def _library_logs_to(path: Path) -> None:
+    """Send the libraries' logs, and tracebacks of their background threads, to a file.
+
+    Orbax and asyncio log the tracebacks of a failed background write (a full disk, say)
+    to the console, although the error also reaches us and is reported in one line."""
+    import logging
+    import threading
+    import traceback
+
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_stderrthreshold("fatal")
+    except ImportError:
+        pass
+
+    logging.raiseExceptions = False  # a full disk must not turn a log write into console noise
+
+    def to_file(text: str) -> None:
+        try:
+            with open(path, "a") as f:
+                f.write(text)
+        except OSError:
+            pass  # the disk is full: the one-line error still reaches the console
+
+    threading.excepthook = lambda a: to_file("".join(traceback.format_exception(a.exc_type, a.exc_value,
+                                                                                a.exc_traceback)))
+    sys.unraisablehook = lambda u: to_file("".join(traceback.format_exception(u.exc_type, u.exc_value,
+                                                                              u.exc_traceback)))
+
+
+def _crash_log(workdir: Path) -> Path:
+    import tempfile
+    import time
+    import traceback
+
+    folder = workdir if workdir.is_dir() else Path(tempfile.gettempdir())
+    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    try:
+        path.write_text(traceback.format_exc())
+    except OSError:
+        path = Path("(could not be written)")
+    return path
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any, Iterable, Mapping
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -37,7 +38,16 @@ _COMMIT_MARKER = "commit_success.txt"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is missing, incomplete or does not match what the caller expects."""
+    """A checkpoint is missing, incomplete, damaged or does not match what the caller expects."""
+
+
+class NonFiniteStateError(CheckpointError):
+    """The state to save holds NaN or infinity: it is not written."""
+
+    def __init__(self, step: int, leaves: list[str]):
+        self.step, self.leaves = step, leaves
+        super().__init__(f"the state at step {step} is not finite in {len(leaves)} leaves ({', '.join(leaves[:4])}"
+                         f"{' ...' if len(leaves) > 4 else ''}); it was not saved")
 
 
 # -- paths ---------------------------------------------------------------------------
@@ -192,6 +202,92 @@ def _handlers() -> dict[str, Any]:
             META: ocp.JsonCheckpointHandler(), DATA: grain.checkpoint.CheckpointHandler()}
 
 
+# -- integrity -----------------------------------------------------------------------
+FORMAT = 2  # 2: meta holds "format", "run" (the run config) and "checksums"
+
+
+def _words(x: jax.Array) -> jax.Array:
+    """The bits of ``x`` as uint32 words (8-byte types give a trailing axis of 2)."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    size = np.dtype(x.dtype).itemsize
+    if size in (4, 8):
+        return jax.lax.bitcast_convert_type(x, jnp.uint32)
+    return jax.lax.bitcast_convert_type(x, {2: jnp.uint16, 1: jnp.uint8}[size]).astype(jnp.uint32)
+
+
+def _leaf_checksum(x: jax.Array) -> jax.Array:
+    """A position-weighted sum of the bits mod 2**32: every single-bit flip changes it.
+
+    Computed in place on each shard (partial sums, then one all-reduce): no array is
+    gathered, and the value does not depend on how the array is sharded, so a checkpoint
+    saved on one mesh verifies on another.
+    """
+    w = _words(x)
+    index = jnp.zeros(w.shape, jnp.uint32)
+    stride = 1
+    for axis in reversed(range(w.ndim)):
+        index = index + jax.lax.broadcasted_iota(jnp.uint32, w.shape, axis) * jnp.uint32(stride & 0xFFFFFFFF)
+        stride *= w.shape[axis]
+    weight = (index * jnp.uint32(2654435761)) | jnp.uint32(1)  # odd: a flipped bit cannot vanish
+    return jnp.sum(w * weight, dtype=jnp.uint32)
+
+
+# One program per leaf: leaves of one state may live on different device sets (a replicated
+# step counter on one device, the model on the mesh), which one jitted call cannot take.
+_checksum_jit = jax.jit(_leaf_checksum)
+_all_finite_jit = jax.jit(lambda x: jnp.all(jnp.isfinite(x)))
+
+
+def tree_checksums(tree: Any) -> dict[str, int]:
+    """'/'-path -> checksum of every array leaf (typed PRNG keys by their key data)."""
+    flat = _flat_by_path(_keys_to_data(tree))
+    sums = jax.device_get({p: _checksum_jit(x) for p, x in flat.items()})
+    return {p: int(v) for p, v in sums.items()}
+
+
+def non_finite_leaves(tree: Any) -> list[str]:
+    """Paths of the floating leaves holding a NaN or an infinity (one small fetch)."""
+    flat = _flat_by_path(_keys_to_data(tree))
+    flags = jax.device_get({p: _all_finite_jit(x) for p, x in flat.items()
+                            if jnp.issubdtype(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype,
+                                              jnp.inexact)})
+    return [p for p, ok in flags.items() if not bool(ok)]
+
+
+def _write_error(err: Exception, step: int | None, directory: Path) -> Exception:
+    """A failed write (disk full, quota, permissions) as one clear line; the previous step stays
+    the latest, since Orbax only renames a step into place once it is complete."""
+    if not (isinstance(err, OSError) or "os_error_code" in str(err) or "No space" in str(err)):
+        return err
+    first = str(err).splitlines()[0]
+    reason = getattr(err, "strerror", None) or first.split(": ")[-1][:200]
+    what = f"step {step}" if step is not None else "a checkpoint"
+    return CheckpointError(f"could not write {what} to {directory} ({reason}); the previous checkpoint is intact. "
+                           "Free space (or fix the permissions) and rerun the same command to resume")
+
+
+def _user_meta(meta: Mapping[str, Any], directory: Path, step: int) -> dict[str, Any]:
+    """The caller's meta, after checking the format; integrity entries are this module's."""
+    version = meta.get("format", 1)
+    if version != FORMAT:
+        raise CheckpointError(f"step {step} in {directory} was written in checkpoint format {version} by another "
+                              f"loire_jax version; this one reads format {FORMAT}. Resume it with the version that "
+                              "wrote it, or start over with --fresh")
+    return {k: v for k, v in meta.items() if k not in ("format", "checksums")}
+
+
+def _verify(item: str, tree: Any, expected: Mapping[str, int] | None, directory: Path, step: int) -> None:
+    if expected is None:
+        raise CheckpointError(f"step {step} in {directory} has no checksums for {item!r}: written by an older "
+                              "loire_jax, or its meta is damaged")
+    got = tree_checksums(tree)
+    bad = sorted(p for p in set(got) | set(expected) if got.get(p) != expected.get(p))
+    if bad:
+        raise CheckpointError(f"step {step} in {directory} is damaged: the checksums of {item} leaves {bad[:4]}"
+                              f"{' ...' if len(bad) > 4 else ''} do not match the ones written at save")
+
+
 # -- the manager -----------------------------------------------------------------------
 
 class StageCheckpoints:
@@ -247,11 +343,21 @@ class StageCheckpoints:
         a temporary directory and renames it when complete, so a crash or a full disk
         mid-save leaves the previous step as the latest; errors of an async save are
         raised by the next ``save``/``wait``.
+
+        Never writes non-finite state: a NaN or infinity anywhere in the floating leaves
+        raises ``NonFiniteStateError`` and nothing is saved. The meta gets the format
+        version and a checksum of every array (``tree_checksums``), verified at restore.
         """
         if PARAMS not in state:
             raise KeyError(f"state must contain {PARAMS!r}; got keys {sorted(state)}")
-        meta = _check_json(meta)
+        if not force and not self._mngr.should_save(int(step)):
+            return False
+        bad = non_finite_leaves(state)
+        if bad:
+            raise NonFiniteStateError(int(step), bad)
         train = _keys_to_data({k: v for k, v in state.items() if k != PARAMS})
+        meta = _check_json({**meta, "format": FORMAT, "checksums": {
+            PARAMS: tree_checksums(state[PARAMS]), TRAIN: tree_checksums(train)}})
         items: dict[str, Any] = {PARAMS: ocp.args.StandardSave(state[PARAMS]), META: ocp.args.JsonSave(meta)}
         if jax.tree.leaves(train):  # Orbax refuses an empty item
             items[TRAIN] = ocp.args.StandardSave(train)
@@ -259,7 +365,10 @@ class StageCheckpoints:
             import grain
 
             items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
-        return bool(self._mngr.save(int(step), args=ocp.args.Composite(**items), force=force))
+        try:
+            return bool(self._mngr.save(int(step), args=ocp.args.Composite(**items), force=force))
+        except Exception as err:
+            raise _write_error(err, step, self.directory) from None
 
     # restore ------------------------------------------------------------------------
     def restore(self, abstract_state: Mapping[str, Any], *, step: int | None = None,
@@ -290,21 +399,50 @@ class StageCheckpoints:
             if not (self.directory / str(step) / DATA).exists():
                 raise CheckpointError(f"step {step} in {self.directory} holds no data iterator state")
             items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
-        out = self._mngr.restore(step, args=ocp.args.Composite(**items))
+        try:
+            out = self._mngr.restore(step, args=ocp.args.Composite(**items))
+        except Exception as err:  # TensorStore/Orbax errors of a truncated or unreadable file
+            raise CheckpointError(f"step {step} in {self.directory} is damaged: it cannot be read "
+                                  f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+        meta = dict(out[META])
+        sums = meta.get("checksums", {})
+        user_meta = _user_meta(meta, self.directory, step)
+        _verify(PARAMS, out[PARAMS], sums.get(PARAMS), self.directory, step)
+        if TRAIN in items:
+            _verify(TRAIN, out[TRAIN], sums.get(TRAIN), self.directory, step)
         state = dict(_rewrap_keys(out[TRAIN], impls)) if TRAIN in items else dict(abs_train)
         state[PARAMS] = out[PARAMS]
-        return state, dict(out[META])
+        return state, user_meta
+
+    def newest_intact(self, abstract_state: Mapping[str, Any]) -> tuple[int | None, list[str]]:
+        """Verify steps newest first; set aside each damaged one. Returns the newest intact
+        step (None if none) and one line per step set aside."""
+        notes = []
+        for step in reversed(self.all_steps()):
+            try:
+                self.restore(abstract_state, step=step)
+                return step, notes
+            except CheckpointError as err:
+                target = self.directory / f"{step}.damaged-{time.time_ns()}"
+                (self.directory / str(step)).rename(target)
+                self._mngr.reload()  # Orbax must forget the step it listed at start-up
+                notes.append(f"{err}; set aside as {target.name}")
+        return None, notes
 
     def read_meta(self, step: int | None = None) -> dict[str, Any]:
         """The JSON meta saved with ``step`` (latest complete by default)."""
         self.wait()
         step = self._resolve(step)
-        return dict(self._mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META])
+        meta = self._mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+        return _user_meta(dict(meta), self.directory, step)
 
     # lifecycle ------------------------------------------------------------------------
     def wait(self) -> None:
         """Block until async saves are on disk; re-raises an error of a failed save."""
-        self._mngr.wait_until_finished()
+        try:
+            self._mngr.wait_until_finished()
+        except Exception as err:
+            raise _write_error(err, None, self.directory) from None
 
     def close(self) -> None:
         self._mngr.close()  # waits for in-flight saves
@@ -330,13 +468,19 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
         step = steps[-1]
     elif step not in steps:
         raise CheckpointError(f"step {step} is not a complete checkpoint in {directory}; complete steps: {steps}")
-    handler = ocp.StandardCheckpointHandler()
+    handlers = {PARAMS: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()}
     # read-only: no save policy, and create=False so a wrong path is not silently made
     with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True),
-                               item_handlers={PARAMS: handler}) as mngr:
+                               item_handlers=handlers) as mngr:
         metadata = mngr.item_metadata(step)
         _check_matches(PARAMS, abstract_params, metadata[PARAMS], directory, step)
-        out = mngr.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}))
+        try:
+            out = mngr.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params),
+                                                                 META: ocp.args.JsonRestore()}))
+        except Exception as err:
+            raise CheckpointError(f"step {step} in {directory} is damaged: it cannot be read "
+                                  f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+    _verify(PARAMS, out[PARAMS], dict(out[META]).get("checksums", {}).get(PARAMS), directory, step)
     return out[PARAMS]
 
 
@@ -386,3 +530,57 @@ class PreemptionGuard:
 
         flags = multihost_utils.process_allgather(np.array(self.requested, dtype=np.int32))
         return bool(np.any(flags))
+
+
+class Stopped(Exception):
+    """A SIGTERM or SIGINT outside the step loop: nothing in flight to save, stop now."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+class RunSignals(PreemptionGuard):
+    """SIGTERM and SIGINT for the whole run, so that every stop is clean and resumable.
+
+    Inside ``deferred()`` (the step loop, whose saves must never be cut) a signal only sets
+    the flag: the loop saves at the next step boundary and returns. Anywhere else (data
+    preparation, growth, compilation, evaluation) there is nothing half-done worth saving,
+    so the handler raises ``Stopped`` at once; what was done is on disk, and the next run
+    redoes the rest (a missing stage evaluation included).
+    """
+
+    def __init__(self) -> None:
+        super().__init__((signal.SIGTERM, signal.SIGINT))
+        self._defer = 0
+        self.signum: int | None = None
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+        self._event.set()
+        if not self._defer:
+            raise Stopped(signum)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else "signal"
+
+    @property
+    def exit_code(self) -> int:
+        """0 for SIGTERM (a scheduler's preemption is a normal stop), 130 for Ctrl-C."""
+        return 130 if self.signum == signal.SIGINT else 0
+
+    def deferred(self) -> "_Deferred":
+        return _Deferred(self)
+
+
+class _Deferred:
+    def __init__(self, owner: RunSignals) -> None:
+        self.owner = owner
+
+    def __enter__(self) -> RunSignals:
+        self.owner._defer += 1
+        return self.owner
+
+    def __exit__(self, *exc: Any) -> None:
+        self.owner._defer -= 1

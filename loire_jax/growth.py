@@ -514,6 +514,7 @@ def grow(
     The inputs are never modified.
     """
     validate_params(cfg, params)
+    cfg = _with_params_dtype(cfg, params)
     last_gate = None
     if op == "hidden" and cfg.tie_embeddings and cfg.norm_position == "post":
         last_gate = float(jax.device_get(params[GATES][-1]))  # one scalar, not the model
@@ -527,6 +528,17 @@ def grow(
 
     fn = jax.jit(grow_like, static_argnums=0, out_shardings=param_shardings(plan.new, mesh))
     return plan.new, fn(plan, dict(params), key)
+
+
+def _with_params_dtype(cfg: ModelConfig, params: Mapping[str, Any]) -> ModelConfig:
+    """The config of the parameters actually given: growth keeps their dtype, and so must the
+    config it returns (bf16 parameters must not come back described as float32)."""
+    dtypes = {jnp.dtype(x.dtype) for p, x in flatten(params).items() if p != GATES and hasattr(x, "dtype")}
+    if len(dtypes) > 1:
+        raise ValueError(f"the parameters mix dtypes {sorted(d.name for d in dtypes)}; cast them to one first")
+    if dtypes and dtypes != {cfg.params_dtype}:
+        return cfg.replace(param_dtype=next(iter(dtypes)).name)
+    return cfg
 
 
 # One compiled program per plan: eager growth would compile every small op separately.

@@ -186,6 +186,11 @@ def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> 
         raise ValueError(f"tokens must be an integer array [batch, seq], got {tokens.dtype}{tokens.shape}")
     if tokens.shape[1] > cfg.max_seq_len:
         raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_seq_len {cfg.max_seq_len}")
+    # Concrete input: check the ids here (jitted callers check at their data boundary).
+    if not isinstance(tokens, jax.core.Tracer) and tokens.size:
+        low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
+        if low < 0 or high >= cfg.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}) for this model, got ids in [{low}, {high}]")
     cfg.check_dtype_support()
     validate_params(cfg, params)  # shapes only: cheap, and works under tracing
     body = {k: v for k, v in params.items() if k != GATES}

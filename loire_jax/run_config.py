@@ -485,8 +485,15 @@ class RunConfig:
         p = Path(path)
         if not p.is_file():
             raise ValueError(f"run config file not found: {p}")
-        with open(p, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
+        try:
+            with open(p, encoding="utf-8") as f:
+                raw = yaml.safe_load(f)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ValueError(f"{p}:{where} is not valid YAML ({getattr(err, 'problem', None) or err})") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"cannot read the run config {p}: {err}") from None
         if not isinstance(raw, dict):
             raise ValueError(f"{p}: top level must be a mapping")
         base = p.resolve().parent

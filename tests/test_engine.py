@@ -154,7 +154,7 @@ def test_kill_9_mid_run_then_rerun_reproduces_the_uninterrupted_run(run_config, 
 def test_sigterm_saves_exits_0_and_resumes_onto_a_smaller_mesh(run_config, reference, tmp_path):
     stopped = train(run_config, tmp_path, fault="term:9")
     assert stopped.returncode == 0, stopped.stderr[-4000:]
-    assert "preempted (SIGTERM) in stage 2 at step 3" in stopped.stdout
+    assert "stopped (SIGTERM) in stage 2 at step 3" in stopped.stdout
     resumed = train(run_config, tmp_path, "--mesh", "4")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "4 simulated CPU device(s)" in resumed.stdout

@@ -65,7 +65,7 @@ def run_composition(cfg, ops, tokens, seed, draw, check):
         check(cfg, params, cur_cfg, cur, tokens)
 
 
-@settings(max_examples=12)
+@settings(max_examples=8)
 @given(grown_case())
 def test_float64_compositions_are_exact(case):
     cfg, ops, tokens, seed, draw = case
@@ -76,7 +76,7 @@ def test_float64_compositions_are_exact(case):
     run_composition(cfg, ops, tokens, seed, draw, check)
 
 
-@settings(max_examples=6)
+@settings(max_examples=4)
 @given(grown_case(dtype="float32"))
 def test_float32_compositions_stay_within_tolerance(case):
     cfg, ops, tokens, seed, draw = case

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loire_jax import ModelConfig, apply_model, grow_optimizer_state, init_params, plan_growth
@@ -151,6 +151,9 @@ OPT = make_optimizer("adamw", learning_rate=3e-2, weight_decay=0.1, b1=0.9, b2=0
 @given(cfg=model_configs(dtype="float64"), op=st.sampled_from(["hidden", "ffn", "heads", "layers"]),
        seed=st.integers(0, 2**16), steps=st.integers(2, 4), data=st.data())
 def test_grown_moments_equal_the_replay_across_architectures(cfg, op, seed, steps, data):
+    # LayerNorm over 2 coordinates outputs +-gain whatever its input: every gradient behind
+    # it is 0 in exact arithmetic, and its float64 value is rounding noise (hypothesis found it).
+    assume(not (cfg.norm == "layernorm" and cfg.hidden == 2))
     size = target_size(data.draw, cfg, op)
     check_replay(cfg, op, size, seed, steps, OPT)
 
@@ -174,8 +177,6 @@ CELLS = [
     (dict(PRE_LN, use_bias=True), "ffn", 11),
     (dict(MODERN, activation="gelu", use_bias=True), "heads", 3),
     (MODERN, "layers", 4),
-    # width-2 post-norm LayerNorm: some moments cancel to rounding level (found by hypothesis)
-    (dict(POST_LN, vocab_size=5, max_seq_len=4, hidden=2, ffn=2, heads=1, head_dim=2, init_std=0.02), "hidden", 4),
 ]
 
 

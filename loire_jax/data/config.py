@@ -209,8 +209,13 @@ class DataConfig:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"data config file not found: {p}")
-        with open(p, encoding="utf-8") as f:
-            d = yaml.safe_load(f)
+        try:
+            with open(p, encoding="utf-8") as f:
+                d = yaml.safe_load(f)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{p}:{where} is not valid YAML ({getattr(err, 'problem', None) or err})") from None
         _require(isinstance(d, dict), f"{p}: top level must be a mapping")
         return cls.from_dict(d, base_dir=p.resolve().parent)
 

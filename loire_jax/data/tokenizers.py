@@ -70,7 +70,11 @@ class SentencePieceTokenizer(Tokenizer):
     def __init__(self, path: Path, kind: str):
         import sentencepiece as spm
 
-        self._sp = spm.SentencePieceProcessor(model_file=str(path))
+        try:
+            self._sp = spm.SentencePieceProcessor(model_file=str(path))
+        except (RuntimeError, OSError) as err:  # sentencepiece's error for a damaged model file
+            raise DataError(f"sentencepiece model {path} cannot be loaded ({str(err).splitlines()[0][:160]}); "
+                            "it is damaged: delete it to retrain, or point tokenizer.path at a good copy") from None
         self.vocab_size = self._sp.get_piece_size()
         self.eos_id = self._sp.eos_id()
         if self.eos_id < 0:

@@ -1,0 +1,369 @@
+"""Specification: faults and bad input end in a one-line message, never a traceback, never a
+lost file, and always in a run that resumes to the undisturbed result.
+
+Each case runs the real CLI (``launch/train.py``) on a two-stage model small enough to
+train in seconds. Cases that must resume compare their final losses with one shared,
+undisturbed reference run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
+from data_helpers import tiny_config_dict  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# Cases that compare with the reference run share one worker (and one reference run).
+shared_reference = pytest.mark.xdist_group("faults")
+
+
+def config_dict(data_dir: Path) -> dict:
+    return {
+        "name": "faults",
+        "model": {"preset": "paper", "vocab_size": 320, "max_seq_len": 16, "hidden": 16, "ffn": 32, "heads": 2,
+                  "head_dim": 8, "layers": 1},
+        "data": tiny_config_dict(data_dir),
+        "batch_size": 8, "seq_len": 16, "precision": "float32", "seed": 0, "mesh": "1",
+        "optimizer": {"name": "adam", "lr": 1.0e-2, "schedule": "cosine", "warmup_steps": 1, "clip_norm": 1.0},
+        "checkpoint": {"save_every": 2, "keep": 2},
+        "eval": {"every": 0, "batches": 1},
+        "stages": [
+            {"name": "A", "domains": ["SCI"], "steps": 4},
+            {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "ffn", "size": 48}],
+             "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1, "beta_steps": 1},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("faults")
+    path = base / "faults.yaml"
+    path.write_text(yaml.safe_dump(config_dict(base / "data")))
+    return path
+
+
+def train(config: Path, workdir: Path, *args: str, preexec=None, wait: bool = True):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "LOIRE_FAULT")}
+    env["JAX_PLATFORMS"] = "cpu"
+    cmd = [sys.executable, str(ROOT / "launch" / "train.py"), "--config", str(config), "--workdir", str(workdir),
+           "--no-progress", *args]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=preexec)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, preexec_fn=preexec)
+
+
+def one_line_error(result, code: int = 2) -> str:
+    """The outcome class 'a clear message and a clean exit': the code, and no traceback."""
+    assert result.returncode == code, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    return errors[0]
+
+
+def final_losses(workdir: Path) -> dict:
+    out = {}
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and r.get("kind") == "train":
+            out[(r["stage"], r["step"])] = r["loss"]
+    return out
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def reference(config, tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("reference") / "run"
+    result = train(config, workdir)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return workdir
+
+
+@pytest.fixture
+def finished(reference, tmp_path) -> Path:
+    """A private copy of the finished reference run."""
+    copy = tmp_path / "run"
+    shutil.copytree(reference, copy)
+    return copy
+
+
+def resumes_to_reference(config, workdir, reference):
+    result = train(config, workdir)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr
+    ref = final_losses(reference)
+    got = final_losses(workdir)
+    assert got[(2, 4)] == ref[(2, 4)], (got, ref)
+    return result
+
+
+# --------------------------------------------------------------------------- --fresh and the workdir
+def test_fresh_refuses_a_directory_that_is_not_a_run(config, tmp_path):
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "thesis.txt").write_text("four years of work")
+    before = snapshot(thesis)
+    line = one_line_error(train(config, thesis, "--fresh"))
+    assert "not a loire_jax run directory" in line and "thesis.txt" in line
+    assert snapshot(thesis) == before
+
+
+@shared_reference
+def test_fresh_with_a_bad_override_destroys_nothing(config, finished):
+    before = snapshot(finished)
+    line = one_line_error(train(config, finished, "--fresh", "optimizer.lr=fast"))
+    assert "lr must be positive" in line
+    assert snapshot(finished) == before
+
+
+@shared_reference
+def test_fresh_on_a_run_starts_over(config, finished, reference):
+    (finished / "metrics.jsonl").write_text("")  # marks the old run: a fresh one must rewrite it
+    result = train(config, finished, "--fresh")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert final_losses(finished) == final_losses(reference)
+
+
+@pytest.mark.parametrize("what", ["workdir is a file", "data_dir is a file", "malformed yaml"])
+def test_environment_and_input_errors_are_one_line(config, tmp_path, what):
+    workdir = tmp_path / "run"
+    if what == "workdir is a file":
+        workdir.write_text("not a directory")
+        line = one_line_error(train(config, workdir))
+        assert "is a file" in line
+        assert workdir.read_text() == "not a directory"
+        return
+    raw = yaml.safe_load(config.read_text())
+    if what == "data_dir is a file":
+        (tmp_path / "data").write_text("x")
+        raw["data"]["data_dir"] = str(tmp_path / "data")
+        text = yaml.safe_dump(raw)
+        expect = "is a file"
+    else:
+        text = config.read_text().replace("batch_size: 8", "batch_size: [8")
+        expect = "not valid YAML"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    assert expect in one_line_error(train(bad, workdir))
+
+
+def test_corrupt_tokenizer_model_is_one_line(config, tmp_path):
+    raw = yaml.safe_load(config.read_text())
+    model = tmp_path / "spm.model"
+    model.write_bytes(np.random.default_rng(0).bytes(4096))
+    raw["data"]["tokenizer"] = {"kind": "sentencepiece", "path": str(model)}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    assert "cannot be loaded" in one_line_error(train(bad, tmp_path / "run"))
+
+
+# --------------------------------------------------------------------------- one run per workdir
+@shared_reference
+def test_a_second_run_is_refused_and_a_stale_lock_is_taken_over(config, finished):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = {"pid": holder.pid, "host": socket.gethostname(), "started": time.time()}
+        (finished / ".lock").write_text(json.dumps(lock))
+        line = one_line_error(train(config, finished))
+        assert f"in use by pid {holder.pid}" in line and "--break-lock" in line
+    finally:
+        holder.kill()
+        holder.wait()
+    result = train(config, finished)  # the holder is dead now: a stale lock on this host
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "took over the stale lock" in result.stdout
+    assert not (finished / ".lock").exists()  # released at exit
+    (finished / ".lock").write_text(json.dumps({**lock, "host": "elsewhere"}))
+    assert "in use" in one_line_error(train(config, finished))  # another host: never guessed stale
+    assert train(config, finished, "--break-lock").returncode == 0
+
+
+@shared_reference
+def test_history_lives_in_the_checkpoints(config, finished, tmp_path):
+    (finished / "config.json").unlink()
+    raw = yaml.safe_load(config.read_text())
+    raw["seed"] = 1
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(raw))
+    line = one_line_error(train(changed, finished))
+    assert "holds a different run" in line and "seed" in line
+
+
+# --------------------------------------------------------------------------- damaged checkpoints
+def _largest_array_file(step_dir: Path) -> Path:
+    files = [p for p in (step_dir / "params").rglob("*") if p.is_file() and "d" in p.parts[-2:][0]]
+    files = files or [p for p in (step_dir / "params").rglob("*") if p.is_file()]
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+@shared_reference
+@pytest.mark.parametrize("damage", ["truncated", "bit flip"])
+def test_a_damaged_step_is_set_aside_and_the_newest_intact_one_used(config, finished, reference, damage):
+    victim = _largest_array_file(finished / "stage_2" / "4")
+    data = bytearray(victim.read_bytes())
+    if damage == "truncated":
+        victim.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        data[len(data) // 2] ^= 0x10
+        victim.write_bytes(bytes(data))
+    result = resumes_to_reference(config, finished, reference)
+    assert "is damaged" in result.stdout and "set aside" in result.stdout
+    assert any(p.name.startswith("4.damaged-") for p in (finished / "stage_2").iterdir())
+
+
+@shared_reference
+def test_no_intact_step_is_refused(config, finished):
+    for step in ("2", "4"):
+        victim = _largest_array_file(finished / "stage_2" / step)
+        victim.write_bytes(victim.read_bytes()[:8])
+    line = one_line_error(train(config, finished))
+    assert "no intact checkpoint" in line
+
+
+# --------------------------------------------------------------------------- non-finite state
+def test_divergence_saves_nothing_non_finite(config, tmp_path):
+    workdir = tmp_path / "run"
+    line = one_line_error(train(config, workdir, "optimizer.lr=1e30", "checkpoint.save_every=1"))
+    assert "diverged" in line or "non-finite loss" in line
+    from loire_jax.checkpoints import StageCheckpoints, non_finite_leaves, restore_params  # noqa: PLC0415
+    from loire_jax.config import ModelConfig  # noqa: PLC0415
+    from loire_jax.layout import abstract_params  # noqa: PLC0415
+
+    steps = sorted(int(p.name) for p in (workdir / "stage_1").iterdir() if p.name.isdigit())
+    assert steps, "the steps before the divergence were saved"
+    with StageCheckpoints(workdir / "stage_1", save_every=1) as ck:
+        cfg = ModelConfig.from_dict(ck.read_meta(steps[0])["model"])
+    for step in steps:
+        params = restore_params(workdir / "stage_1", abstract_params(cfg), step=step)
+        assert non_finite_leaves(params) == [], step
+
+
+# --------------------------------------------------------------------------- stops anywhere
+@shared_reference
+def test_a_lost_final_evaluation_is_redone(config, finished):
+    lines = (finished / "metrics.jsonl").read_text().splitlines()
+    kept = [ln for ln in lines if not ('"point": "final"' in ln and '"stage": 2' in ln)]
+    (finished / "metrics.jsonl").write_text("\n".join(kept) + "\n")
+    result = train(config, finished)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "final evaluation is missing" in result.stdout
+    report = (finished / "report" / "report.md").read_text()
+    assert "M2" in report or "B" in report
+
+
+@shared_reference
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_a_signal_outside_the_step_loop_stops_cleanly_and_resumes(config, reference, tmp_path, sig, code):
+    workdir = tmp_path / "run"
+    proc = train(config, workdir, wait=False)
+    for line in proc.stdout:  # the summary is printed after preflight, before any compute
+        if line.startswith("run 'faults'"):
+            break
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err + out and "stopped" in err + out
+    if sig == signal.SIGTERM:  # the same path for both; one resume keeps the suite's time down
+        resumes_to_reference(config, workdir, reference)
+
+
+@shared_reference
+def test_a_full_disk_keeps_the_previous_checkpoint(config, reference, tmp_path):
+    """The file-size limit stands in for a full disk: writes past it fail with EFBIG."""
+    workdir = tmp_path / "run"
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+    result = train(config, workdir, preexec=small_files)
+    assert result.returncode in (1, 2), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert len([ln for ln in result.stderr.splitlines() if ln.startswith("error:")]) == 1, result.stderr[-3000:]
+    resumes_to_reference(config, workdir, reference)
+
+
+# --------------------------------------------------------------------------- the report and the data dir
+@shared_reference
+def test_a_malformed_metrics_line_does_not_kill_the_report(config, finished):
+    lines = (finished / "metrics.jsonl").read_text().splitlines()
+    lines.insert(3, "{this is not json")
+    (finished / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    result = train(config, finished)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "skipped 1 malformed line" in result.stderr
+    assert (finished / "report" / "report.md").exists()
+
+
+@shared_reference
+def test_a_stray_tokenizer_tmp_dir_is_harmless(config, finished, reference):
+    data = Path(yaml.safe_load(config.read_text())["data"]["data_dir"])
+    tokens = next((data / "tokens").iterdir())
+    stray = tokens / ".tok-killed"
+    stray.mkdir()
+    (stray / "pretrain.bin").write_bytes(b"\0" * 10)
+    try:
+        result = train(config, finished)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+    finally:
+        shutil.rmtree(stray, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- library boundaries
+def test_growth_keeps_the_dtype_it_was_given():
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    from loire_jax import grow, init_params, preset  # noqa: PLC0415
+
+    cfg = preset("paper", vocab_size=16, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=2)
+    bf16 = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16), init_params(cfg, jax.random.key(0)))
+    cfg2, grown = grow(cfg, bf16, "ffn", 24, jax.random.key(1))
+    assert cfg2.param_dtype == "bfloat16"
+    assert {x.dtype for x in jax.tree_util.tree_leaves(grown)} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_token_ids_outside_the_vocabulary_are_refused():
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    from loire_jax import apply_model, init_params, preset  # noqa: PLC0415
+
+    cfg = preset("paper", vocab_size=16, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=1)
+    params = init_params(cfg, jax.random.key(0))
+    for bad in (16, -1):
+        with pytest.raises(ValueError, match=r"token ids must lie in \[0, 16\)"):
+            apply_model(cfg, params, jnp.asarray([[1, 2, bad]], jnp.int32))
+    assert np.all(np.isfinite(np.asarray(apply_model(cfg, params, jnp.asarray([[1, 2, 15]], jnp.int32)))))
+
+
+def test_an_unwritable_workdir_is_refused_before_compute(tmp_path, monkeypatch):
+    """As root (CI) permission bits do not bind, so the check itself is exercised here."""
+    from loire_jax.workdir import WorkdirError, check_usable  # noqa: PLC0415
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(WorkdirError, match="permission denied"):
+        check_usable(tmp_path / "run")
