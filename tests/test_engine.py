@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.xdist_group("engine")  # one worker runs the shared reference once
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave modules, which tears module fixtures down
 def run_config(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("engine")
     config = {
@@ -66,7 +66,7 @@ def final_losses(workdir: Path) -> dict[tuple[int, int], float]:
     return {(r["stage"], r["step"]): r["loss"] for r in records(workdir, "train")}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference(run_config, tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("reference")
     result = train(run_config, workdir)

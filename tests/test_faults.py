@@ -49,7 +49,7 @@ def config_dict(data_dir: Path) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave modules, which tears module fixtures down
 def config(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("faults")
     path = base / "faults.yaml"
@@ -93,7 +93,7 @@ def snapshot(folder: Path) -> dict:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference(config, tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("reference") / "run"
     result = train(config, workdir)
@@ -136,14 +136,6 @@ def test_fresh_with_a_bad_override_destroys_nothing(config, finished):
     line = one_line_error(train(config, finished, "--fresh", "optimizer.lr=fast"))
     assert "lr must be positive" in line
     assert snapshot(finished) == before
-
-
-@shared_reference
-def test_fresh_on_a_run_starts_over(config, finished, reference):
-    (finished / "metrics.jsonl").write_text("")  # marks the old run: a fresh one must rewrite it
-    result = train(config, finished, "--fresh")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert final_losses(finished) == final_losses(reference)
 
 
 @pytest.mark.parametrize("what", ["workdir is a file", "data_dir is a file", "malformed yaml"])
@@ -275,9 +267,11 @@ def test_a_lost_final_evaluation_is_redone(config, finished):
 
 @shared_reference
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
-def test_a_signal_outside_the_step_loop_stops_cleanly_and_resumes(config, reference, tmp_path, sig, code):
-    workdir = tmp_path / "run"
-    proc = train(config, workdir, wait=False)
+def test_a_signal_outside_the_step_loop_stops_cleanly_and_resumes(config, reference, finished, tmp_path, sig, code):
+    """SIGTERM: on `--fresh` over a finished run, right after the old run was emptied and
+    before any compute; the rerun then trains from scratch to the reference's losses."""
+    workdir = finished if sig == signal.SIGTERM else tmp_path / "new"
+    proc = train(config, workdir, *(["--fresh"] if sig == signal.SIGTERM else []), wait=False)
     for line in proc.stdout:  # the summary is printed after preflight, before any compute
         if line.startswith("run 'faults'"):
             break
@@ -286,6 +280,7 @@ def test_a_signal_outside_the_step_loop_stops_cleanly_and_resumes(config, refere
     assert proc.returncode == code, err[-3000:]
     assert "Traceback" not in err + out and "stopped" in err + out
     if sig == signal.SIGTERM:  # the same path for both; one resume keeps the suite's time down
+        assert not list(workdir.glob("stage_*/*")) and (workdir / ".loire_run").exists()  # --fresh emptied it
         resumes_to_reference(config, workdir, reference)
 
 
