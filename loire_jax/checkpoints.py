@@ -233,26 +233,42 @@ def _leaf_checksum(x: jax.Array) -> jax.Array:
     return jnp.sum(w * weight, dtype=jnp.uint32)
 
 
-# One program per leaf: leaves of one state may live on different device sets (a replicated
-# step counter on one device, the model on the mesh), which one jitted call cannot take.
-_checksum_jit = jax.jit(_leaf_checksum)
-_all_finite_jit = jax.jit(lambda x: jnp.all(jnp.isfinite(x)))
+@jax.jit
+def _integrity_program(leaves: tuple) -> tuple:
+    sums = tuple(_leaf_checksum(x) for x in leaves)
+    finite = tuple(jnp.all(jnp.isfinite(x)) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.bool_(True)
+                   for x in leaves)
+    return sums, finite
+
+
+def _integrity(tree: Any) -> tuple[dict[str, int], list[str]]:
+    """Checksums of every leaf, and the paths of non-finite ones, in one program per device set
+    (a state's leaves may live on different device sets: a step counter on one device, the
+    model on the mesh), so a save compiles once per state layout, not once per leaf."""
+    flat = _flat_by_path(_keys_to_data(tree))
+    groups: dict[Any, list[str]] = {}
+    for path, x in flat.items():
+        sharding = getattr(x, "sharding", None)
+        key = frozenset(d.id for d in sharding.device_set) if sharding is not None else None
+        groups.setdefault(key, []).append(path)
+    results = jax.device_get({key: _integrity_program(tuple(flat[p] for p in paths)) for key, paths in groups.items()})
+    sums, bad = {}, []
+    for key, paths in groups.items():
+        for path, total, ok in zip(paths, *results[key]):
+            sums[path] = int(total)
+            if not bool(ok):
+                bad.append(path)
+    return sums, bad
 
 
 def tree_checksums(tree: Any) -> dict[str, int]:
     """'/'-path -> checksum of every array leaf (typed PRNG keys by their key data)."""
-    flat = _flat_by_path(_keys_to_data(tree))
-    sums = jax.device_get({p: _checksum_jit(x) for p, x in flat.items()})
-    return {p: int(v) for p, v in sums.items()}
+    return _integrity(tree)[0]
 
 
 def non_finite_leaves(tree: Any) -> list[str]:
     """Paths of the floating leaves holding a NaN or an infinity (one small fetch)."""
-    flat = _flat_by_path(_keys_to_data(tree))
-    flags = jax.device_get({p: _all_finite_jit(x) for p, x in flat.items()
-                            if jnp.issubdtype(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype,
-                                              jnp.inexact)})
-    return [p for p, ok in flags.items() if not bool(ok)]
+    return _integrity(tree)[1]
 
 
 def _write_error(err: Exception, step: int | None, directory: Path) -> Exception:
@@ -352,12 +368,12 @@ class StageCheckpoints:
             raise KeyError(f"state must contain {PARAMS!r}; got keys {sorted(state)}")
         if not force and not self._mngr.should_save(int(step)):
             return False
-        bad = non_finite_leaves(state)
-        if bad:
-            raise NonFiniteStateError(int(step), bad)
         train = _keys_to_data({k: v for k, v in state.items() if k != PARAMS})
-        meta = _check_json({**meta, "format": FORMAT, "checksums": {
-            PARAMS: tree_checksums(state[PARAMS]), TRAIN: tree_checksums(train)}})
+        params_sums, bad = _integrity(state[PARAMS])
+        train_sums, bad_train = _integrity(train)
+        if bad or bad_train:
+            raise NonFiniteStateError(int(step), bad + bad_train)
+        meta = _check_json({**meta, "format": FORMAT, "checksums": {PARAMS: params_sums, TRAIN: train_sums}})
         items: dict[str, Any] = {PARAMS: ocp.args.StandardSave(state[PARAMS]), META: ocp.args.JsonSave(meta)}
         if jax.tree.leaves(train):  # Orbax refuses an empty item
             items[TRAIN] = ocp.args.StandardSave(train)

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_step_prints_tokens_per_second_and_mfu():
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # compile fast (tests only)
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_step.py"), "--mesh", "2", "--steps", "2",
                              "--repeats", "1", "--seq", "16", "--batch", "4", "--teachers", "1", "hidden=32", "ffn=64",
                              "heads=2", "head_dim=16", "layers=1", "vocab_size=256"],

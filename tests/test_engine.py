@@ -48,6 +48,7 @@ def run_config(tmp_path_factory) -> Path:
 
 def train(config: Path, workdir: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "LOIRE_FAULT")}
+    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # compile fast (tests only)
     env["JAX_PLATFORMS"] = "cpu"
     if fault:
         env["LOIRE_FAULT"] = fault

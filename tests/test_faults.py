@@ -59,6 +59,7 @@ def config(tmp_path_factory) -> Path:
 
 def train(config: Path, workdir: Path, *args: str, preexec=None, wait: bool = True):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "LOIRE_FAULT")}
+    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # compile fast (tests only)
     env["JAX_PLATFORMS"] = "cpu"
     cmd = [sys.executable, str(ROOT / "launch" / "train.py"), "--config", str(config), "--workdir", str(workdir),
            "--no-progress", *args]
