@@ -217,10 +217,10 @@ class Engine:
         step = ck.latest_step()
         return step is not None and bool(ck.read_meta(step).get("final"))
 
-    def _final_evaluated(self, k: int, log: "MetricsLog") -> bool:
-        """Whether metrics.jsonl holds stage k's final evaluation on every domain seen by then."""
+    def _final_evaluated(self, k: int, records: list[dict[str, Any]]) -> bool:
+        """Whether the records hold stage k's final evaluation on every domain seen by then."""
         seen = {d for stage in self.run.stages[:k + 1] for d in stage.domains}
-        got = {r.get("domain") for r in log.records() if r.get("kind") == "eval" and r.get("stage") == k + 1
+        got = {r.get("domain") for r in records if r.get("kind") == "eval" and r.get("stage") == k + 1
                and r.get("point") == "final"}
         return seen <= got
 
@@ -432,10 +432,11 @@ class Engine:
             raise RunError(f"the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size is "
                            f"{self.run.model.vocab_size}")
         log = MetricsLog(self.workdir)
+        records = log.records()  # what earlier sessions logged: read once
         try:
             for k in range(len(self.run.stages)):
                 if self._stage_done(k):
-                    if not self._final_evaluated(k, log):  # stopped between its final checkpoint and evaluation
+                    if not self._final_evaluated(k, records):  # stopped between its final checkpoint and evaluation
                         params = checkpoints.restore_params(checkpoints.stage_dir(self.workdir, k + 1),
                                                             self._abstract(k)[0]["params"])
                         print(f"stage {k + 1}: its final evaluation is missing; evaluating it now")

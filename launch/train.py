@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,13 +54,12 @@ def main(argv: list[str] | None = None) -> int:
 
     workdir = Path(args.workdir or os.path.join("runs", run.name)).expanduser()
     engine = Engine(run, workdir, devs, mesh_spec, progress=not args.no_progress)
+    early = Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log"  # library logs until the workdir is ours
     try:
         with engine.stops:
-            import tempfile
-
-            _library_logs_to(Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log")  # until the workdir is ours
+            _library_logs_to(early)
             engine.preflight(args.fresh, break_lock=args.break_lock)
-            _library_logs_to(workdir / "python.log")
+            _library_logs_to(workdir / "python.log", carry_over=early)
             engine.summary(note)
             rc = engine.run_all()
             engine.close()
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         engine.close(release=True)
+        if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
+            early.unlink()
     if rc == 0 and engine.complete:
         from launch.report import ReportError, write_report
 
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-def _library_logs_to(path: Path) -> None:
+def _library_logs_to(path: Path, carry_over: Path | None = None) -> None:
     """Send the libraries' logs, and tracebacks of their background threads, to a file.
 
     Orbax and asyncio log the tracebacks of a failed background write (a full disk, say)
@@ -106,10 +108,18 @@ def _library_logs_to(path: Path) -> None:
     import traceback
 
     handler = logging.FileHandler(path)
+    if carry_over is not None and carry_over.exists():  # the start-up log joins the workdir's, no litter
+        try:
+            handler.stream.write(carry_over.read_text())
+            carry_over.unlink()
+        except OSError:
+            pass
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+        if isinstance(old, logging.FileHandler):
+            old.close()
     root.addHandler(handler)
     try:
         from absl import logging as absl_logging

@@ -2,7 +2,7 @@
 
 ``grow(cfg, params, op, size, key)`` returns a bigger config and bigger parameters that
 compute the same function, up to rounding, wherever an exact construction exists
-(``../shared/design/growth-exactness.md``). It raises ``ValueError`` where none does,
+(``docs/growth.md``). It raises ``ValueError`` where none does,
 unless ``exact=False``.
 
 - ``"ffn"`` (eq. 8): new W1 columns (and SwiGLU gate columns) random, new W2 rows zero.

@@ -24,7 +24,7 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 
 from loire_jax.config import ModelConfig, preset
-from loire_jax.data.config import DataConfig, DomainSpec, SourceSpec, TokenizerSpec
+from loire_jax.data.config import DataConfig, DomainSpec, SourceSpec, TokenizerSpec, read_yaml
 from loire_jax.growth import HIDDEN_METHODS, INITS, MODES, OPS, GrowthPlan, plan_growth
 from loire_jax.layout import leaf_shapes
 from loire_jax.sharding import BATCH_AXES, MESH_AXES, parse_mesh, partition_spec
@@ -485,15 +485,7 @@ class RunConfig:
         p = Path(path)
         if not p.is_file():
             raise ValueError(f"run config file not found: {p}")
-        try:
-            with open(p, encoding="utf-8") as f:
-                raw = yaml.safe_load(f)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ValueError(f"{p}:{where} is not valid YAML ({getattr(err, 'problem', None) or err})") from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise ValueError(f"cannot read the run config {p}: {err}") from None
+        raw = read_yaml(p, ValueError)
         if not isinstance(raw, dict):
             raise ValueError(f"{p}: top level must be a mapping")
         base = p.resolve().parent

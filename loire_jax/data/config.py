@@ -149,6 +149,19 @@ class TokenizerSpec:
         return cls(**d)
 
 
+def read_yaml(path: Path, error: type[Exception]) -> Any:
+    """Parse a YAML file; a syntax error or an unreadable file raises ``error`` naming the line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise error(f"{path}:{where} is not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"cannot read {path}: {err}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """The whole data stream: domains in order, cache location, tokenizer and splits."""
@@ -209,13 +222,7 @@ class DataConfig:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"data config file not found: {p}")
-        try:
-            with open(p, encoding="utf-8") as f:
-                d = yaml.safe_load(f)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(f"{p}:{where} is not valid YAML ({getattr(err, 'problem', None) or err})") from None
+        d = read_yaml(p, ConfigError)
         _require(isinstance(d, dict), f"{p}: top level must be a mapping")
         return cls.from_dict(d, base_dir=p.resolve().parent)
 
