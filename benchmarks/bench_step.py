@@ -1,89 +1,298 @@
-"""Train-step throughput: tokens/s and MFU of the jitted, sharded LOIRE step.
+"""Train-step benchmark: tokens/s, MFU, peak memory and compile time of the step users run.
 
-MFU = analytic model FLOPs (loire_jax.flops) / step time / peak. On CPU the peak is
-measured in this process with a large jitted fp32 matmul. On GPU/TPU pass --peak-tflops.
-Medians over repeats, with compilation excluded.
+Each case (shape x teachers x dtype) runs in its own process, so the device's peak-memory
+counter belongs to that case alone. A case builds exactly the engine's step: the same
+StepSpec, state shardings, donation, ahead-of-time compilation and execution choices
+(``kernels.for_platform``), on random tokens.
 
-    python benchmarks/bench_step.py --mesh 8                  # the CPU default shape
-    python benchmarks/bench_step.py --mesh 1 hidden=768 ffn=2048 heads=12 layers=12 vocab_size=50257
+- tokens/s: median over ``--repeats`` timed runs of ``--steps`` steps, compilation excluded.
+- MFU: analytic model FLOPs (``loire_jax.flops``, true vocabulary, causal attention at
+  half) over the peak: published bf16 dense peaks on accelerators, and on CPU a large fp32
+  matmul measured in the same run.
+- memory: the compiled executable's analysis (per device) and, where the backend reports
+  it, the device's peak bytes in use.
+- ``--torch``: the same architecture and step written plainly in PyTorch eager (SDPA
+  attention, AdamW, bf16 autocast), timed in the same run; torch is not a dependency.
+
+    python benchmarks/bench_step.py --shapes tiny,m1 --teachers 0,1 --dtypes float32
+    python benchmarks/bench_step.py --shapes m1 --batch 8 --seq 256 --vocab 8192 --torch --mesh 1
+    python benchmarks/bench_step.py --shapes m5,1b --teachers 0,4 --dtypes bfloat16 --compile-only
+    python benchmarks/bench_step.py --shapes m5 --dtypes bfloat16 --json out.json   # on a GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from launch import devices  # noqa: E402
+from launch import devices  # noqa: E402  (before any JAX backend call)
+
+# (hidden, ffn, heads, layers) of each schedule's stages; a shape is the last one listed, and
+# its teachers are the stages before it, nearest first.
+SCHEDULES = {
+    "tiny": dict(vocab=8192, head_dim=16, batch=16, seq=64,
+                 stages=[(64, 256, 4, 2), (128, 256, 4, 2), (128, 512, 4, 2), (128, 512, 8, 2), (128, 512, 8, 4)]),
+    "m1": dict(vocab=50257, head_dim=64, batch=32, seq=1024, stages=[(384, 1024, 6, 6)]),
+    "m5": dict(vocab=50257, head_dim=64, batch=32, seq=1024,
+               stages=[(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6),
+                       (768, 2048, 12, 12)]),
+    "1b": dict(vocab=50257, head_dim=64, batch=8, seq=1024,
+               stages=[(1024, 3072, 16, 12), (2048, 3072, 16, 12), (2048, 6144, 16, 12), (2048, 6144, 32, 12),
+                       (2048, 6144, 32, 24)]),
+}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mesh", default="8")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--teachers", type=int, default=0, help="distillation teachers (copies of the model)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--peak-tflops", type=float, default=None, help="device peak; default: measured on CPU")
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args(argv)
-    sizes, devs, note = devices.configure(args.mesh)
+def _configs(case: dict):
+    from loire_jax import preset
 
+    sched = SCHEDULES[case["shape"]]
+    dtype = case["dtype"]
+    vocab = case.get("vocab") or sched["vocab"]
+
+    def cfg(h, f, a, L):
+        return preset("paper", vocab_size=vocab, max_seq_len=case["seq"], hidden=h, ffn=f, heads=a,
+                      head_dim=sched["head_dim"], layers=L, dtype=dtype, param_dtype="float32",
+                      attention=case["attention"], remat=case["remat"])
+
+    stages = [cfg(*s) for s in sched["stages"]]
+    student = stages[-1]
+    earlier = stages[:-1][::-1] or [student]  # a one-stage schedule distils from copies of itself
+    teachers = [earlier[i % len(earlier)] for i in range(case["teachers"])]
+    return student, teachers
+
+
+def run_case(case: dict) -> dict:
+    """One case in this process: compile, check memory, time. Returns a JSON-able record."""
+    sizes, devs, note = devices.configure(case["mesh"])
     import jax
     import numpy as np
 
-    from loire_jax import init_params, preset
+    from loire_jax import init_params
     from loire_jax.flops import train_flops_per_token
-    from loire_jax.run_config import apply_overrides
+    from loire_jax.kernels import for_platform
+    from loire_jax.memory import peak_in_use, step_memory
     from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
     from loire_jax.stages import state_shardings
     from loire_jax.train_step import StepSpec, init_state, make_optimizer, make_train_step
 
-    model = dict(vocab_size=8192, max_seq_len=args.seq, hidden=128, ffn=512, heads=4, head_dim=32, layers=4,
-                 dtype=args.dtype, param_dtype="float32")
-    model = apply_overrides({"model": model}, [f"model.{o}" for o in args.overrides])["model"]  # validated keys
-    cfg = preset("paper", **model)
     mesh = make_mesh(sizes, devs)
-    shardings = param_shardings(cfg, mesh)
-    params = init_params(cfg, jax.random.key(0), out_shardings=shardings)
-    opt = make_optimizer("adamw", learning_rate=1e-3, weight_decay=0.1)
-    teachers = (cfg,) * args.teachers
-    spec = StepSpec(cfg, teachers=teachers, betas=(0.1,) * args.teachers)
-    state_sh = state_shardings(cfg, mesh, opt)  # as the engine places the state
+    platform = devs[0].platform
+    student, teachers = _configs(case)
+    run_student = for_platform(student, platform, case["seq"])
+    run_teachers = [for_platform(t, platform, case["seq"]).replace(param_dtype=t.dtype if t.dtype == "bfloat16"
+                                                                   else t.param_dtype) for t in teachers]
+    opt = make_optimizer("adam", learning_rate=1e-4)
+    spec = StepSpec(run_student, teachers=tuple(run_teachers), betas=(0.1,) * len(teachers),
+                    microbatches=case["microbatches"], loss_chunk=case["loss_chunk"])
+    state_sh = state_shardings(student, mesh, opt)
+    teacher_sh = tuple(param_shardings(t, mesh) for t in teachers)
+    batch_sh = batch_sharding(mesh)
+    fn = jax.jit(make_train_step(spec, opt), donate_argnums=0, in_shardings=(state_sh, batch_sh, teacher_sh),
+                 out_shardings=(state_sh, None))
+    record = dict(case, device=note, device_kind=devs[0].device_kind, platform=platform,
+                  attention_run=run_student.attention, remat_run=run_student.remat,
+                  params=int(sum(np.prod(s) for s in _leaf_sizes(student))))
+
+    def abstract(tree, shardings):
+        return jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), tree,
+                                      shardings)
+
+    from loire_jax.layout import abstract_params
+
+    state_abs = jax.eval_shape(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(1))),
+                               abstract_params(student))
+    t_abs = tuple(abstract(jax.tree_util.tree_map(lambda x, c=c: jax.ShapeDtypeStruct(x.shape, c.params_dtype),
+                                                  abstract_params(c)), sh) for c, sh in zip(run_teachers, teacher_sh))
+    batch_abs = jax.ShapeDtypeStruct((case["batch"], case["seq"] + 1), np.int32, sharding=batch_sh)
+    t0 = time.perf_counter()
+    with jax.set_mesh(mesh):
+        compiled = fn.lower(abstract(state_abs, state_sh), {"tokens": batch_abs}, t_abs).compile()
+    record["compile_s"] = time.perf_counter() - t0
+    mem = step_memory(compiled)
+    if mem:
+        record.update(compiled_peak_gib=mem.peak / 2**30, compiled_temp_gib=mem.temporaries / 2**30)
+    flops_per_token = train_flops_per_token(student, case["seq"], teachers)
+    record["flops_per_token"] = flops_per_token
+    if case["compile_only"]:
+        return record
+
+    params = init_params(student, jax.random.key(0), out_shardings=state_sh["params"])
     state = jax.jit(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(1))), out_shardings=state_sh)(params)
-    step = jax.jit(make_train_step(spec, opt), donate_argnums=0,
-                   in_shardings=(state_sh, batch_sharding(mesh), (shardings,) * args.teachers),
-                   out_shardings=(state_sh, None))
+    cast = {"bfloat16": jax.numpy.bfloat16}.get(case["dtype"])
+    teacher_params = tuple(
+        jax.jit(lambda p, d=cast: jax.tree_util.tree_map(lambda x: x.astype(d) if d else x, p), out_shardings=sh)(
+            init_params(t, jax.random.key(2 + i), out_shardings=sh)) for i, (t, sh) in enumerate(zip(teachers, teacher_sh)))
     rng = np.random.default_rng(0)
-    batches = [jax.device_put(rng.integers(0, cfg.vocab_size, (args.batch, args.seq + 1), dtype=np.int32),
-                              batch_sharding(mesh)) for _ in range(4)]
-    teacher_params = tuple(params for _ in teachers)
-    state, m = step(state, {"tokens": batches[0]}, teacher_params)  # compile
+    batches = [jax.device_put(rng.integers(0, student.vocab_size, (case["batch"], case["seq"] + 1), dtype=np.int32),
+                              batch_sh) for _ in range(4)]
+    state, m = compiled(state, {"tokens": batches[0]}, teacher_params)  # warm-up
     jax.block_until_ready(m)
     rates = []
-    for _ in range(args.repeats):
+    for _ in range(case["repeats"]):
         t = time.perf_counter()
-        for i in range(args.steps):
-            state, m = step(state, {"tokens": batches[i % 4]}, teacher_params)
+        for i in range(case["steps"]):
+            state, m = compiled(state, {"tokens": batches[i % 4]}, teacher_params)
         jax.block_until_ready(m)
-        rates.append(args.steps * args.batch * args.seq / (time.perf_counter() - t))
-    tokens_s = statistics.median(rates)
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else devices.measured_matmul_flops()
-    achieved = tokens_s * train_flops_per_token(cfg, args.seq, teachers)
-    print(f"devices: {note}; mesh {dict(mesh.shape)}")
-    print(f"model (h, f, heads, L) = ({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}), vocab {cfg.vocab_size}, "
-          f"batch {args.batch} x seq {args.seq}, {args.dtype}, teachers {args.teachers}")
-    print(f"train step: {tokens_s:,.0f} tokens/s (median of {args.repeats} x {args.steps} steps; "
-          f"all runs {[round(r) for r in rates]})")
-    print(f"model FLOPs {achieved / 1e9:.1f} GFLOP/s; peak {'given' if args.peak_tflops else 'measured (2048^2 fp32 matmul)'}"
-          f" {peak / 1e9:.1f} GFLOP/s; MFU {100 * achieved / peak:.1f}%")
+        rates.append(case["steps"] * case["batch"] * case["seq"] / (time.perf_counter() - t))
+    record["tokens_per_s"] = statistics.median(rates)
+    record["tokens_per_s_runs"] = rates
+    record["loss"] = float(m["loss"])
+    peak = peak_in_use(devs)
+    if peak is not None:
+        record["device_peak_gib"] = peak / 2**30
+    record.update(_peak(case, devs, platform))
+    record["mfu"] = record["tokens_per_s"] * flops_per_token / record["peak_flops"] if record["peak_flops"] else None
+    if case["torch"]:
+        record.update(_torch_case(student, teachers, case, record["peak_flops"]))
+    return record
+
+
+def _leaf_sizes(cfg):
+    from loire_jax.layout import leaf_shapes
+
+    return [s for p, s in leaf_shapes(cfg).items() if p != "gates"]
+
+
+def _peak(case, devs, platform) -> dict:
+    if case.get("peak_tflops"):
+        return {"peak_flops": case["peak_tflops"] * 1e12 * len(devs), "peak_source": "given"}
+    if platform == "cpu":
+        return {"peak_flops": devices.measured_matmul_flops(), "peak_source": "measured 2048^2 fp32 matmul, this run"}
+    peak, source = devices.peak_flops(devs)
+    return {"peak_flops": peak, "peak_source": source}
+
+
+def _torch_case(student, teachers, case, peak) -> dict:
+    """The same step in plain PyTorch eager: the comparison users would make."""
+    try:
+        import torch
+    except ImportError:
+        return {"torch_error": "torch is not installed (pip install torch; it is a benchmark option only)"}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from torch_reference import train_step_rate
+
+    rate = train_step_rate(student, teachers, case, torch)
+    from loire_jax.flops import train_flops_per_token
+
+    return {"torch_tokens_per_s": rate, "torch_version": torch.__version__,
+            "torch_mfu": rate * train_flops_per_token(student, case["seq"], teachers) / peak if peak else None}
+
+
+# --------------------------------------------------------------------------- the driver
+def _cases(args) -> list[dict]:
+    out = []
+    for shape in args.shapes.split(","):
+        if shape not in SCHEDULES:
+            raise SystemExit(f"error: unknown shape {shape!r}; choose from {sorted(SCHEDULES)}")
+        for dtype in args.dtypes.split(","):
+            for t in (int(x) for x in args.teachers.split(",")):
+                sched = SCHEDULES[shape]
+                out.append(dict(shape=shape, dtype=dtype, teachers=t, batch=args.batch or sched["batch"],
+                                seq=args.seq or sched["seq"], vocab=args.vocab, mesh=args.mesh, steps=args.steps,
+                                repeats=args.repeats, microbatches=args.microbatches, loss_chunk=args.loss_chunk,
+                                attention=args.attention, remat=args.remat, compile_only=args.compile_only,
+                                torch=args.torch, peak_tflops=args.peak_tflops))
+    return out
+
+
+def _table(records: list[dict]) -> str:
+    head = ("| shape (h, f, heads, L) | dtype | teachers | batch x seq | attention / remat | tokens/s | MFU | "
+            "compiled peak GiB | device peak GiB | compile s | PyTorch eager tokens/s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in records:
+        if "error" in r:
+            lines.append(f"| {r['shape']} | {r['dtype']} | {r['teachers']} | {r['batch']} x {r['seq']} | | "
+                         f"error: {r['error'][:80]} | | | | | |")
+            continue
+        student, _ = _configs(r)
+        shape = f"{r['shape']} ({student.hidden}, {student.ffn}, {student.heads}, {student.layers}) V{student.vocab_size}"
+        f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+        torch_col = f(r.get("torch_tokens_per_s"), ",.0f")
+        if r.get("torch_tokens_per_s") and r.get("tokens_per_s"):
+            torch_col += f" (JAX/torch {r['tokens_per_s'] / r['torch_tokens_per_s']:.2f}x)"
+        lines.append(f"| {shape} | {r['dtype']} | {r['teachers']} | {r['batch']} x {r['seq']} | "
+                     f"{r['attention_run']} / {r['remat_run']} | {f(r.get('tokens_per_s'), ',.0f')} | "
+                     f"{f(r['mfu'] * 100 if r.get('mfu') is not None else None, '.1f')}{'%' if r.get('mfu') else ''} | "
+                     f"{f(r.get('compiled_peak_gib'), '.2f')} | {f(r.get('device_peak_gib'), '.2f')} | "
+                     f"{r['compile_s']:.1f} | {torch_col} |")
+    return "\n".join(lines)
+
+
+def _engine_rate(workdir: str) -> tuple[int, float] | None:
+    """The engine's own median tokens/s over the last stage's train phase (steps after the first)."""
+    records = [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    train = [r for r in records if r.get("kind") == "train" and r.get("phase") == "train"]
+    if not train:
+        return None
+    last = max(r["stage"] for r in train)
+    rates = [r["tokens_per_s"] for r in train if r["stage"] == last][1:]
+    return last, statistics.median(rates)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="tiny", help=f"comma-separated, from {sorted(SCHEDULES)}")
+    parser.add_argument("--teachers", default="0", help="comma-separated teacher counts, e.g. 0,1,4")
+    parser.add_argument("--dtypes", default="float32", help="comma-separated compute dtypes: float32,bfloat16")
+    parser.add_argument("--mesh", default="1")
+    parser.add_argument("--batch", type=int, default=None, help="default: the shape's")
+    parser.add_argument("--seq", type=int, default=None, help="default: the shape's")
+    parser.add_argument("--vocab", type=int, default=None, help="default: the shape's")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--microbatches", type=int, default=1)
+    parser.add_argument("--loss-chunk", type=int, default=1024)
+    parser.add_argument("--attention", default="auto")
+    parser.add_argument("--remat", default="auto")
+    parser.add_argument("--compile-only", action="store_true", help="compile time and memory analysis only")
+    parser.add_argument("--torch", action="store_true", help="also time the same step in PyTorch eager")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="per-device peak; default: published/measured")
+    parser.add_argument("--json", default=None, help="write every case's record here")
+    parser.add_argument("--compare-run", default=None, metavar="WORKDIR",
+                        help="print the engine's logged tokens/s of that run's last stage next to the first case")
+    parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # internal: one case, in this process
+    args = parser.parse_args(argv)
+
+    if args.case:
+        try:
+            record = run_case(json.loads(args.case))
+        except Exception as err:  # noqa: BLE001 - reported in the table, e.g. out of memory
+            record = dict(json.loads(args.case), error=f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+        print("RECORD " + json.dumps(record))
+        return 0
+
+    records = []
+    for case in _cases(args):
+        out = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RECORD ")]
+        record = json.loads(lines[-1][7:]) if lines else dict(case, error=(out.stderr or "no output").strip()[-300:])
+        records.append(record)
+        print(f"{case['shape']} {case['dtype']} teachers={case['teachers']}: "
+              + (record.get("error") or f"{record.get('tokens_per_s', 0):,.0f} tokens/s"), flush=True)
+    if records and "device" in records[0]:
+        print(f"\ndevice: {records[0]['device']} ({records[0]['device_kind']}); peak for MFU: "
+              f"{records[0].get('peak_source', 'n/a')}")
+    print(_table(records))
+    if args.compare_run:
+        got = _engine_rate(args.compare_run)
+        if got and records and records[0].get("tokens_per_s"):
+            stage, rate = got
+            print(f"engine ({args.compare_run}, stage {stage} train phase): {rate:,.0f} tokens/s; this benchmark: "
+                  f"{records[0]['tokens_per_s']:,.0f} ({rate / records[0]['tokens_per_s']:.2f}x)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1))
+        print(f"wrote {args.json}")
+    return 1 if any("error" in r for r in records) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

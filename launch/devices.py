@@ -52,6 +52,26 @@ def configure(mesh_spec: str, *, enable_x64: bool = False) -> tuple[dict[str, in
     return sizes, cpus[:need], note
 
 
+def compile_cache(setting: str) -> str | None:
+    """Turn on JAX's persistent compilation cache; returns its directory (None: off).
+
+    ``auto``: $JAX_COMPILATION_CACHE_DIR if set, else the user cache
+    (``$XDG_CACHE_HOME/loire_jax/xla``, default ``~/.cache/loire_jax/xla``), so that a resumed
+    or repeated run loads every phase's program instead of compiling it again. Programs
+    that compile in under half a second are not worth the disk and are not cached.
+    """
+    if setting == "off":
+        return None
+    if setting == "auto":
+        setting = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "loire_jax", "xla")
+    os.makedirs(setting, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", setting)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return setting
+
+
 # Dense bf16 peaks (FLOP/s) per device, from the vendors' datasheets, for MFU on accelerators.
 PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12,
                    "TPU v5 lite": 197e12, "TPU v6 lite": 918e12}

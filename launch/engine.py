@@ -29,11 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from loire_jax import checkpoints
+from loire_jax import memory
 from loire_jax import workdir as rundir
 from loire_jax.data import (check_compatible, eval_iterator, load_tokenizer, prepare, to_global_batch,
                             train_iterator)
 from loire_jax.flops import train_flops_per_token
 from loire_jax.growth import grow_like, grow_optimizer_state
+from loire_jax.kernels import for_platform
 from loire_jax.layout import param_count
 from loire_jax.model import init_params
 from loire_jax.run_config import RunConfig, growth_plans, history_compatible, stage_models, validate
@@ -94,6 +96,7 @@ class Engine:
         kind, _, n = os.environ.get("LOIRE_FAULT", "").partition(":")
         self.fault = (signal.SIGKILL if kind == "kill" else signal.SIGTERM, int(n)) if n else None
         self.mesh = make_mesh(run.mesh_sizes if mesh_spec is None else parse_mesh(mesh_spec), devices)
+        self.platform = self.mesh.devices.flat[0].platform
         self.models = stage_models(run)
         self.plans = growth_plans(run)
         self.domain_index = {d.name: i for i, d in enumerate(run.data.domains)}
@@ -115,6 +118,7 @@ class Engine:
         validate(self.run, dict(self.mesh.shape), known_domains=set(self.domain_index))
         for cfg in self.models:
             param_shardings(cfg, self.mesh)
+            self._exec(cfg)  # an attention kernel this platform cannot run is refused here
         data_root = Path(self.run.data.root)
         if data_root.exists() and not data_root.is_dir():
             raise RunError(f"data_dir {data_root} is a file, not a directory; set data.data_dir to a directory")
@@ -224,6 +228,48 @@ class Engine:
                and r.get("point") == "final"}
         return seen <= got
 
+    def _exec(self, cfg):
+        """``cfg`` as it runs here: attention kernel and remat resolved for the mesh's platform."""
+        return for_platform(cfg, self.platform, self.run.seq_len)
+
+    def _teacher_cfg(self, j: int):
+        """Teachers are frozen: under bf16 they are stored and run in bf16 (no float32 copy)."""
+        cfg = self._exec(self.models[j])
+        return cfg.replace(param_dtype=cfg.dtype) if self.run.precision == "bf16" else cfg
+
+    def _load_teacher(self, j: int) -> dict[str, Any]:
+        params = checkpoints.restore_params(checkpoints.stage_dir(self.workdir, j + 1), self._abstract(j)[0]["params"])
+        if self.run.precision != "bf16":
+            return params
+        dtype = jnp.dtype(self.models[j].dtype)
+        # checksums are verified on the stored float32; the copy is cast in place (donated)
+        return jax.jit(lambda p: jax.tree_util.tree_map(lambda x: x.astype(dtype), p), donate_argnums=0,
+                       out_shardings=param_shardings(self.models[j], self.mesh))(params)
+
+    def _knobs(self, cfg) -> dict[str, Any]:
+        return {"microbatches": self.run.microbatches, "remat": self._exec(cfg).remat,
+                "batch_size": self.run.batch_size, "loss_chunk": self.run.loss_chunk}
+
+    def _compile(self, what: str, k: int, fn, args: tuple, log: MetricsLog, phase: str):
+        """Compile ahead of time, check that it fits the device before it runs, log the cost.
+
+        A compiled executable refuses inputs it was not compiled for, so each phase runs
+        exactly the one program compiled here."""
+        t = time.perf_counter()
+        precision = jax.default_matmul_precision("highest") if phase == "eval" else contextlib.nullcontext()
+        with jax.set_mesh(self.mesh), precision:
+            compiled = fn.lower(*args).compile()
+        seconds = time.perf_counter() - t
+        need = memory.step_memory(compiled)
+        log.write({"kind": "compile", "stage": k + 1, "phase": phase, "seconds": seconds,
+                   **({"peak_bytes": need.peak, "temp_bytes": need.temporaries} if need else {})})
+        try:
+            memory.check_fits(what, need, memory.device_memory(list(self.mesh.devices.flat)),
+                              self._knobs(self.models[k]))
+        except memory.OutOfMemory as err:
+            raise RunError(str(err)) from None
+        return compiled
+
     def _rng_shape(self) -> tuple[int, ...]:
         return tuple(jax.random.key_data(jax.random.key(0)).shape)
 
@@ -247,9 +293,6 @@ class Engine:
 
         ``point`` is "init" (right after growth), "final" (stage end) or "step" (every
         ``eval.every`` steps in between); the report reads init and final."""
-        if k not in self.eval_fns:  # one compilation per stage
-            self.eval_fns[k] = jax.jit(make_eval_step(self.models[k]))
-        fn = self.eval_fns[k]
         seen: list[str] = []
         for stage in self.run.stages[:k + 1]:
             seen += [d for d in stage.domains if d not in seen]
@@ -263,7 +306,13 @@ class Engine:
                     break
                 tokens = jax.device_put(batch["tokens"], batch_sharding(self.mesh))
                 weights = jax.device_put(batch["weights"], batch_sharding(self.mesh))
-                s, c = fn(params, {"tokens": tokens, "weights": weights})
+                args = (params, {"tokens": tokens, "weights": weights})
+                if k not in self.eval_fns:  # one compilation per stage, at "highest" matmul precision:
+                    # init vs final PPL is the run's function-preservation check, and TF32 must not fake it
+                    fn = jax.jit(make_eval_step(self._exec(self.models[k]), self.run.loss_chunk))
+                    self.eval_fns[k] = self._compile(f"stage {k + 1} ({self.run.stages[k].name}) evaluation", k,
+                                                     fn, args, log, "eval")
+                s, c = self.eval_fns[k](*args)
                 total, count = total + float(s), count + float(c)
             mean = total / max(count, 1.0)
             out[name] = math.exp(mean) if mean < 709.0 else math.inf  # exp overflows a float past ~709
@@ -330,9 +379,7 @@ class Engine:
             with clock.evaluating():
                 self.evaluate(k, state["params"], "init", log)
         shardings = state_shardings(cfg, self.mesh, opt)
-        teacher_params = tuple(
-            checkpoints.restore_params(checkpoints.stage_dir(self.workdir, j + 1),
-                                       self._abstract(j)[0]["params"]) for j in teachers)
+        teacher_params = tuple(self._load_teacher(j) for j in teachers)
         ramp = ramp_layers(self.plans[k])
         guard = self.stops
         bar = _progress(stage.steps, start, f"stage {k + 1}/{len(self.run.stages)} {stage.name}", self.progress)
@@ -343,16 +390,6 @@ class Engine:
         with guard.deferred():
             for s in range(start, stage.steps):
                 phase = phase_at(stage_phases, s)
-                if (k, phase.name) not in self.step_fns:
-                    spec = StepSpec(cfg, teachers=tuple(self.models[j] for j in teachers) if phase.distill else (),
-                                    betas=(stage.beta,) * len(teachers) if phase.distill else (),
-                                    ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps)
-                    teacher_sh = tuple(param_shardings(self.models[j], self.mesh) for j in teachers) \
-                        if phase.distill else ()
-                    self.step_fns[k, phase.name] = jax.jit(
-                        make_train_step(spec, opt), donate_argnums=0,
-                        in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
-                        out_shardings=(shardings, None))
                 # Host batches from grain's threads; placed on the mesh here, on the main thread:
                 # device work from a second thread can deadlock XLA:CPU's simulated collectives.
                 host = next(it)
@@ -360,7 +397,26 @@ class Engine:
                     raise RunError(f"stage {k + 1} step {s + 1}: the data holds token ids outside [0, {cfg.vocab_size}); "
                                    "the prepared data does not match this model's vocabulary")
                 batch = to_global_batch(host, self.mesh, BATCH_AXES)
-                state, metrics = self.step_fns[k, phase.name](state, batch, teacher_params if phase.distill else ())
+                phase_teachers = teacher_params if phase.distill else ()
+                if (k, phase.name) not in self.step_fns:
+                    if pending is not None:  # the previous phase's last step: timed before compiling
+                        self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
+                        pending = None
+                    spec = StepSpec(self._exec(cfg),
+                                    teachers=tuple(self._teacher_cfg(j) for j in teachers) if phase.distill else (),
+                                    betas=(stage.beta,) * len(teachers) if phase.distill else (),
+                                    ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps,
+                                    microbatches=self.run.microbatches, loss_chunk=self.run.loss_chunk)
+                    teacher_sh = tuple(param_shardings(self.models[j], self.mesh) for j in teachers) \
+                        if phase.distill else ()
+                    fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
+                                 in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
+                                 out_shardings=(shardings, None))
+                    self.step_fns[k, phase.name] = self._compile(
+                        f"stage {k + 1} ({stage.name}) {phase.name} step", k, fn, (state, batch, phase_teachers), log,
+                        phase.name)
+                    t_last = time.perf_counter()  # compilation is not step time
+                state, metrics = self.step_fns[k, phase.name](state, batch, phase_teachers)
                 if pending is not None:
                     self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
                     t_last = time.perf_counter()
@@ -394,12 +450,8 @@ class Engine:
                     return False
         bar.close()
         ck.wait()
-        for (stage_k, phase_name), fn in self.step_fns.items():
-            if stage_k == k:  # one compilation per phase, never per step
-                log.write({"kind": "compile", "stage": k + 1, "phase": phase_name, "programs": fn._cache_size()})
         with clock.evaluating():
             self.evaluate(k, state["params"], "final", log)
-        log.write({"kind": "compile", "stage": k + 1, "phase": "eval", "programs": self.eval_fns[k]._cache_size()})
         log.write(clock.lap(k + 1, stage.steps))
         if guard.requested:  # arrived on the stage's last step: the stage is complete and saved
             print(f"stopped ({guard.name}) after stage {k + 1}: rerun the same command to resume")
@@ -442,8 +494,18 @@ class Engine:
                         print(f"stage {k + 1}: its final evaluation is missing; evaluating it now")
                         self.evaluate(k, params, "final", log)
                     continue
-                if not self.run_stage(k, log, tokenizer.identity):
-                    return 0
+                try:
+                    if not self.run_stage(k, log, tokenizer.identity):
+                        return 0
+                except Exception as err:
+                    if not memory.is_out_of_memory(err):
+                        raise
+                    kept = self._ckpt(k).latest_step()
+                    raise RunError(f"stage {k + 1} ({self.run.stages[k].name}) ran out of device memory "
+                                   f"({str(err).splitlines()[0][:160]}). To make it fit: "
+                                   f"{memory.advice(self._knobs(self.models[k]))}. The last checkpoint is kept "
+                                   f"({f'stage {k + 1} step {kept}' if kept is not None else f'the end of stage {k}'});"
+                                   " rerun with the new setting to resume") from None
         finally:
             log.close()
         print(f"run complete: {len(self.run.stages)} stages; workdir {self.workdir}")

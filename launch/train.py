@@ -1,7 +1,7 @@
 """Entry point of the lifelong run: ``python launch/train.py --mesh 8``.
 
     python launch/train.py [--config configs/tiny.yaml] [--mesh 8 | --mesh data=2,fsdp=2,tensor=2]
-                           [--workdir DIR] [--fresh] [key=value ...]
+                           [--workdir DIR] [--fresh] [--compile-cache DIR|auto|off] [key=value ...]
 
 Runs LOIRE stage by stage (Algorithm 1): M1 on the first domain, then at every stage the
 configured growth, a distillation warmup from the earlier stages' frozen models, and
@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--break-lock", action="store_true",
                         help="take the workdir's lock even if another run seems to hold it")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
+                        help="persistent XLA compilation cache (auto: $JAX_COMPILATION_CACHE_DIR or "
+                             "~/.cache/loire_jax/xla), so a resumed or repeated run does not recompile")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     args = parser.parse_args(argv)
 
@@ -43,8 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         run = RunConfig.from_yaml(args.config, args.overrides)
         mesh_spec = args.mesh or run.mesh
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64")
+        devices.compile_cache(args.compile_cache)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: compilation cache {args.compile_cache}: {err.strerror or err}; pass --compile-cache off or "
+              "another directory", file=sys.stderr)
         return 2
 
     from launch.engine import Engine, RunError

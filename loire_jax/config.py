@@ -18,6 +18,10 @@ NORM_POSITIONS = ("pre", "post")
 ACTIVATIONS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+# Execution choices: they change how the model runs, never what it computes (up to rounding).
+ATTENTIONS = ("auto", "xla", "cudnn", "splash")
+REMATS = ("auto", "none", "dots", "full")
+EXECUTION_FIELDS = ("attention", "remat")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +51,15 @@ class ModelConfig:
     init_std: float = 0.02
     dtype: str = "float32"
     param_dtype: str = "float32"
+    # Rows of the embedding / columns of the head, rounded up to a multiple of this: padded
+    # logits are masked out of every softmax, so losses equal the unpadded ones.
+    pad_vocab_to: int = 128
+    attention: str = "auto"  # see loire_jax.kernels: auto | xla | cudnn | splash
+    remat: str = "auto"  # rematerialisation of the scanned layer: auto | none | dots | full
 
     def __post_init__(self) -> None:
         problems = []
-        for name in ("vocab_size", "max_seq_len", "hidden", "ffn", "heads", "head_dim", "layers"):
+        for name in ("vocab_size", "max_seq_len", "hidden", "ffn", "heads", "head_dim", "layers", "pad_vocab_to"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.append(f"{name} must be a positive integer, got {value!r}")
@@ -61,6 +70,8 @@ class ModelConfig:
             ("position", POSITIONS),
             ("dtype", DTYPES),
             ("param_dtype", DTYPES),
+            ("attention", ATTENTIONS),
+            ("remat", REMATS),
         ):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -81,6 +92,11 @@ class ModelConfig:
     @property
     def params_dtype(self) -> jnp.dtype:
         return jnp.dtype(self.param_dtype)
+
+    @property
+    def padded_vocab(self) -> int:
+        """The vocabulary axis as stored: ``vocab_size`` rounded up to ``pad_vocab_to``."""
+        return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     @property
     def has_final_norm(self) -> bool:

@@ -79,7 +79,7 @@ def leaf_kind(path: str) -> str:
 def axis_size(cfg: ModelConfig, name: str) -> int:
     base = name.split(":")[0]
     return {
-        "vocab": cfg.vocab_size,
+        "vocab": cfg.padded_vocab,
         "seq": cfg.max_seq_len,
         "layers": cfg.layers,
         "hidden": cfg.hidden,

@@ -13,7 +13,6 @@ state: training sets them from the ramp schedule and never differentiates them.
 
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Any
 
@@ -22,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from loire_jax.config import ModelConfig
+from loire_jax.kernels import causal_attention, remat_policy, resolved
 from loire_jax.layout import GATES, leaf_shapes, unflatten, validate_params
 
 
@@ -72,13 +72,7 @@ class Attention(nn.Module):
         q, k, v = proj("query"), proj("key"), proj("value")
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        sdt = _softmax_dtype(cfg.compute_dtype)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sdt) / math.sqrt(cfg.head_dim)
-        seq = x.shape[1]
-        causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
-        scores = jnp.where(causal[None, None], scores, jnp.finfo(sdt).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
-        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        out = causal_attention(q, k, v, cfg.attention)
         return nn.DenseGeneral(cfg.hidden, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                                param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="out")(out)
 
@@ -124,12 +118,18 @@ class GatedBlock(nn.Module):
 
 
 class Decoder(nn.Module):
+    """The whole model. With ``head=False`` it returns the final hidden states, which the
+    chunked losses multiply by ``head_matrix`` one block of tokens at a time.
+
+    ``cfg`` must carry concrete execution choices (``kernels.for_platform``)."""
+
     cfg: ModelConfig
+    head: bool = True
 
     @nn.compact
     def __call__(self, tokens: jax.Array, gates: jax.Array) -> jax.Array:
         cfg = self.cfg
-        embed = nn.Embed(cfg.vocab_size, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        embed = nn.Embed(cfg.padded_vocab, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                          embedding_init=_kernel_init(cfg), name="embed")
         x = embed(tokens)
         seq = tokens.shape[1]
@@ -140,14 +140,19 @@ class Decoder(nn.Module):
             x = x + pos(jnp.arange(seq))[None]
         else:
             rope = rope_tables(cfg, seq)
-        stack = nn.scan(GatedBlock, variable_axes={"params": 0}, split_rngs={"params": True},
+        block = GatedBlock
+        if cfg.remat not in ("none", "auto"):
+            block = nn.remat(GatedBlock, policy=remat_policy(cfg.remat), prevent_cse=False)
+        stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast), length=cfg.layers)
         x, _ = stack(cfg, name="layers")(x, gates, rope)
         if cfg.has_final_norm:
             x = _norm(cfg, "final_norm")(x)
+        if not self.head:
+            return x
         if cfg.tie_embeddings:
             return embed.attend(x)
-        return nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        return nn.Dense(cfg.padded_vocab, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                         kernel_init=_kernel_init(cfg), name="lm_head")(x)
 
 
@@ -170,6 +175,10 @@ def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
         if path.endswith(("kernel", "embedding")):
             leaf_key = jax.random.fold_in(key, zlib.crc32(path.encode()) & 0x7FFFFFFF)
             flat[path] = cfg.init_std * jax.random.normal(leaf_key, shape, cfg.params_dtype)
+            if path in ("embed/embedding", "lm_head/kernel") and cfg.padded_vocab > cfg.vocab_size:
+                vocab_axis = 0 if path == "embed/embedding" else 1  # padding rows / columns start at 0
+                keep = jnp.arange(cfg.padded_vocab) < cfg.vocab_size
+                flat[path] = jnp.where(jnp.expand_dims(keep, 1 - vocab_axis), flat[path], 0)
         elif path.endswith("bias"):
             flat[path] = jnp.zeros(shape, cfg.params_dtype)
         else:  # norm gains and layer gates
@@ -177,11 +186,7 @@ def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
     return unflatten(flat)
 
 
-def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
-    """Logits [batch, seq, vocab] for int tokens [batch, seq], honouring the layer gates.
-
-    Jit it with the config static: ``jax.jit(apply_model, static_argnums=0)``.
-    """
+def _check_inputs(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> None:
     if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
         raise ValueError(f"tokens must be an integer array [batch, seq], got {tokens.dtype}{tokens.shape}")
     if tokens.shape[1] > cfg.max_seq_len:
@@ -193,5 +198,44 @@ def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> 
             raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}) for this model, got ids in [{low}, {high}]")
     cfg.check_dtype_support()
     validate_params(cfg, params)  # shapes only: cheap, and works under tracing
+
+
+def final_hidden(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
+    """The last hidden states [batch, seq, hidden] (after the final norm), in the compute dtype.
+
+    ``auto`` execution choices resolve against the default backend here; the trainer
+    resolves them against its mesh's platform beforehand (``kernels.for_platform``)."""
+    _check_inputs(cfg, params, tokens)
+    attention, remat = resolved(cfg, tokens.shape[1])
+    run_cfg = cfg.replace(attention=attention, remat=remat)
     body = {k: v for k, v in params.items() if k != GATES}
-    return Decoder(cfg).apply({"params": body}, tokens, params[GATES])
+    return Decoder(run_cfg, head=False).apply({"params": body}, tokens, params[GATES])
+
+
+def head_matrix(cfg: ModelConfig, params: dict[str, Any]) -> jax.Array:
+    """The LM head as [hidden, padded_vocab] in the compute dtype: the tied embedding's
+    transpose, or ``lm_head/kernel``."""
+    w = params["embed"]["embedding"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
+    return w.astype(cfg.compute_dtype)
+
+
+def logits_dtype(cfg: ModelConfig) -> jnp.dtype:
+    """Logits and losses are reduced in float32 at least (bf16 compute), float64 stays float64."""
+    return _softmax_dtype(cfg.compute_dtype)
+
+
+def vocab_mask(cfg: ModelConfig) -> jax.Array:
+    """True for real vocabulary columns, False for padding."""
+    return jnp.arange(cfg.padded_vocab) < cfg.vocab_size
+
+
+def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
+    """Logits [batch, seq, vocab_size] for int tokens [batch, seq], honouring the layer gates.
+
+    The padded vocabulary columns are dropped, so the result does not depend on
+    ``pad_vocab_to``. Logits are float32 at least (float64 for a float64 model).
+    Jit it with the config static: ``jax.jit(apply_model, static_argnums=0)``.
+    """
+    x = final_hidden(cfg, params, tokens)
+    logits = jnp.einsum("bsh,hv->bsv", x, head_matrix(cfg, params), preferred_element_type=logits_dtype(cfg))
+    return logits[..., :cfg.vocab_size]

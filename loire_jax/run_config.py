@@ -350,6 +350,8 @@ class RunConfig:
     batch_size: int = 16
     seq_len: int = 128
     precision: Literal["float32", "bf16", "float64"] = "float32"
+    microbatches: int = 1  # gradient accumulation: each step still sees batch_size sequences
+    loss_chunk: int = 1024  # tokens per block of the chunked LM and distillation losses
     seed: int = 0
     mesh: str = "1"
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -371,7 +373,7 @@ class RunConfig:
             problems.append(f"model_preset must be one of {PRESETS}, got {self.model_preset!r}")
         if self.precision not in PRECISIONS:
             problems.append(f"precision must be one of {tuple(PRECISIONS)}, got {self.precision!r}")
-        for name in ("batch_size", "seq_len"):
+        for name in ("batch_size", "seq_len", "microbatches", "loss_chunk"):
             if not (_is_int(getattr(self, name)) and getattr(self, name) >= 1):
                 problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if not _is_int(self.seed):
@@ -435,6 +437,8 @@ class RunConfig:
             "batch_size": self.batch_size,
             "seq_len": self.seq_len,
             "precision": self.precision,
+            "microbatches": self.microbatches,
+            "loss_chunk": self.loss_chunk,
             "seed": self.seed,
             "mesh": self.mesh,
             "checkpoint": dataclasses.asdict(self.checkpoint),
@@ -494,7 +498,7 @@ class RunConfig:
 
 
 TOP_KEYS = ("name", "model", "data", "stages", "stage_defaults", "optimizer", "batch_size", "seq_len",
-            "precision", "seed", "mesh", "checkpoint", "eval")
+            "precision", "microbatches", "loss_chunk", "seed", "mesh", "checkpoint", "eval")
 
 
 def _model_from_dict(raw: Any, precision: str) -> tuple[str, ModelConfig]:
@@ -611,8 +615,9 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
     if n_devices is not None and need > n_devices:
         problems.append(f"mesh {sizes} needs {need} devices but only {n_devices} are available")
     batch_shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
-    if run.batch_size % batch_shards:
-        problems.append(f"batch_size={run.batch_size} is not divisible by data*fsdp={batch_shards}")
+    if run.batch_size % (batch_shards * run.microbatches):
+        problems.append(f"batch_size={run.batch_size} is not divisible by microbatches x data x fsdp = "
+                        f"{run.microbatches} x {batch_shards}: every microbatch is split evenly over the devices")
     reported: set[str] = set()
     for i, (stage, cfg) in enumerate(zip(run.stages, stage_models(run))):
         bad = [p for p in mesh_problems(cfg, sizes) if p not in reported]  # each once, at its first stage
@@ -620,9 +625,8 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
         if bad:
             extra = ""
             t = sizes.get("tensor", 1)
-            if any(p.startswith(("embed/", "lm_head/")) for p in bad) and cfg.vocab_size % t:
-                step = math.lcm(t, 128)
-                extra = f" (pad model.vocab_size to {-(-cfg.vocab_size // step) * step} for tensor={t})"
+            if any(p.startswith(("embed/", "lm_head/")) for p in bad) and cfg.padded_vocab % t:
+                extra = f" (set model.pad_vocab_to={math.lcm(t, 128)} for tensor={t})"
             problems.append(f"stages.{i} ({stage.name!r}) model (hidden, ffn, heads, layers) = "
                             f"({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}) does not fit mesh {sizes}: "
                             + "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else "") + extra)
@@ -725,7 +729,10 @@ def _inline_data(path: str, base_dir: str | Path | None) -> dict[str, Any]:
 # Settings that do not change what a trained model is, and so may change on resume:
 # where and how the run is laid out (mesh, data cache folder), bookkeeping (checkpoint
 # cadence, evaluation, name), and the stages that have not started yet.
-RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir")
+# Execution choices change how a step runs, not what it computes: a resume may change them
+# (e.g. more microbatches after running out of memory).
+RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir", "microbatches", "loss_chunk",
+                  "model.attention", "model.remat")
 
 
 def _diff(a: Any, b: Any, path: str = "") -> list[str]:

@@ -22,7 +22,8 @@ import optax
 
 from loire_jax.config import ModelConfig
 from loire_jax.layout import DECAYED_KINDS, GATES, leaf_kind
-from loire_jax.model import apply_model
+from loire_jax.losses import fused_losses
+from loire_jax.model import apply_model, final_hidden, head_matrix
 
 
 def trainable(params: dict[str, Any]) -> dict[str, Any]:
@@ -60,18 +61,30 @@ def init_state(params: dict[str, Any], optimizer: optax.GradientTransformation, 
 
 
 def token_nll(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Per-token next-token negative log-likelihood [B, S] and the student's log-probs."""
-    logits = apply_model(cfg, params, tokens[:, :-1])
-    logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # bf16 -> f32; f64 stays f64
-    logp = jax.nn.log_softmax(logits, axis=-1)
+    """Per-token next-token negative log-likelihood [B, S] and the log-probs, from the full
+    logits: the plain reference the chunked losses (``loire_jax.losses``) are tested against."""
+    logp = jax.nn.log_softmax(apply_model(cfg, params, tokens[:, :-1]), axis=-1)
     nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
     return nll, logp
 
 
-def kl_to_student(teacher_logp: jax.Array, student_logp: jax.Array) -> jax.Array:
-    """Token-level KL(P_teacher || P_student), eq. 15 summed over the vocabulary: [B, S]."""
-    p = jnp.exp(teacher_logp)
-    return jnp.sum(p * (teacher_logp - student_logp), axis=-1)
+def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array, teacher_params: Sequence[Any] = (),
+              weights: jax.Array | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+    """(objective, (lm sum, kd sum, weight sum)) for tokens [B, S+1]: the next-token loss plus
+    beta x KL from every teacher (eq. 15), summed over tokens, through the chunked losses."""
+    cfg = spec.model
+    inputs, targets = tokens[:, :-1], tokens[:, 1:].reshape(-1)
+    x = final_hidden(cfg, params, inputs)
+    n = x.shape[0] * x.shape[1]
+    teachers = []
+    for t_cfg, t_params in zip(spec.teachers, teacher_params):
+        t_params = jax.lax.stop_gradient(t_params)
+        teachers.append((final_hidden(t_cfg, t_params, inputs).reshape(n, -1), head_matrix(t_cfg, t_params)))
+    w = jnp.ones((n,), jnp.promote_types(x.dtype, jnp.float32)) if weights is None else weights.reshape(-1)
+    total, nll, kl = fused_losses(x.reshape(n, -1), head_matrix(cfg, params), targets, vocab=cfg.vocab_size,
+                                  weights=w, teachers=teachers, betas=spec.betas, chunk=spec.loss_chunk)
+    kd = jnp.sum(jnp.asarray(spec.betas, kl.dtype) * kl) if spec.teachers else jnp.zeros((), kl.dtype)
+    return total, (nll, kd, jnp.sum(w))
 
 
 def gate_values(step: jax.Array, base_gates: jax.Array, ramp_mask: jax.Array | None, ramp_start: int,
@@ -93,35 +106,63 @@ class StepSpec:
     ramp_layers: tuple[int, ...] = ()  # layer indices whose gate ramps in this stage
     ramp_start: int = 0
     ramp_steps: int = 0
+    microbatches: int = 1  # gradient accumulation: the batch is split into this many parts
+    loss_chunk: int = 1024  # tokens per block of the chunked losses
 
     def __post_init__(self) -> None:
         if len(self.betas) != len(self.teachers):
             raise ValueError(f"{len(self.teachers)} teachers need as many betas, got {len(self.betas)}")
+        for name in ("microbatches", "loss_chunk"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for t in self.teachers:
+            if t.vocab_size != self.model.vocab_size or t.padded_vocab != self.model.padded_vocab:
+                raise ValueError(f"a teacher's vocabulary ({t.vocab_size}, padded {t.padded_vocab}) differs from the "
+                                 f"student's ({self.model.vocab_size}, padded {self.model.padded_vocab})")
 
 
 def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> Callable:
-    """``step(state, batch, teacher_params) -> (state, metrics)``; batch = {"tokens": int [B, S+1]}."""
+    """``step(state, batch, teacher_params) -> (state, metrics)``; batch = {"tokens": int [B, S+1]}.
+
+    With ``spec.microbatches = N`` the batch is split into N interleaved parts (rows i, i+N,
+    ...), so every device holds an equal share of each part. Their gradients are summed in
+    a ``lax.scan`` and divided by the token count before clipping and the optimizer: the
+    update is the N = 1 update on the same batch, up to float rounding.
+    """
     cfg = spec.model
     mask = None
     if spec.ramp_layers:
         mask = jnp.zeros((cfg.layers,), bool).at[jnp.asarray(spec.ramp_layers)].set(True)
 
     def loss_fn(train_params, gates, tokens, teacher_params):
-        params = {**train_params, GATES: gates}
-        nll, logp = token_nll(cfg, params, tokens)
-        lm = jnp.mean(nll)
-        kd = jnp.zeros((), logp.dtype)
-        for t_cfg, t_params, beta in zip(spec.teachers, teacher_params, spec.betas):
-            t_logits = apply_model(t_cfg, jax.lax.stop_gradient(t_params), tokens[:, :-1])
-            t_logits = t_logits.astype(logp.dtype)
-            kd = kd + beta * jnp.mean(kl_to_student(jax.nn.log_softmax(t_logits, axis=-1), logp))
-        return lm + kd, (lm, kd)
+        total, aux = lm_and_kd(spec, {**train_params, GATES: gates}, tokens, teacher_params)
+        return total, aux
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
 
     def step(state: dict[str, Any], batch: dict[str, jax.Array], teacher_params: Sequence[Any] = ()):
         params = state["params"]
         gates = gate_values(state["step"], params[GATES], mask, spec.ramp_start, spec.ramp_steps)
-        grads, (lm, kd) = jax.grad(loss_fn, has_aux=True)(trainable(params), gates, batch["tokens"],
-                                                           tuple(teacher_params))
+        tokens, teacher_params = batch["tokens"], tuple(teacher_params)
+        n = spec.microbatches
+        if n == 1:
+            grads, (lm, kd, count) = grad_fn(trainable(params), gates, tokens, teacher_params)
+        else:
+            if tokens.shape[0] % n:
+                raise ValueError(f"batch of {tokens.shape[0]} sequences does not split into {n} microbatches")
+            parts = tokens.reshape(tokens.shape[0] // n, n, tokens.shape[1]).swapaxes(0, 1)
+
+            def accumulate(acc, part):
+                g, aux = grad_fn(trainable(params), gates, part, teacher_params)
+                return jax.tree_util.tree_map(jnp.add, acc, (g, aux)), None
+
+            zero = jax.tree_util.tree_map(jnp.zeros_like, trainable(params))
+            aux0 = jax.tree_util.tree_map(lambda _: jnp.zeros((), jnp.promote_types(cfg.compute_dtype, jnp.float32)),
+                                          (0, 0, 0))
+            (grads, (lm, kd, count)), _ = jax.lax.scan(accumulate, (zero, aux0), parts)
+        grads = jax.tree_util.tree_map(lambda g: (g / count).astype(g.dtype), grads)
+        lm, kd = lm / count, kd / count
         updates, opt_state = optimizer.update(grads, state["opt_state"], trainable(params))
         new_params = {**optax.apply_updates(trainable(params), updates), GATES: gates}
         metrics = {"loss": lm + kd, "lm_loss": lm, "kd_loss": kd, "grad_norm": optax.tree.norm(grads),
@@ -132,12 +173,12 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
     return step
 
 
-def make_eval_step(cfg: ModelConfig) -> Callable:
+def make_eval_step(cfg: ModelConfig, loss_chunk: int = 1024) -> Callable:
     """``eval(params, batch) -> (sum of weighted nll, sum of weights)`` for exact perplexity."""
+    spec = StepSpec(cfg, loss_chunk=loss_chunk)
 
     def evaluate(params: dict[str, Any], batch: dict[str, jax.Array]):
-        nll, _ = token_nll(cfg, params, batch["tokens"])
-        w = batch["weights"].astype(jnp.float32)
-        return jnp.sum(nll * w), jnp.sum(w)
+        _, (nll, _, count) = lm_and_kd(spec, params, batch["tokens"], (), batch["weights"])
+        return nll, count
 
     return evaluate

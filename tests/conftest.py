@@ -12,6 +12,12 @@ for _flag in ("--xla_force_host_platform_device_count=8", "--xla_backend_optimiz
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
+# One persistent compilation cache for the session's CLI runs (they compile the same programs
+# again and again), kept out of the user's ~/.cache.
+import tempfile  # noqa: E402
+
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
+
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -25,3 +31,14 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile("loire")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def highest_precision():
+    """Function-preservation comparisons run at full matmul precision: on a GPU, float32
+    matmuls would otherwise run in TF32, whose rounding is not a growth error."""
+    with jax.default_matmul_precision("highest"):
+        yield

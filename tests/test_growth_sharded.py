@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import jax
+import pytest
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
@@ -13,6 +14,8 @@ from loire_jax import apply_model, grow, init_params
 from loire_jax.layout import flatten
 from loire_jax.sharding import make_mesh, param_shardings, shard_params
 from strategies import model_configs, target_size
+
+pytestmark = pytest.mark.usefixtures("highest_precision")  # see conftest.py
 
 MESH = None
 

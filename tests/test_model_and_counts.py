@@ -13,6 +13,8 @@ from loire_jax.layout import count_leaves, flatten, leaf_shapes
 from loire_jax.model import Decoder
 from strategies import model_configs
 
+pytestmark = pytest.mark.usefixtures("highest_precision")  # see conftest.py
+
 
 @settings(max_examples=10)
 @given(model_configs(dtype="float32"))

@@ -135,14 +135,19 @@ def test_mesh_that_does_not_divide_is_rejected_naming_stage_and_dim():
     run = tiny()
     with pytest.raises(ValueError, match=r"stages\.0 \('M1-WB'\).*attn/.* not divisible by mesh axis tensor=3"):
         validate(run, "data=1,fsdp=1,tensor=3")
-    with pytest.raises(ValueError, match=r"batch_size=16 is not divisible by data\*fsdp=32"):
+    with pytest.raises(ValueError, match=r"batch_size=16 is not divisible by microbatches x data x fsdp = 1 x 32"):
         validate(run, {"data": 4, "fsdp": 8, "tensor": 1})
+    with pytest.raises(ValueError, match=r"batch_size=16 is not divisible by microbatches x data x fsdp = 4 x 8"):
+        validate(tiny("microbatches=4"), "8")
+    validate(tiny("microbatches=2"), "8")
 
 
-def test_paper_vocab_needs_padding_under_tensor_parallelism():
-    with pytest.raises(ValueError, match="pad model.vocab_size to 50304 for tensor=2"):
-        RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2"])
-    RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2", "model.vocab_size=50304"])
+def test_paper_vocab_is_padded_for_tensor_parallelism():
+    """GPT-2's 50,257 is prime: the default padding (to 50,304) lets tensor=2 shard it."""
+    run = RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2"])
+    assert (run.model.vocab_size, run.model.padded_vocab) == (50257, 50304)
+    with pytest.raises(ValueError, match="set model.pad_vocab_to=128 for tensor=2"):
+        RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2", "model.pad_vocab_to=1"])
 
 
 def test_unknown_domain_is_rejected():

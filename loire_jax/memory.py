@@ -1,0 +1,120 @@
+"""Will a compiled step fit on the device? Asked before it runs, answered in one line.
+
+XLA knows, once a program is compiled, how much device memory it needs
+(``Compiled.memory_analysis()``: arguments, outputs, temporaries; per device under SPMD),
+and the runtime knows how much is free (``Device.memory_stats()``). Comparing the two
+before a phase trains turns a ``RESOURCE_EXHAUSTED`` traceback after hours of work into a
+message naming the knobs that would make the step fit. CPU backends report no memory
+limit, so there the check is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+GIB = 2**30
+
+
+class OutOfMemory(Exception):
+    """A step that does not fit the device; the message names what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+    """Bytes per device of one compiled program."""
+
+    arguments: int
+    outputs: int
+    temporaries: int
+    aliased: int  # outputs written into donated arguments
+    code: int
+
+    @property
+    def peak(self) -> int:
+        """Everything live while the program runs: its inputs, new outputs and scratch."""
+        return self.arguments + self.outputs - self.aliased + self.temporaries + self.code
+
+    @property
+    def extra(self) -> int:
+        """What the program needs beyond its arguments, which are already on the device."""
+        return self.outputs - self.aliased + self.temporaries + self.code
+
+
+def step_memory(compiled: Any) -> StepMemory | None:
+    """The compiled program's memory analysis, or None where the backend gives none."""
+    try:
+        ma = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not every backend implements it
+        return None
+    if ma is None:
+        return None
+    ma = ma[0] if isinstance(ma, (list, tuple)) else ma
+    return StepMemory(arguments=int(ma.argument_size_in_bytes), outputs=int(ma.output_size_in_bytes),
+                      temporaries=int(ma.temp_size_in_bytes), aliased=int(ma.alias_size_in_bytes),
+                      code=int(getattr(ma, "generated_code_size_in_bytes", 0)))
+
+
+def device_memory(devices: Sequence[Any]) -> tuple[int, int] | None:
+    """(limit, free) bytes of the tightest device, or None if the backend reports no limit."""
+    best = None
+    for d in devices:
+        try:
+            stats = d.memory_stats()
+        except Exception:  # noqa: BLE001
+            return None
+        if not stats or "bytes_limit" not in stats:
+            return None
+        limit = int(stats["bytes_limit"])
+        free = limit - int(stats.get("bytes_in_use", 0))
+        if best is None or free < best[1]:
+            best = (limit, free)
+    return best
+
+
+def peak_in_use(devices: Sequence[Any]) -> int | None:
+    """The largest peak of bytes in use over ``devices`` since start, where reported."""
+    peaks = []
+    for d in devices:
+        try:
+            stats = d.memory_stats() or {}
+        except Exception:  # noqa: BLE001
+            return None
+        if "peak_bytes_in_use" not in stats:
+            return None
+        peaks.append(int(stats["peak_bytes_in_use"]))
+    return max(peaks) if peaks else None
+
+
+def advice(knobs: dict[str, Any]) -> str:
+    """The settings that shrink a step, with their current values."""
+    parts = []
+    if "microbatches" in knobs:
+        parts.append(f"more microbatches (now {knobs['microbatches']}; each micro-step holds batch/microbatches "
+                     "sequences)")
+    if "remat" in knobs:
+        parts.append(f"model.remat=dots or full (now {knobs['remat']})")
+    if "batch_size" in knobs:
+        parts.append(f"a smaller batch_size (now {knobs['batch_size']})")
+    if "loss_chunk" in knobs:
+        parts.append(f"a smaller loss_chunk (now {knobs['loss_chunk']})")
+    return "; ".join(parts)
+
+
+def check_fits(what: str, memory: StepMemory | None, available: tuple[int, int] | None,
+               knobs: dict[str, Any]) -> None:
+    """Raise ``OutOfMemory`` if ``memory`` cannot fit in ``available`` = (limit, free)."""
+    if memory is None or available is None:
+        return
+    limit, free = available
+    if memory.extra > free:
+        raise OutOfMemory(f"{what} does not fit on the device: it needs {memory.peak / GIB:.1f} GiB per device "
+                          f"({memory.temporaries / GIB:.1f} GiB of it temporaries), {memory.extra / GIB:.1f} GiB more "
+                          f"than its inputs, but only {free / GIB:.1f} of {limit / GIB:.1f} GiB are free. To make it "
+                          f"fit: {advice(knobs)}. Nothing was computed; rerun with the new setting to resume")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """An XLA allocation failure, as raised at compile or run time."""
+    text = f"{type(err).__name__}: {err}"
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text

@@ -1,0 +1,153 @@
+"""Specification: how the step executes never changes what it computes.
+
+Attention kernels, layer rematerialisation and gradient accumulation are speed and memory
+choices. Each must give the reference result: the same logits, and the same update as one
+full batch. Kernel selection is decided per platform and checked here for every platform,
+since the GPU and TPU kernels themselves cannot run on this CPU (splash attention runs in
+Pallas interpret mode, so its numerics are checked).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from loire_jax import apply_model, init_params, preset
+from loire_jax.kernels import attention_for, for_platform, remat_for
+from loire_jax.layout import GATES, flatten
+from loire_jax.train_step import StepSpec, init_state, lm_and_kd, make_optimizer, make_train_step, trainable
+
+F64 = dict(dtype="float64", param_dtype="float64")
+
+
+def _model(**kw):
+    base = dict(vocab_size=40, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=2, init_std=0.3)
+    return preset("modern", **{**base, **kw})
+
+
+# --------------------------------------------------------------------------- kernel selection
+@pytest.mark.parametrize("platform, dtype, head_dim, seq, want", [
+    ("cpu", "bfloat16", 64, 1024, "xla"),
+    ("cpu", "float32", 64, 1024, "xla"),
+    ("gpu", "bfloat16", 64, 1024, "cudnn"),
+    ("gpu", "float16", 128, 100, "cudnn"),
+    ("gpu", "float32", 64, 1024, "xla"),      # cuDNN flash attention is bf16/fp16 only
+    ("gpu", "bfloat16", 256, 1024, "xla"),    # head_dim above cuDNN's 128
+    ("gpu", "bfloat16", 60, 1024, "xla"),     # head_dim not a multiple of 8
+    ("tpu", "bfloat16", 64, 1024, "splash"),
+    ("tpu", "float32", 128, 2048, "splash"),
+    ("tpu", "bfloat16", 64, 1000, "xla"),     # splash tiles the sequence in blocks of 128
+    ("tpu", "float64", 64, 1024, "xla"),
+])
+def test_auto_attention_picks_the_fused_kernel_where_the_platform_supports_it(platform, dtype, head_dim, seq, want):
+    cfg = _model(head_dim=head_dim, max_seq_len=4096, dtype=dtype)
+    assert attention_for(cfg, platform, seq) == want
+
+
+def test_an_explicit_kernel_the_platform_cannot_run_is_refused():
+    with pytest.raises(ValueError, match="cudnn needs an NVIDIA GPU"):
+        attention_for(_model(attention="cudnn", dtype="bfloat16"), "cpu")
+    with pytest.raises(ValueError, match="head_dim"):
+        attention_for(_model(attention="cudnn", dtype="float32"), "gpu")
+    with pytest.raises(ValueError, match="blocks of 128"):
+        attention_for(_model(attention="splash", max_seq_len=4096), "tpu", 1000)
+    assert attention_for(_model(attention="xla"), "gpu") == "xla"
+
+
+def test_remat_defaults_per_platform_and_keeps_explicit_choices():
+    assert remat_for(_model(), "cpu") == "none"
+    assert remat_for(_model(), "gpu") == remat_for(_model(), "tpu") == "dots"
+    assert remat_for(_model(remat="full"), "cpu") == "full"
+    resolved = for_platform(_model(dtype="bfloat16"), "gpu", 16)
+    assert (resolved.attention, resolved.remat) == ("cudnn", "dots")
+    with pytest.raises(ValueError, match="attention must be one of"):
+        _model(attention="flash")
+
+
+# --------------------------------------------------------------------------- same numbers
+@jax.jit(static_argnums=0)
+def _grads(cfg, params, tokens):
+    spec = StepSpec(cfg)
+    return jax.grad(lambda tp: lm_and_kd(spec, {**tp, GATES: params[GATES]}, tokens)[0])(trainable(params))
+
+
+_logits = jax.jit(apply_model, static_argnums=0)
+
+
+@pytest.mark.parametrize("remat", ["dots", "full"])
+def test_remat_gives_the_same_logits_and_gradients(remat):
+    cfg = _model(**F64, remat="none")
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, 40)
+    other = cfg.replace(remat=remat)
+    np.testing.assert_array_equal(_logits(cfg, params, tokens), _logits(other, params, tokens))
+    for path, g in flatten(_grads(other, params, tokens)).items():
+        np.testing.assert_allclose(g, flatten(_grads(cfg, params, tokens))[path], rtol=1e-12, atol=1e-15,
+                                   err_msg=path)
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 2e-5), ("bfloat16", 5e-2)])
+def test_splash_attention_matches_xla(dtype, tol):
+    """The TPU kernel, run in Pallas interpret mode: logits and gradients match XLA's."""
+    cfg = _model(max_seq_len=128, dtype=dtype, param_dtype="float32", attention="xla")
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 129), 0, 40)
+    splash = cfg.replace(attention="splash")
+    with jax.default_matmul_precision("highest"):
+        ref = _logits(cfg, params, tokens[:, :-1])
+        got = _logits(splash, params, tokens[:, :-1])
+        ref = np.asarray(ref, np.float32)
+        assert np.max(np.abs(np.asarray(got, np.float32) - ref)) <= tol * np.max(np.abs(ref))
+        g_ref, g_got = _grads(cfg, params, tokens), _grads(splash, params, tokens)
+    for path, g in flatten(g_got).items():
+        r = np.asarray(flatten(g_ref)[path], np.float32)
+        assert np.max(np.abs(np.asarray(g, np.float32) - r)) <= tol * max(np.max(np.abs(r)), 1e-3), path
+
+
+# --------------------------------------------------------------------------- microbatches
+def _run(spec, params, batches, clip):
+    opt = make_optimizer("adamw", learning_rate=1e-2, weight_decay=0.1, clip_norm=clip)
+    state = init_state(params, opt, jax.random.key_data(jax.random.key(0)))
+    step = jax.jit(make_train_step(spec, opt))
+    out = []
+    for b in batches:
+        state, m = step(state, {"tokens": b}, ())
+        out.append(m)
+    return state, out
+
+
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_microbatches_give_the_full_batch_update(clip):
+    """Gradients are averaged over the whole batch before clipping (0.05 clips every step here)."""
+    cfg = _model(**F64)
+    params = init_params(cfg, jax.random.key(0))
+    batches = [jax.random.randint(jax.random.key(i), (8, 9), 0, 40) for i in range(3)]
+    full, m1 = _run(StepSpec(cfg), params, batches, clip)
+    split, m4 = _run(StepSpec(cfg, microbatches=4), params, batches, clip)
+    if clip:
+        assert all(float(m["grad_norm"]) > clip for m in m1)
+    for a, b in zip(m1, m4):
+        for k in ("loss", "lm_loss", "grad_norm"):
+            np.testing.assert_allclose(float(b[k]), float(a[k]), rtol=1e-12, err_msg=k)
+    for path, p in flatten(split["params"]).items():
+        np.testing.assert_allclose(p, flatten(full["params"])[path], rtol=1e-11, atol=1e-14, err_msg=path)
+    mu = optax.tree_utils.tree_get(split["opt_state"], "mu")
+    np.testing.assert_allclose(optax.tree.norm(mu), optax.tree.norm(optax.tree_utils.tree_get(full["opt_state"], "mu")),
+                               rtol=1e-11)
+
+
+def test_microbatches_are_deterministic_and_must_divide_the_batch():
+    cfg = _model()
+    params = init_params(cfg, jax.random.key(0))
+    batches = [jax.random.randint(jax.random.key(3), (6, 9), 0, 40)]
+    a, _ = _run(StepSpec(cfg, microbatches=3), params, batches, 1.0)
+    b, _ = _run(StepSpec(cfg, microbatches=3), params, batches, 1.0)
+    for path, p in flatten(a["params"]).items():
+        np.testing.assert_array_equal(p, flatten(b["params"])[path])
+    with pytest.raises(ValueError, match="does not split into 4 microbatches"):
+        _run(StepSpec(cfg, microbatches=4), params, batches, 1.0)
+    with pytest.raises(ValueError, match="microbatches must be a positive integer"):
+        StepSpec(cfg, microbatches=0)

@@ -1,0 +1,125 @@
+"""Specification: the chunked, padded-vocabulary losses equal the plain ones.
+
+The reference is written out here from full logits: log-softmax over the true vocabulary,
+the next-token NLL, and KL(teacher || student) summed over the vocabulary (eq. 15). The
+shipped losses pad the vocabulary, mask the padding, cut the tokens into blocks and supply
+their own gradient; in float64 the objective and every gradient must agree to 1e-12.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loire_jax import grow, init_params, preset
+from loire_jax.layout import GATES, flatten
+from loire_jax.losses import fused_losses
+from loire_jax.train_step import StepSpec, lm_and_kd, trainable
+
+REL = 1e-12
+
+
+def _reference(spec, params, tokens, teacher_params, weights=None):
+    """Sum over tokens of w (NLL + sum_t beta_t KL), from full, unpadded logits."""
+    from loire_jax import apply_model
+
+    logp = jax.nn.log_softmax(apply_model(spec.model, params, tokens[:, :-1]), axis=-1)
+    nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    w = jnp.ones(nll.shape, logp.dtype) if weights is None else weights
+    total = jnp.sum(w * nll)
+    for t_cfg, t_params, beta in zip(spec.teachers, teacher_params, spec.betas):
+        t_logp = jax.nn.log_softmax(apply_model(t_cfg, t_params, tokens[:, :-1]), axis=-1)
+        total = total + beta * jnp.sum(w * jnp.sum(jnp.exp(t_logp) * (t_logp - logp), axis=-1))
+    return total
+
+
+def _close(a, b, rel=REL, floor=0.0):
+    """max |a - b| <= rel x max(|b|, floor). The floor is for gradients that are 0 in exact
+    arithmetic (a key bias adds one value to a whole score row, which softmax ignores): their
+    float64 value is rounding noise, bounded relative to the tree's largest gradient."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    scale = max(float(np.max(np.abs(b))), floor, 1e-300)
+    assert float(np.max(np.abs(a - b))) <= rel * scale, (float(np.max(np.abs(a - b))), scale)
+
+
+def _case(vocab, pad, tied, chunk, n_teachers, seed):
+    cfg = preset("paper", vocab_size=vocab, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=2,
+                 init_std=0.4, tie_embeddings=tied, pad_vocab_to=pad, dtype="float64", param_dtype="float64")
+    key = jax.random.key(seed)
+    params = init_params(cfg, key)
+    teachers, t_cfgs = [], []
+    for t in range(n_teachers):  # teachers of other architectures (a smaller ancestor), same vocabulary
+        t_cfg = cfg.replace(hidden=4 + 4 * t, ffn=8)
+        t_cfgs.append(t_cfg)
+        teachers.append(init_params(t_cfg, jax.random.fold_in(key, 10 + t)))
+    spec = StepSpec(cfg, teachers=tuple(t_cfgs), betas=tuple(0.1 * (t + 1) for t in range(n_teachers)),
+                    loss_chunk=chunk)
+    tokens = jax.random.randint(jax.random.fold_in(key, 99), (3, 8), 0, vocab)
+    return spec, params, tokens, tuple(teachers)
+
+
+@settings(max_examples=8)
+@given(vocab=st.integers(5, 40), pad=st.sampled_from([1, 8, 16, 128]), tied=st.booleans(),
+       chunk=st.integers(1, 30), n_teachers=st.integers(0, 2), seed=st.integers(0, 100))
+def test_chunked_padded_objective_and_gradients_equal_the_plain_ones(vocab, pad, tied, chunk, n_teachers, seed):
+    spec, params, tokens, teachers = _case(vocab, pad, tied, chunk, n_teachers, seed)
+    gates = params[GATES]
+
+    def ours(tp):
+        return lm_and_kd(spec, {**tp, GATES: gates}, tokens, teachers)[0]
+
+    def ref(tp):
+        return _reference(spec, {**tp, GATES: gates}, tokens, teachers)
+
+    value, grads = jax.value_and_grad(ours)(trainable(params))
+    ref_value, ref_grads = jax.value_and_grad(ref)(trainable(params))
+    _close(value, ref_value)
+    ref_flat = flatten(ref_grads)
+    largest = max(float(np.max(np.abs(np.asarray(g)))) for g in ref_flat.values())
+    for path, g in flatten(grads).items():
+        _close(g, ref_flat[path], floor=largest)
+
+
+def test_weights_and_parts_match_the_reference():
+    """Evaluation weights tokens; the logged parts are the NLL sum and beta-weighted KL sum."""
+    spec, params, tokens, teachers = _case(37, 16, False, 5, 2, 3)
+    weights = jax.random.uniform(jax.random.key(4), (3, 7), jnp.float64)
+    total, (nll, kd, count) = lm_and_kd(spec, params, tokens, teachers, weights)
+    _close(total, _reference(spec, params, tokens, teachers, weights))
+    _close(nll, _reference(StepSpec(spec.model), params, tokens, (), weights))
+    _close(kd, total - nll, rel=1e-10)
+    _close(count, jnp.sum(weights))
+
+
+def test_padded_columns_carry_no_probability_and_no_gradient():
+    """Padding rows of a tied embedding get exactly zero gradient, so they stay as they were."""
+    spec, params, tokens, teachers = _case(20, 16, True, 4, 1, 0)
+    assert params["embed"]["embedding"].shape[0] == 32
+    gates = params[GATES]
+    grads = jax.grad(lambda tp: lm_and_kd(spec, {**tp, GATES: gates}, tokens, teachers)[0])(trainable(params))
+    g = np.asarray(grads["embed"]["embedding"])
+    assert np.all(g[20:] == 0.0) and np.any(g[:20] != 0.0)
+
+
+def test_a_grown_student_distils_its_ancestor_at_zero_kd():
+    """Growth keeps the function, so KL from the ancestor is 0 through the chunked path too."""
+    spec, params, tokens, _ = _case(30, 128, True, 7, 0, 1)
+    cfg2, grown = grow(spec.model, params, "hidden", 16, jax.random.key(2))
+    cfg2, grown = grow(cfg2, grown, "layers", 3)
+    spec2 = StepSpec(cfg2, teachers=(spec.model,), betas=(0.5,), loss_chunk=7)
+    _, (nll, kd, _) = lm_and_kd(spec2, grown, tokens, (params,))
+    assert abs(float(kd)) < 1e-12
+    _close(nll, _reference(StepSpec(spec.model), params, tokens, ()))
+
+
+def test_teachers_must_share_the_vocabulary():
+    cfg = preset("paper", vocab_size=30, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=1)
+    with pytest.raises(ValueError, match="vocabulary"):
+        StepSpec(cfg, teachers=(cfg.replace(vocab_size=31),), betas=(0.1,))
+    with pytest.raises(ValueError, match="vocabulary"):
+        fused_losses(jnp.ones((4, 8)), jnp.ones((8, 32)), jnp.zeros((4,), jnp.int32), vocab=30,
+                     teachers=[(jnp.ones((4, 8)), jnp.ones((8, 16)))], betas=[0.1])
