@@ -93,13 +93,16 @@ def leaf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {path: tuple(axis_size(cfg, a) for a in names) for path, names in leaf_axes(cfg).items()}
 
 
-def param_count(cfg: ModelConfig) -> int:
+def param_count(cfg: ModelConfig, *, padded: bool = False) -> int:
     """Trainable parameters from the closed form below (gates are state, not parameters).
 
-    The closed form is written out independently of the layout table so that the two
-    can check each other in the tests.
+    The model's size counts the true vocabulary; ``padded=True`` also counts the zero rows
+    of the padded vocabulary (``pad_vocab_to``), which is what the arrays hold. The closed
+    form is written out independently of the layout table so that the two can check each
+    other in the tests.
     """
-    h, f, H, d, L, V = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers, cfg.vocab_size
+    h, f, H, d, L = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers
+    V = cfg.padded_vocab if padded else cfg.vocab_size
     bias = 1 if cfg.use_bias else 0
     n_ffn_in = 2 if cfg.activation == "swiglu" else 1
     norm_params = h * (2 if cfg.norm_has_bias else 1)

@@ -129,10 +129,13 @@ class Decoder(nn.Module):
     @nn.compact
     def __call__(self, tokens: jax.Array, gates: jax.Array) -> jax.Array:
         cfg = self.cfg
+        seq = tokens.shape[1]
+        if "auto" in (cfg.attention, cfg.remat):  # resolved against the default backend
+            attention, remat = resolved(cfg, seq)
+            cfg = cfg.replace(attention=attention, remat=remat)
         embed = nn.Embed(cfg.padded_vocab, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                          embedding_init=_kernel_init(cfg), name="embed")
         x = embed(tokens)
-        seq = tokens.shape[1]
         rope = None
         if cfg.position == "learned":
             pos = nn.Embed(cfg.max_seq_len, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
@@ -141,7 +144,7 @@ class Decoder(nn.Module):
         else:
             rope = rope_tables(cfg, seq)
         block = GatedBlock
-        if cfg.remat not in ("none", "auto"):
+        if cfg.remat != "none":
             block = nn.remat(GatedBlock, policy=remat_policy(cfg.remat), prevent_cse=False)
         stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast), length=cfg.layers)
@@ -203,13 +206,11 @@ def _check_inputs(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -
 def final_hidden(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
     """The last hidden states [batch, seq, hidden] (after the final norm), in the compute dtype.
 
-    ``auto`` execution choices resolve against the default backend here; the trainer
-    resolves them against its mesh's platform beforehand (``kernels.for_platform``)."""
+    ``auto`` execution choices resolve against the default backend (in ``Decoder``); the
+    trainer resolves them against its mesh's platform beforehand (``kernels.for_platform``)."""
     _check_inputs(cfg, params, tokens)
-    attention, remat = resolved(cfg, tokens.shape[1])
-    run_cfg = cfg.replace(attention=attention, remat=remat)
     body = {k: v for k, v in params.items() if k != GATES}
-    return Decoder(run_cfg, head=False).apply({"params": body}, tokens, params[GATES])
+    return Decoder(cfg, head=False).apply({"params": body}, tokens, params[GATES])
 
 
 def head_matrix(cfg: ModelConfig, params: dict[str, Any]) -> jax.Array:

@@ -63,7 +63,7 @@ def run_composition(cfg, ops, tokens, seed, draw, check):
             # plugged in last. Anything else is a bug.
             assert "gate" in str(err) and cur_cfg.tie_embeddings and cur_cfg.norm_position == "post", err
             return
-        assert param_count(cur_cfg) == count_leaves(cur)
+        assert param_count(cur_cfg, padded=True) == count_leaves(cur)
         check(cfg, params, cur_cfg, cur, tokens)
 
 
