@@ -96,13 +96,23 @@ def test_weights_and_parts_match_the_reference():
 
 
 def test_padded_columns_carry_no_probability_and_no_gradient():
-    """Padding rows of a tied embedding get exactly zero gradient, so they stay as they were."""
+    """Whatever the padding rows of a tied embedding hold, the losses and the true rows'
+    gradients do not see them, and the padding rows get exactly zero gradient."""
     spec, params, tokens, teachers = _case(20, 16, True, 4, 1, 0)
     assert params["embed"]["embedding"].shape[0] == 32
     gates = params[GATES]
-    grads = jax.grad(lambda tp: lm_and_kd(spec, {**tp, GATES: gates}, tokens, teachers)[0])(trainable(params))
+
+    def value_and_grad(p):
+        return jax.value_and_grad(lambda tp: lm_and_kd(spec, {**tp, GATES: gates}, tokens, teachers)[0])(trainable(p))
+
+    value, grads = value_and_grad(params)
     g = np.asarray(grads["embed"]["embedding"])
     assert np.all(g[20:] == 0.0) and np.any(g[:20] != 0.0)
+    junk = params["embed"]["embedding"].at[20:].set(jax.random.normal(jax.random.key(7), (12, 8), jnp.float64) * 5)
+    junk_value, junk_grads = value_and_grad({**params, "embed": {"embedding": junk}})
+    _close(junk_value, value)
+    _close(junk_grads["embed"]["embedding"][:20], g[:20])
+    assert np.all(np.asarray(junk_grads["embed"]["embedding"])[20:] == 0.0)
 
 
 def test_a_grown_student_distils_its_ancestor_at_zero_kd():
