@@ -58,7 +58,7 @@ def _block_terms(x, head, targets, weights, t_x, t_heads, betas, vocab, with_gra
     dz = (1.0 + jnp.sum(betas)).astype(dtype) * s - jax.nn.one_hot(targets, head.shape[1], dtype=dtype)
     for beta, p in zip(betas, t_probs):
         dz = dz - beta.astype(dtype) * p
-    dz = (w[:, None] * jnp.where(valid, dz, 0.0)).astype(x.dtype)
+    dz = (w[:, None] * dz).astype(x.dtype)  # padding columns: s = p = 0 exactly (masked logits)
     dx = jnp.dot(dz, head.T, preferred_element_type=dtype).astype(x.dtype)
     dhead = jnp.dot(x.T, dz, preferred_element_type=dtype)
     return sums, (dx, dhead)
