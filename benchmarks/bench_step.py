@@ -78,7 +78,7 @@ def run_case(case: dict) -> dict:
 
     from loire_jax import init_params
     from loire_jax.flops import train_flops_per_token
-    from loire_jax.kernels import for_platform
+    from loire_jax.kernels import for_platform, loss_chunk_for
     from loire_jax.memory import peak_in_use, step_memory
     from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
     from loire_jax.stages import state_shardings
@@ -92,7 +92,8 @@ def run_case(case: dict) -> dict:
                                                                    else t.param_dtype) for t in teachers]
     opt = make_optimizer("adam", learning_rate=1e-4)
     spec = StepSpec(run_student, teachers=tuple(run_teachers), betas=(0.1,) * len(teachers),
-                    microbatches=case["microbatches"], loss_chunk=case["loss_chunk"])
+                    microbatches=case["microbatches"],
+                    loss_chunk=loss_chunk_for(case["loss_chunk"], platform))
     state_sh = state_shardings(student, mesh, opt)
     teacher_sh = tuple(param_shardings(t, mesh) for t in teachers)
     batch_sh = batch_sharding(mesh)
@@ -100,6 +101,7 @@ def run_case(case: dict) -> dict:
                  out_shardings=(state_sh, None))
     record = dict(case, device=note, device_kind=devs[0].device_kind, platform=platform,
                   attention_run=run_student.attention, remat_run=run_student.remat,
+                  loss_chunk_run=spec.loss_chunk,
                   params=int(sum(np.prod(s) for s in _leaf_sizes(student))))
 
     def abstract(tree, shardings):
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--microbatches", type=int, default=1)
-    parser.add_argument("--loss-chunk", type=int, default=1024)
+    parser.add_argument("--loss-chunk", default="auto", help="tokens per loss block, or auto (the engine's choice)")
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--remat", default="auto")
     parser.add_argument("--compile-only", action="store_true", help="compile time and memory analysis only")

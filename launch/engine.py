@@ -35,7 +35,7 @@ from loire_jax.data import (check_compatible, eval_iterator, load_tokenizer, pre
                             train_iterator)
 from loire_jax.flops import train_flops_per_token
 from loire_jax.growth import grow_like, grow_optimizer_state
-from loire_jax.kernels import for_platform
+from loire_jax.kernels import for_platform, loss_chunk_for
 from loire_jax.layout import param_count
 from loire_jax.model import init_params
 from loire_jax.run_config import RunConfig, growth_plans, history_compatible, stage_models, validate
@@ -228,6 +228,10 @@ class Engine:
                and r.get("point") == "final"}
         return seen <= got
 
+    @property
+    def _loss_chunk(self) -> int:
+        return loss_chunk_for(self.run.loss_chunk, self.platform)
+
     def _exec(self, cfg):
         """``cfg`` as it runs here: attention kernel and remat resolved for the mesh's platform."""
         return for_platform(cfg, self.platform, self.run.seq_len)
@@ -248,7 +252,7 @@ class Engine:
 
     def _knobs(self, cfg) -> dict[str, Any]:
         return {"microbatches": self.run.microbatches, "remat": self._exec(cfg).remat,
-                "batch_size": self.run.batch_size, "loss_chunk": self.run.loss_chunk}
+                "batch_size": self.run.batch_size, "loss_chunk": self._loss_chunk}
 
     def _compile(self, what: str, k: int, fn, args: tuple, log: MetricsLog, phase: str):
         """Compile ahead of time, check that it fits the device before it runs, log the cost.
@@ -309,7 +313,7 @@ class Engine:
                 args = (params, {"tokens": tokens, "weights": weights})
                 if k not in self.eval_fns:  # one compilation per stage, at "highest" matmul precision:
                     # init vs final PPL is the run's function-preservation check, and TF32 must not fake it
-                    fn = jax.jit(make_eval_step(self._exec(self.models[k]), self.run.loss_chunk))
+                    fn = jax.jit(make_eval_step(self._exec(self.models[k]), self._loss_chunk))
                     self.eval_fns[k] = self._compile(f"stage {k + 1} ({self.run.stages[k].name}) evaluation", k,
                                                      fn, args, log, "eval")
                 s, c = self.eval_fns[k](*args)
@@ -406,7 +410,7 @@ class Engine:
                                     teachers=tuple(self._teacher_cfg(j) for j in teachers) if phase.distill else (),
                                     betas=(stage.beta,) * len(teachers) if phase.distill else (),
                                     ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps,
-                                    microbatches=self.run.microbatches, loss_chunk=self.run.loss_chunk)
+                                    microbatches=self.run.microbatches, loss_chunk=self._loss_chunk)
                     teacher_sh = tuple(param_shardings(self.models[j], self.mesh) for j in teachers) \
                         if phase.distill else ()
                     fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
@@ -418,8 +422,7 @@ class Engine:
                     t_last = time.perf_counter()  # compilation is not step time
                 state, metrics = self.step_fns[k, phase.name](state, batch, phase_teachers)
                 if pending is not None:
-                    self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
-                    t_last = time.perf_counter()
+                    t_last = self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
                 pending = (metrics, phase.name)
                 self.steps_this_session += 1
                 done = s + 1
@@ -427,7 +430,7 @@ class Engine:
                 if self.fault and self.steps_this_session == self.fault[1]:
                     os.kill(os.getpid(), self.fault[0])  # SIGKILL lands wherever the saves are
                 if final or guard.requested or (self.run.checkpoint.save_every and done % self.run.checkpoint.save_every == 0):
-                    self._log_step(k, s, pending[0], pending[1], log, bar, tok_per_step, t_last)
+                    t_last = self._log_step(k, s, pending[0], pending[1], log, bar, tok_per_step, t_last)
                     pending = None
                     try:
                         ck.save(done, state, data_iterator=it, meta={**meta_base, "final": final, "step": done},
@@ -458,13 +461,16 @@ class Engine:
             return False
         return True
 
-    def _log_step(self, k, s, metrics, phase, log, bar, tok_per_step, t_last) -> None:
+    def _log_step(self, k, s, metrics, phase, log, bar, tok_per_step, t_last) -> float:
+        """Log step s; returns when its results arrived, the start of the next step's interval
+        (completion to completion, so the time spent logging is not left out)."""
         m = {key: float(v) for key, v in jax.device_get(metrics).items()}
+        done_at = time.perf_counter()
         if not math.isfinite(m["loss"]):
             bar.close()
             raise RunError(f"non-finite loss ({m['loss']}) in stage {k + 1} ({self.run.stages[k].name}) at step "
                            f"{s + 1}; the last good checkpoint is kept. Lower the learning rate or check the data.")
-        rate = tok_per_step / max(time.perf_counter() - t_last, 1e-9)
+        rate = tok_per_step / max(done_at - t_last, 1e-9)
         teachers = [self.models[j] for j in self.run.teacher_stages(k)] if phase == "distill" else []
         flops = rate * train_flops_per_token(self.models[k], self.run.seq_len, teachers)
         mfu = flops / self.peak if self.peak else float("nan")
@@ -475,6 +481,7 @@ class Engine:
         bar.set_postfix_str(f"{phase} loss {m['loss']:.3f} kd {m['kd_loss']:.4f} a {m['alpha']:.2f} "
                             f"{rate:,.0f} tok/s MFU {100 * mfu:.1f}%", refresh=False)
         bar.update(1)
+        return done_at
 
     # ------------------------------------------------------------------ the run
     def run_all(self) -> int:

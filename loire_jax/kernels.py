@@ -76,6 +76,20 @@ def remat_for(cfg: ModelConfig, platform: str) -> str:
     return "none" if platform == "cpu" else "dots"
 
 
+LOSS_CHUNKS = {"cpu": 256}  # measured on CPU (docs/performance.md); accelerators: DEFAULT_LOSS_CHUNK
+DEFAULT_LOSS_CHUNK = 2048
+
+
+def loss_chunk_for(setting: int | str, platform: str) -> int:
+    """Tokens per block of the chunked losses. ``auto``: 256 on CPU, where a block that stays
+    in cache was fastest in our benchmark; 2048 on accelerators, where each block's head
+    matmul should be large enough to hide the loop's per-iteration cost (not yet tuned on
+    hardware)."""
+    if setting != "auto":
+        return int(setting)
+    return LOSS_CHUNKS.get(platform, DEFAULT_LOSS_CHUNK)
+
+
 def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> ModelConfig:
     """``cfg`` with its execution choices made concrete for ``platform``."""
     return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform))

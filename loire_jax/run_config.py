@@ -351,7 +351,7 @@ class RunConfig:
     seq_len: int = 128
     precision: Literal["float32", "bf16", "float64"] = "float32"
     microbatches: int = 1  # gradient accumulation: each step still sees batch_size sequences
-    loss_chunk: int = 1024  # tokens per block of the chunked LM and distillation losses
+    loss_chunk: int | str = "auto"  # tokens per block of the chunked losses; auto: kernels.loss_chunk_for
     seed: int = 0
     mesh: str = "1"
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -374,8 +374,12 @@ class RunConfig:
         if self.precision not in PRECISIONS:
             problems.append(f"precision must be one of {tuple(PRECISIONS)}, got {self.precision!r}")
         for name in ("batch_size", "seq_len", "microbatches", "loss_chunk"):
-            if not (_is_int(getattr(self, name)) and getattr(self, name) >= 1):
-                problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if name == "loss_chunk" and value == "auto":
+                continue
+            if not (_is_int(value) and value >= 1):
+                extra = " or auto" if name == "loss_chunk" else ""
+                problems.append(f"{name} must be a positive integer{extra}, got {value!r}")
         if not _is_int(self.seed):
             problems.append(f"seed must be an integer, got {self.seed!r}")
         try:

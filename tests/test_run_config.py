@@ -213,3 +213,14 @@ def test_history_compatible_allows_layout_bookkeeping_and_future_stages():
     fewer = RunConfig.from_dict({**saved.to_dict(), "stages": saved.to_dict()["stages"][:2]})
     assert "cannot be removed" in history_compatible(saved, fewer, completed_stages=3)
     assert history_compatible(saved, fewer, completed_stages=2) is None
+
+
+def test_loss_chunk_is_auto_or_a_positive_integer():
+    from loire_jax.kernels import loss_chunk_for
+
+    assert tiny().loss_chunk == "auto"
+    assert (loss_chunk_for("auto", "cpu"), loss_chunk_for("auto", "gpu")) == (256, 2048)
+    assert loss_chunk_for(tiny("loss_chunk=512").loss_chunk, "cpu") == 512
+    for bad in ("loss_chunk=0", "loss_chunk=big"):
+        with pytest.raises(ValueError, match="loss_chunk must be a positive integer or auto"):
+            tiny(bad)
