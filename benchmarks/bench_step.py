@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -76,20 +75,19 @@ def run_case(case: dict) -> dict:
     import jax
     import numpy as np
 
-    from loire_jax import init_params
+    from loire_jax import init_params, param_count
     from loire_jax.flops import train_flops_per_token
     from loire_jax.kernels import for_platform, loss_chunk_for
     from loire_jax.memory import peak_in_use, step_memory
     from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
     from loire_jax.stages import state_shardings
-    from loire_jax.train_step import StepSpec, init_state, make_optimizer, make_train_step
+    from loire_jax.train_step import StepSpec, frozen_teacher, init_state, make_optimizer, make_train_step
 
     mesh = make_mesh(sizes, devs)
     platform = devs[0].platform
     student, teachers = _configs(case)
     run_student = for_platform(student, platform, case["seq"])
-    run_teachers = [for_platform(t, platform, case["seq"]).replace(param_dtype=t.dtype if t.dtype == "bfloat16"
-                                                                   else t.param_dtype) for t in teachers]
+    run_teachers = [frozen_teacher(for_platform(t, platform, case["seq"])) for t in teachers]
     opt = make_optimizer("adam", learning_rate=1e-4)
     spec = StepSpec(run_student, teachers=tuple(run_teachers), betas=(0.1,) * len(teachers),
                     microbatches=case["microbatches"],
@@ -102,7 +100,7 @@ def run_case(case: dict) -> dict:
     record = dict(case, device=note, device_kind=devs[0].device_kind, platform=platform,
                   attention_run=run_student.attention, remat_run=run_student.remat,
                   loss_chunk_run=spec.loss_chunk,
-                  params=int(sum(np.prod(s) for s in _leaf_sizes(student))))
+                  params=param_count(student))
 
     def abstract(tree, shardings):
         return jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), tree,
@@ -129,10 +127,8 @@ def run_case(case: dict) -> dict:
 
     params = init_params(student, jax.random.key(0), out_shardings=state_sh["params"])
     state = jax.jit(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(1))), out_shardings=state_sh)(params)
-    cast = {"bfloat16": jax.numpy.bfloat16}.get(case["dtype"])
-    teacher_params = tuple(
-        jax.jit(lambda p, d=cast: jax.tree_util.tree_map(lambda x: x.astype(d) if d else x, p), out_shardings=sh)(
-            init_params(t, jax.random.key(2 + i), out_shardings=sh)) for i, (t, sh) in enumerate(zip(teachers, teacher_sh)))
+    teacher_params = tuple(init_params(t, jax.random.key(2 + i), out_shardings=sh)  # stored as the engine stores them
+                           for i, (t, sh) in enumerate(zip(run_teachers, teacher_sh)))
     rng = np.random.default_rng(0)
     batches = [jax.device_put(rng.integers(0, student.vocab_size, (case["batch"], case["seq"] + 1), dtype=np.int32),
                               batch_sh) for _ in range(4)]
@@ -156,12 +152,6 @@ def run_case(case: dict) -> dict:
     if case["torch"]:
         record.update(_torch_case(student, teachers, case, record["peak_flops"]))
     return record
-
-
-def _leaf_sizes(cfg):
-    from loire_jax.layout import leaf_shapes
-
-    return [s for p, s in leaf_shapes(cfg).items() if p != "gates"]
 
 
 def _peak(case, devs, platform) -> dict:

@@ -17,7 +17,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -26,7 +25,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from loire_jax import checkpoints
 from loire_jax import memory
@@ -42,7 +40,7 @@ from loire_jax.run_config import RunConfig, growth_plans, history_compatible, st
 from loire_jax.sharding import BATCH_AXES, batch_sharding, make_mesh, param_shardings, parse_mesh
 from loire_jax.stages import (Phase, abstract_state, optimizer_for, phase_at, phases, ramp_layers,
                               restart_schedules, stage_tokens, state_shardings)
-from loire_jax.train_step import StepSpec, init_state, make_eval_step, make_train_step
+from loire_jax.train_step import StepSpec, frozen_teacher, init_state, make_eval_step, make_train_step
 
 
 class RunError(Exception):
@@ -103,7 +101,7 @@ class Engine:
         self.steps_this_session = 0
         self.complete = False
         self.peak, self.peak_note = None, ""
-        self.step_fns: dict[tuple[int, str], Any] = {}  # compiled once per (stage, phase)
+        self.step_fns: dict[tuple[int, StepSpec], Any] = {}  # compiled once per distinct step of a stage
         self.eval_fns: dict[int, Any] = {}
         self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
         self.lock: rundir.WorkdirLock | None = None
@@ -236,16 +234,11 @@ class Engine:
         """``cfg`` as it runs here: attention kernel and remat resolved for the mesh's platform."""
         return for_platform(cfg, self.platform, self.run.seq_len)
 
-    def _teacher_cfg(self, j: int):
-        """Teachers are frozen: under bf16 they are stored and run in bf16 (no float32 copy)."""
-        cfg = self._exec(self.models[j])
-        return cfg.replace(param_dtype=cfg.dtype) if self.run.precision == "bf16" else cfg
-
     def _load_teacher(self, j: int) -> dict[str, Any]:
         params = checkpoints.restore_params(checkpoints.stage_dir(self.workdir, j + 1), self._abstract(j)[0]["params"])
-        if self.run.precision != "bf16":
+        dtype = jnp.dtype(frozen_teacher(self.models[j]).param_dtype)
+        if all(x.dtype == dtype for x in jax.tree_util.tree_leaves(params)):
             return params
-        dtype = jnp.dtype(self.models[j].dtype)
         # checksums are verified on the stored float32; the copy is cast in place (donated)
         return jax.jit(lambda p: jax.tree_util.tree_map(lambda x: x.astype(dtype), p), donate_argnums=0,
                        out_shardings=param_shardings(self.models[j], self.mesh))(params)
@@ -389,6 +382,13 @@ class Engine:
         bar = _progress(stage.steps, start, f"stage {k + 1}/{len(self.run.stages)} {stage.name}", self.progress)
         pending = None  # metrics of the previous step: fetched one step late
         t_last, tok_per_step = time.perf_counter(), self.run.batch_size * self.run.seq_len
+        specs = {p.name: StepSpec(self._exec(cfg),
+                                  teachers=tuple(frozen_teacher(self._exec(self.models[j])) for j in teachers)
+                                  if p.distill else (),
+                                  betas=(stage.beta,) * len(teachers) if p.distill else (),
+                                  ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps,
+                                  microbatches=self.run.microbatches, loss_chunk=self._loss_chunk)
+                 for p in stage_phases}
         meta_base = {"model": cfg.to_dict(), "tokenizer": tokenizer_identity, "stage": k + 1, "name": stage.name,
                      "run": self.run.to_dict()}
         with guard.deferred():
@@ -402,25 +402,21 @@ class Engine:
                                    "the prepared data does not match this model's vocabulary")
                 batch = to_global_batch(host, self.mesh, BATCH_AXES)
                 phase_teachers = teacher_params if phase.distill else ()
-                if (k, phase.name) not in self.step_fns:
+                spec = specs[phase.name]
+                if (k, spec) not in self.step_fns:  # phases with the same step (warmup, train) share one program
                     if pending is not None:  # the previous phase's last step: timed before compiling
                         self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
                         pending = None
-                    spec = StepSpec(self._exec(cfg),
-                                    teachers=tuple(self._teacher_cfg(j) for j in teachers) if phase.distill else (),
-                                    betas=(stage.beta,) * len(teachers) if phase.distill else (),
-                                    ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps,
-                                    microbatches=self.run.microbatches, loss_chunk=self._loss_chunk)
                     teacher_sh = tuple(param_shardings(self.models[j], self.mesh) for j in teachers) \
                         if phase.distill else ()
                     fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
                                  in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
                                  out_shardings=(shardings, None))
-                    self.step_fns[k, phase.name] = self._compile(
+                    self.step_fns[k, spec] = self._compile(
                         f"stage {k + 1} ({stage.name}) {phase.name} step", k, fn, (state, batch, phase_teachers), log,
                         phase.name)
                     t_last = time.perf_counter()  # compilation is not step time
-                state, metrics = self.step_fns[k, phase.name](state, batch, phase_teachers)
+                state, metrics = self.step_fns[k, spec](state, batch, phase_teachers)
                 if pending is not None:
                     t_last = self._log_step(k, s - 1, pending[0], pending[1], log, bar, tok_per_step, t_last)
                 pending = (metrics, phase.name)

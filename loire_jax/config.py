@@ -21,7 +21,6 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Execution choices: they change how the model runs, never what it computes (up to rounding).
 ATTENTIONS = ("auto", "xla", "cudnn", "splash")
 REMATS = ("auto", "none", "dots", "full")
-EXECUTION_FIELDS = ("attention", "remat")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,35 +55,33 @@ def step_memory(compiled: Any) -> StepMemory | None:
                       code=int(getattr(ma, "generated_code_size_in_bytes", 0)))
 
 
-def device_memory(devices: Sequence[Any]) -> tuple[int, int] | None:
-    """(limit, free) bytes of the tightest device, or None if the backend reports no limit."""
-    best = None
+def _stats(devices: Sequence[Any], key: str) -> list[dict[str, int]] | None:
+    """Every device's memory statistics, or None if any device does not report ``key``."""
+    out = []
     for d in devices:
         try:
             stats = d.memory_stats()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - not every backend implements it
             return None
-        if not stats or "bytes_limit" not in stats:
+        if not stats or key not in stats:
             return None
-        limit = int(stats["bytes_limit"])
-        free = limit - int(stats.get("bytes_in_use", 0))
-        if best is None or free < best[1]:
-            best = (limit, free)
-    return best
+        out.append(stats)
+    return out
+
+
+def device_memory(devices: Sequence[Any]) -> tuple[int, int] | None:
+    """(limit, free) bytes of the tightest device, or None if the backend reports no limit."""
+    stats = _stats(devices, "bytes_limit")
+    if not stats:
+        return None
+    return min(((int(s["bytes_limit"]), int(s["bytes_limit"]) - int(s.get("bytes_in_use", 0))) for s in stats),
+               key=lambda lf: lf[1])
 
 
 def peak_in_use(devices: Sequence[Any]) -> int | None:
     """The largest peak of bytes in use over ``devices`` since start, where reported."""
-    peaks = []
-    for d in devices:
-        try:
-            stats = d.memory_stats() or {}
-        except Exception:  # noqa: BLE001
-            return None
-        if "peak_bytes_in_use" not in stats:
-            return None
-        peaks.append(int(stats["peak_bytes_in_use"]))
-    return max(peaks) if peaks else None
+    stats = _stats(devices, "peak_bytes_in_use")
+    return max(int(s["peak_bytes_in_use"]) for s in stats) if stats else None
 
 
 def advice(knobs: dict[str, Any]) -> str:

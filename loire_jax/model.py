@@ -225,11 +225,6 @@ def logits_dtype(cfg: ModelConfig) -> jnp.dtype:
     return _softmax_dtype(cfg.compute_dtype)
 
 
-def vocab_mask(cfg: ModelConfig) -> jax.Array:
-    """True for real vocabulary columns, False for padding."""
-    return jnp.arange(cfg.padded_vocab) < cfg.vocab_size
-
-
 def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
     """Logits [batch, seq, vocab_size] for int tokens [batch, seq], honouring the layer gates.
 

@@ -2,9 +2,9 @@
 
 State is a plain dict ``{"params", "opt_state", "step", "rng"}``, and the step is a pure
 function of (state, batch, teacher params), in the manner of optax's init/update. The
-launcher jits it with shardings and donation. One step function is built per phase of a
-stage. Its static parts (configs, which teachers, beta, where the ramp starts) are
-closed over, so it compiles once per phase, never per step.
+launcher jits it with shardings and donation. Its static parts (configs, which teachers,
+beta, the ramp) form a hashable ``StepSpec``, so each distinct step of a stage compiles
+once, never per step; phases with equal specs (warmup and train) share one program.
 
 The gates are not trained. They are kept out of the optimizer, and every step writes the
 ramping layers' gates as alpha = clip((step - ramp_start) / ramp_steps, 0, 1): the
@@ -158,8 +158,7 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
                 return jax.tree_util.tree_map(jnp.add, acc, (g, aux)), None
 
             zero = jax.tree_util.tree_map(jnp.zeros_like, trainable(params))
-            aux0 = jax.tree_util.tree_map(lambda _: jnp.zeros((), jnp.promote_types(cfg.compute_dtype, jnp.float32)),
-                                          (0, 0, 0))
+            aux0 = (jnp.zeros((), jnp.promote_types(cfg.compute_dtype, jnp.float32)),) * 3
             (grads, (lm, kd, count)), _ = jax.lax.scan(accumulate, (zero, aux0), parts)
         grads = jax.tree_util.tree_map(lambda g: (g / count).astype(g.dtype), grads)
         lm, kd = lm / count, kd / count
@@ -171,6 +170,13 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
                 "rng": state["rng"]}, metrics
 
     return step
+
+
+def frozen_teacher(cfg: ModelConfig) -> ModelConfig:
+    """A frozen teacher's config: its parameters are stored in the compute dtype. Under bf16
+    compute a teacher takes half the memory and keeps no float32 copy; there is no optimizer
+    step that needs float32 master weights."""
+    return cfg.replace(param_dtype=cfg.dtype) if cfg.dtype in ("bfloat16", "float16") else cfg
 
 
 def make_eval_step(cfg: ModelConfig, loss_chunk: int = 1024) -> Callable:
