@@ -7,6 +7,7 @@ only be set before the first backend call, so entry points call ``configure`` fi
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 
@@ -65,6 +66,8 @@ def compile_cache(setting: str) -> str | None:
     if setting == "auto":
         setting = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
             os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "loire_jax", "xla")
+    if os.path.exists(setting) and not os.path.isdir(setting):
+        raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory", setting)
     os.makedirs(setting, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", setting)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

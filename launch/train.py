@@ -46,10 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         run = RunConfig.from_yaml(args.config, args.overrides)
         mesh_spec = args.mesh or run.mesh
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64")
-        devices.compile_cache(args.compile_cache)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    try:
+        devices.compile_cache(args.compile_cache)
     except OSError as err:
         print(f"error: compilation cache {args.compile_cache}: {err.strerror or err}; pass --compile-cache off or "
               "another directory", file=sys.stderr)

@@ -139,9 +139,17 @@ def test_fresh_with_a_bad_override_destroys_nothing(config, finished):
     assert snapshot(finished) == before
 
 
-@pytest.mark.parametrize("what", ["workdir is a file", "data_dir is a file", "malformed yaml"])
+@pytest.mark.parametrize("what", ["workdir is a file", "data_dir is a file", "malformed yaml",
+                                  "compile cache is a file"])
 def test_environment_and_input_errors_are_one_line(config, tmp_path, what):
     workdir = tmp_path / "run"
+    if what == "compile cache is a file":
+        cache = tmp_path / "cache"
+        cache.write_text("mine")
+        line = one_line_error(train(config, workdir, "--compile-cache", str(cache)))
+        assert "compilation cache" in line and "not a directory" in line and "--compile-cache off" in line
+        assert cache.read_text() == "mine" and not workdir.exists()
+        return
     if what == "workdir is a file":
         workdir.write_text("not a directory")
         line = one_line_error(train(config, workdir))
