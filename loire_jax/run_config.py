@@ -27,7 +27,7 @@ from loire_jax.config import ModelConfig, preset
 from loire_jax.data.config import DataConfig, DomainSpec, SourceSpec, TokenizerSpec, read_yaml
 from loire_jax.growth import HIDDEN_METHODS, INITS, MODES, OPS, GrowthPlan, plan_growth
 from loire_jax.layout import leaf_shapes
-from loire_jax.sharding import BATCH_AXES, MESH_AXES, parse_mesh, partition_spec
+from loire_jax.sharding import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh
 
 PRESETS = ("paper", "modern")
 TEACHERS = ("all", "last", "none")
@@ -320,19 +320,6 @@ class EvalConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EvalConfig":
         return _build(cls, d, "eval")
-
-
-# --------------------------------------------------------------------------- mesh checks
-def mesh_problems(cfg: ModelConfig, mesh_sizes: Mapping[str, int]) -> list[str]:
-    """``sharding.check_divisible`` without a Mesh: the sizes are all it needs, so a run can
-    be checked for a mesh larger than the devices at hand (e.g. a paper config on a laptop)."""
-    problems = []
-    for path, shape in leaf_shapes(cfg).items():
-        for dim, axis in zip(shape, partition_spec(path, len(shape))):
-            size = 1 if axis is None else int(mesh_sizes.get(axis, 1))
-            if dim % size:
-                problems.append(f"{path} dim {dim} is not divisible by mesh axis {axis}={size}")
-    return sorted(set(problems))
 
 
 # --------------------------------------------------------------------------- the run

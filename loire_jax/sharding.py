@@ -52,21 +52,25 @@ def partition_spec(path: str, ndim: int) -> PartitionSpec:
     raise ValueError(f"no partition rule matches parameter {path!r}; add one to loire_jax.sharding.PARTITION_RULES")
 
 
-def _axis_size(mesh: Mesh, axis: str | None) -> int:
-    return 1 if axis is None else int(mesh.shape.get(axis, 1))
+def mesh_problems(cfg: ModelConfig, mesh_sizes: Mapping[str, int]) -> list[str]:
+    """Every sharded dimension of ``cfg`` that its mesh axis does not divide, one line each.
+
+    Needs only the axis sizes, not a Mesh, so a run can be checked for a mesh larger than
+    the devices at hand (a paper config on a laptop). The one divisibility check."""
+    problems = []
+    for path, shape in leaf_shapes(cfg).items():
+        for dim, axis in zip(shape, partition_spec(path, len(shape))):
+            size = 1 if axis is None else int(mesh_sizes.get(axis, 1))
+            if dim % size:
+                problems.append(f"{path} dim {dim} is not divisible by mesh axis {axis}={size}")
+    return sorted(set(problems))
 
 
 def check_divisible(cfg: ModelConfig, mesh: Mesh) -> None:
-    """Every sharded dimension must be a multiple of its mesh axis; say which ones are not."""
-    problems = []
-    for path, shape in leaf_shapes(cfg).items():
-        spec = partition_spec(path, len(shape))
-        for dim, axis in zip(shape, spec):
-            size = _axis_size(mesh, axis)
-            if dim % size:
-                problems.append(f"{path} dim {dim} is not divisible by mesh axis {axis}={size}")
+    """Refuse a model whose sharded dimensions ``mesh`` does not divide, naming them."""
+    problems = mesh_problems(cfg, dict(mesh.shape))
     if problems:
-        raise ValueError("the model does not fit the mesh: " + "; ".join(sorted(set(problems))[:6])
+        raise ValueError("the model does not fit the mesh: " + "; ".join(problems[:6])
                          + (" ..." if len(problems) > 6 else "")
                          + ". Choose sizes that are multiples of the mesh axes or a different --mesh")
 
