@@ -80,8 +80,8 @@ def run_case(case: dict) -> dict:
     from loire_jax.kernels import for_platform, loss_chunk_for
     from loire_jax.memory import peak_in_use, step_memory
     from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
-    from loire_jax.stages import state_shardings
-    from loire_jax.train_step import StepSpec, frozen_teacher, init_state, make_optimizer, make_train_step
+    from loire_jax.train_state import abstract_state, new_train_state, state_shardings
+    from loire_jax.train_step import StepSpec, frozen_teacher, make_optimizer, make_train_step
 
     mesh = make_mesh(sizes, devs)
     platform = devs[0].platform
@@ -108,14 +108,12 @@ def run_case(case: dict) -> dict:
 
     from loire_jax.layout import abstract_params
 
-    state_abs = jax.eval_shape(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(1))),
-                               abstract_params(student))
     t_abs = tuple(abstract(jax.tree_util.tree_map(lambda x, c=c: jax.ShapeDtypeStruct(x.shape, c.params_dtype),
                                                   abstract_params(c)), sh) for c, sh in zip(run_teachers, teacher_sh))
     batch_abs = jax.ShapeDtypeStruct((case["batch"], case["seq"] + 1), np.int32, sharding=batch_sh)
     t0 = time.perf_counter()
     with jax.set_mesh(mesh):
-        compiled = fn.lower(abstract(state_abs, state_sh), {"tokens": batch_abs}, t_abs).compile()
+        compiled = fn.lower(abstract_state(student, mesh, opt), {"tokens": batch_abs}, t_abs).compile()
     record["compile_s"] = time.perf_counter() - t0
     mem = step_memory(compiled)
     if mem:
@@ -125,8 +123,7 @@ def run_case(case: dict) -> dict:
     if case["compile_only"]:
         return record
 
-    params = init_params(student, jax.random.key(0), out_shardings=state_sh["params"])
-    state = jax.jit(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(1))), out_shardings=state_sh)(params)
+    state = new_train_state(student, opt, jax.random.key(0), state_sh)
     teacher_params = tuple(init_params(t, jax.random.key(2 + i), out_shardings=sh)  # stored as the engine stores them
                            for i, (t, sh) in enumerate(zip(run_teachers, teacher_sh)))
     rng = np.random.default_rng(0)
@@ -155,11 +152,13 @@ def run_case(case: dict) -> dict:
 
 
 def _peak(case, devs, platform) -> dict:
+    from loire_jax import flops
+
     if case.get("peak_tflops"):
         return {"peak_flops": case["peak_tflops"] * 1e12 * len(devs), "peak_source": "given"}
     if platform == "cpu":
-        return {"peak_flops": devices.measured_matmul_flops(), "peak_source": "measured 2048^2 fp32 matmul, this run"}
-    peak, source = devices.peak_flops(devs)
+        return {"peak_flops": flops.measured_matmul_flops(), "peak_source": "measured 2048^2 fp32 matmul, this run"}
+    peak, source = flops.peak_flops(devs)
     return {"peak_flops": peak, "peak_source": source}
 
 

@@ -30,16 +30,16 @@ def main() -> None:
 
     from loire_jax.data import load_prepared, train_dataset
     from loire_jax.data.packing import PackedWindows
-    from loire_jax.run_config import RunConfig
-    from loire_jax.stages import phases
+    from loire_jax.config_loader import load_run_config
+    from loire_jax.stages import phases, teacher_stages
 
-    run = RunConfig.from_yaml(args.config, args.overrides)
+    run = load_run_config(args.config, args.overrides)
     index = {d.name: i for i, d in enumerate(run.data.domains)}
     bs, prep = run.batch_size, load_prepared(run.data)
     print(f"{'stage':<12} {'warmup cur windows':>18} {'train windows':>13} {'repeated (one stream)':>22} "
           f"{'repeated (rebuilt)':>19}")
     for k, stage in enumerate(run.stages):
-        stage_phases = phases(stage, bool(run.teacher_stages(k)))
+        stage_phases = phases(stage, bool(teacher_stages(run, k)))
         replay_steps = max((p.end for p in stage_phases if p.replay), default=0)
         if replay_steps == 0:
             continue

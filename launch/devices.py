@@ -73,37 +73,3 @@ def compile_cache(setting: str) -> str | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return setting
-
-
-# Dense bf16 peaks (FLOP/s) per device, from the vendors' datasheets, for MFU on accelerators.
-PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12,
-                   "TPU v5 lite": 197e12, "TPU v6 lite": 918e12}
-
-
-def peak_flops(devices: list[jax.Device]) -> tuple[float | None, str]:
-    """The mesh's peak FLOP/s for MFU: measured with a large matmul on CPU, published elsewhere."""
-    kind = devices[0].device_kind
-    if devices[0].platform == "cpu":
-        return measured_matmul_flops(), "measured (2048^2 fp32 matmul)"
-    for name, peak in PUBLISHED_PEAKS.items():
-        if name.lower() in kind.lower():
-            return peak * len(devices), f"published {name} bf16 x {len(devices)}"
-    return None, f"unknown peak for {kind!r}"
-
-
-def measured_matmul_flops(n: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a jitted fp32 n x n matmul in this process: the CPU's practical peak."""
-    import statistics
-    import time
-
-    import jax.numpy as jnp
-
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    mm = jax.jit(lambda x: x @ x)
-    mm(a).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        mm(a).block_until_ready()
-        times.append(time.perf_counter() - t)
-    return 2 * n**3 / statistics.median(times)

@@ -16,14 +16,19 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from launch import devices  # noqa: E402  (before any JAX backend call)
+from loire_jax.hooks import Hook  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
+    """The CLI: parse arguments, set up the devices, call ``loire_jax.run``, map the outcome
+    to an exit code (0 done or preempted, 2 a problem the user must fix, 1 environment or
+    bug, 130 Ctrl-C). ``extra_hooks`` are appended to the default hooks."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "tiny.yaml"))
     parser.add_argument("--mesh", default=None, help="device count (fsdp=N) or data=..,fsdp=..,tensor=..; "
@@ -40,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     args = parser.parse_args(argv)
 
-    from loire_jax.run_config import RunConfig
+    from loire_jax.config_loader import load_run_config
 
     try:
-        run = RunConfig.from_yaml(args.config, args.overrides)
-        mesh_spec = args.mesh or run.mesh
-        sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64")
+        run_config = load_run_config(args.config, args.overrides)
+        mesh_spec = args.mesh or run_config.mesh
+        sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64")
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -56,28 +61,21 @@ def main(argv: list[str] | None = None) -> int:
               "another directory", file=sys.stderr)
         return 2
 
-    from launch.engine import Engine, RunError
-    from loire_jax.checkpoints import CheckpointError, Stopped
+    from loire_jax import hooks, run
+    from loire_jax.checkpoints import CheckpointError
     from loire_jax.data import DataError
+    from loire_jax.errors import RunError
+    from loire_jax.sharding import make_mesh
     from loire_jax.workdir import WorkdirError
 
-    workdir = Path(args.workdir or os.path.join("runs", run.name)).expanduser()
-    engine = Engine(run, workdir, devs, mesh_spec, progress=not args.no_progress)
+    workdir = Path(args.workdir or os.path.join("runs", run_config.name)).expanduser()
     early = Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log"  # library logs until the workdir is ours
+    _library_logs_to(early)
+    print(f"devices: {note}")
     try:
-        with engine.stops:
-            _library_logs_to(early)
-            engine.preflight(args.fresh, break_lock=args.break_lock)
-            _library_logs_to(workdir / "python.log", carry_over=early)
-            engine.summary(note)
-            rc = engine.run_all()
-            engine.close()
-        if engine.stops.requested:
-            return engine.stops.exit_code
-    except Stopped as stop:
-        print(f"\nstopped ({stop}) outside a training step: everything finished is on disk; rerun the same command "
-              "to resume", file=sys.stderr)
-        return engine.stops.exit_code
+        result = run(run_config, workdir, mesh=make_mesh(sizes, devs), fresh=args.fresh, break_lock=args.break_lock,
+                     hooks=[_LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
+                            *extra_hooks])
     except (RunError, DataError, WorkdirError, CheckpointError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -91,20 +89,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: internal error {type(err).__name__}: {err}; traceback in {log}", file=sys.stderr)
         return 1
     finally:
-        engine.close(release=True)
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
-    if rc == 0 and engine.complete:
-        from launch.report import ReportError, write_report
+    if not result.complete:
+        return result.exit_code
+    from loire_jax.reports import ReportError, write_report
 
-        try:
-            out = write_report([workdir])
-        except (ReportError, ValueError, OSError) as err:
-            print(f"error: the run is complete, but its report failed: {err}; rerun it with "
-                  f"python launch/report.py {workdir}", file=sys.stderr)
-            return 1
-        print(f"report: {out / 'report.md'} and plots in {out}")
-    return rc
+    try:
+        out = write_report([workdir])
+    except (ReportError, ValueError, OSError) as err:
+        print(f"error: the run is complete, but its report failed: {err}; rerun it with "
+              f"python launch/report.py {workdir}", file=sys.stderr)
+        return 1
+    print(f"report: {out / 'report.md'} and plots in {out}")
+    return 0
+
+
+class _LogsToWorkdir(Hook):
+    """Once the trainer has checked and locked the workdir, the libraries' logs move there."""
+
+    def __init__(self, early: Path) -> None:
+        self.early = early
+
+    def on_run_start(self, trainer) -> None:
+        _library_logs_to(trainer.workdir / "python.log", carry_over=self.early)
 
 
 def _library_logs_to(path: Path, carry_over: Path | None = None) -> None:

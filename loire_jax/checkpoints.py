@@ -5,13 +5,13 @@ directory with one sub-directory per saved step. A step holds four items:
 
 - ``params``: the parameter pytree (its own item so a teacher can be restored from it
   without reading a byte of optimizer state);
-- ``train``: everything else in the training state (optimizer state, step, RNG key data);
+- ``train``: the rest of the ``TrainState`` (optimizer state and step);
 - ``data``: the grain iterator state, so a resume continues on the exact next batch;
 - ``meta``: a plain JSON dict (model config, tokenizer identity, data position, ...),
   so the tree of a finished stage can be rebuilt before restoring it.
 
-The Orbax API still moves between releases (see the design notes, jax-stack-notes.md), so every Orbax
-call lives here and the rest of the project sees plain pytrees and dicts.
+The Orbax API still moves between releases (docs/jax-stack.md), so every Orbax call lives
+here and the rest of the project sees ``TrainState``s, plain pytrees and dicts.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+
+from loire_jax.train_state import TrainState
 
 PARAMS, TRAIN, DATA, META = "params", "train", "data", "meta"  # item names on disk
 # Written by Orbax when it finalises a step (seen with orbax-checkpoint 0.12.8 on a
@@ -97,23 +99,11 @@ def _quarantine_incomplete(directory: Path) -> list[Path]:
 
 # -- abstract trees and strictness ----------------------------------------------------
 
-def _key_str(entry: Any) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(entry, attr):
-            return str(getattr(entry, attr))
-    return str(entry)
-
-
 def _flat_by_path(tree: Any) -> dict[str, Any]:
     """'/'-joined paths -> leaves. Namedtuple fields and dict keys print alike, so an
     optax state and Orbax's metadata of it (stored as dicts and lists) compare by path."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return {"/".join(_key_str(k) for k in path): leaf for path, leaf in leaves}
-
-
-def _is_key_leaf(x: Any) -> bool:
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return {jax.tree_util.keystr(path, simple=True, separator="/"): leaf for path, leaf in leaves}
 
 
 def _check_matches(item: str, abstract: Any, metadata: Any, directory: Path, step: int) -> None:
@@ -143,46 +133,10 @@ def _check_matches(item: str, abstract: Any, metadata: Any, directory: Path, ste
             "(read_meta) instead of the current one.")
 
 
-def abstract_like(tree: Any, shardings: Any = None) -> Any:
-    """ShapeDtypeStructs for ``tree`` (arrays or structs), with ``shardings`` if given.
-
-    ``shardings`` is a matching tree of Shardings, or a single Sharding for every leaf
-    (e.g. replicated scalars on a new mesh). Without it each leaf keeps its own sharding.
-    """
-    if shardings is None:
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype,
-                                                           sharding=getattr(x, "sharding", None)), tree)
-    if isinstance(shardings, jax.sharding.Sharding):
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=shardings), tree)
-    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), tree, shardings)
-
-
-def _keys_to_data(tree: Any) -> Any:
-    """Typed PRNG keys cannot be serialised: store their uint32 key data instead."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key_leaf(x) else x, tree)
-
-
-def _abstract_keys_to_data(tree: Any) -> tuple[Any, Any]:
-    """Abstract key leaves -> abstract uint32 key data, plus the key dtypes to rewrap."""
-    dtypes = jax.tree.map(lambda x: x.dtype if _is_key_leaf(x) else None, tree)
-
-    def to_data(x: Any) -> Any:
-        if not _is_key_leaf(x):
-            return x
-        out = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(x.shape, x.dtype))
-        return jax.ShapeDtypeStruct(out.shape, out.dtype, sharding=getattr(x, "sharding", None))
-
-    return jax.tree.map(to_data, tree), dtypes
-
-
-def _rewrap_keys(tree: Any, dtypes: Any) -> Any:
-    def wrap(x: Any, dtype: Any) -> Any:
-        if dtype is None:
-            return x
-        # A key dtype carries its PRNG impl (jax 0.10 exposes no public accessor on a dtype).
-        return jax.random.wrap_key_data(x, impl=dtype._impl)
-
-    return jax.tree.map(wrap, tree, dtypes, is_leaf=lambda x: x is None)
+def _train_item(state: TrainState) -> dict[str, Any]:
+    """Everything in the state but the parameters, which are their own item (a teacher is
+    restored from them without reading a byte of optimizer state)."""
+    return {"opt_state": state.opt_state, "step": state.step}
 
 
 def _check_json(meta: Any) -> dict:
@@ -203,7 +157,7 @@ def _handlers() -> dict[str, Any]:
 
 
 # -- integrity -----------------------------------------------------------------------
-FORMAT = 2  # 2: meta holds "format", "run" (the run config) and "checksums"
+FORMAT = 3  # 2: meta holds "format", "run" (the run config) and "checksums"; 3: no RNG in the train item
 
 
 def _words(x: jax.Array) -> jax.Array:
@@ -245,7 +199,7 @@ def _integrity(tree: Any) -> tuple[dict[str, int], list[str]]:
     """Checksums of every leaf, and the paths of non-finite ones, in one program per device set
     (a state's leaves may live on different device sets: a step counter on one device, the
     model on the mesh), so a save compiles once per state layout, not once per leaf."""
-    flat = _flat_by_path(_keys_to_data(tree))
+    flat = _flat_by_path(tree)
     groups: dict[Any, list[str]] = {}
     for path, x in flat.items():
         sharding = getattr(x, "sharding", None)
@@ -262,7 +216,7 @@ def _integrity(tree: Any) -> tuple[dict[str, int], list[str]]:
 
 
 def tree_checksums(tree: Any) -> dict[str, int]:
-    """'/'-path -> checksum of every array leaf (typed PRNG keys by their key data)."""
+    """'/'-path -> checksum of every array leaf."""
     return _integrity(tree)[0]
 
 
@@ -350,33 +304,28 @@ class StageCheckpoints:
         return step
 
     # save ---------------------------------------------------------------------------
-    def save(self, step: int, state: Mapping[str, Any], *, data_iterator: Any = None,
+    def save(self, step: int, state: TrainState, *, data_iterator: Any = None,
              meta: Mapping[str, Any], force: bool = False) -> bool:
         """Save ``state`` at ``step`` if the period says so (or ``force``); True if saved.
 
-        ``state`` must have ``params``; its other entries (opt_state, step, rng...) form
-        the ``train`` item. Typed PRNG keys are stored as their key data. Orbax writes to
-        a temporary directory and renames it when complete, so a crash or a full disk
-        mid-save leaves the previous step as the latest; errors of an async save are
-        raised by the next ``save``/``wait``.
+        Orbax writes to a temporary directory and renames it when complete, so a crash or
+        a full disk mid-save leaves the previous step as the latest; errors of an async
+        save are raised by the next ``save``/``wait``.
 
         Never writes non-finite state: a NaN or infinity anywhere in the floating leaves
         raises ``NonFiniteStateError`` and nothing is saved. The meta gets the format
         version and a checksum of every array (``tree_checksums``), verified at restore.
         """
-        if PARAMS not in state:
-            raise KeyError(f"state must contain {PARAMS!r}; got keys {sorted(state)}")
         if not force and not self._mngr.should_save(int(step)):
             return False
-        train = _keys_to_data({k: v for k, v in state.items() if k != PARAMS})
-        params_sums, bad = _integrity(state[PARAMS])
+        train = _train_item(state)
+        params_sums, bad = _integrity(state.params)
         train_sums, bad_train = _integrity(train)
         if bad or bad_train:
             raise NonFiniteStateError(int(step), bad + bad_train)
         meta = _check_json({**meta, "format": FORMAT, "checksums": {PARAMS: params_sums, TRAIN: train_sums}})
-        items: dict[str, Any] = {PARAMS: ocp.args.StandardSave(state[PARAMS]), META: ocp.args.JsonSave(meta)}
-        if jax.tree.leaves(train):  # Orbax refuses an empty item
-            items[TRAIN] = ocp.args.StandardSave(train)
+        items: dict[str, Any] = {PARAMS: ocp.args.StandardSave(state.params), TRAIN: ocp.args.StandardSave(train),
+                                 META: ocp.args.JsonSave(meta)}
         if data_iterator is not None:
             import grain
 
@@ -387,28 +336,23 @@ class StageCheckpoints:
             raise _write_error(err, step, self.directory) from None
 
     # restore ------------------------------------------------------------------------
-    def restore(self, abstract_state: Mapping[str, Any], *, step: int | None = None,
-                data_iterator: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def restore(self, abstract_state: TrainState, *, step: int | None = None,
+                data_iterator: Any = None) -> tuple[TrainState, dict[str, Any]]:
         """The state at ``step`` (latest complete by default) and its meta dict.
 
-        ``abstract_state`` mirrors the saved ``state`` with ``jax.ShapeDtypeStruct``
-        leaves whose ``sharding`` says where each array goes: a different mesh than the
-        saving one is fine. Any key, shape or dtype difference raises CheckpointError.
-        ``data_iterator`` (a grain iterator) has its position restored in place.
+        ``abstract_state`` is a ``TrainState`` of ``jax.ShapeDtypeStruct`` leaves whose
+        ``sharding`` says where each array goes: a different mesh than the saving one is
+        fine. Any key, shape or dtype difference raises CheckpointError. ``data_iterator``
+        (a grain iterator) has its position restored in place.
         """
         self.wait()  # an in-flight async save of this step must land first
         step = self._resolve(step)
-        if PARAMS not in abstract_state:
-            raise KeyError(f"abstract_state must contain {PARAMS!r}; got keys {sorted(abstract_state)}")
-        abs_train, impls = _abstract_keys_to_data({k: v for k, v in abstract_state.items() if k != PARAMS})
+        abs_train = _train_item(abstract_state)
         metadata = self._mngr.item_metadata(step)
-        _check_matches(PARAMS, abstract_state[PARAMS], metadata[PARAMS], self.directory, step)
-        _check_matches(TRAIN, abs_train, metadata[TRAIN] if TRAIN in metadata else None,
-                       self.directory, step)
-        items: dict[str, Any] = {PARAMS: ocp.args.StandardRestore(abstract_state[PARAMS]),
-                                 META: ocp.args.JsonRestore()}
-        if jax.tree.leaves(abs_train):
-            items[TRAIN] = ocp.args.StandardRestore(abs_train)
+        _check_matches(PARAMS, abstract_state.params, metadata[PARAMS], self.directory, step)
+        _check_matches(TRAIN, abs_train, metadata[TRAIN] if TRAIN in metadata else None, self.directory, step)
+        items: dict[str, Any] = {PARAMS: ocp.args.StandardRestore(abstract_state.params),
+                                 TRAIN: ocp.args.StandardRestore(abs_train), META: ocp.args.JsonRestore()}
         if data_iterator is not None:
             import grain
 
@@ -424,13 +368,10 @@ class StageCheckpoints:
         sums = meta.get("checksums", {})
         user_meta = _user_meta(meta, self.directory, step)
         _verify(PARAMS, out[PARAMS], sums.get(PARAMS), self.directory, step)
-        if TRAIN in items:
-            _verify(TRAIN, out[TRAIN], sums.get(TRAIN), self.directory, step)
-        state = dict(_rewrap_keys(out[TRAIN], impls)) if TRAIN in items else dict(abs_train)
-        state[PARAMS] = out[PARAMS]
-        return state, user_meta
+        _verify(TRAIN, out[TRAIN], sums.get(TRAIN), self.directory, step)
+        return TrainState(params=out[PARAMS], opt_state=out[TRAIN]["opt_state"], step=out[TRAIN]["step"]), user_meta
 
-    def newest_intact(self, abstract_state: Mapping[str, Any]) -> tuple[int | None, list[str]]:
+    def newest_intact(self, abstract_state: TrainState) -> tuple[int | None, list[str]]:
         """Verify steps newest first; set aside each damaged one. Returns the newest intact
         step (None if none) and one line per step set aside."""
         notes = []

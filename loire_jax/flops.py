@@ -1,4 +1,5 @@
-"""Analytic FLOPs of the model, as MFU and the paper's cost tables count them.
+"""Analytic FLOPs of the model, as MFU and the paper's cost tables count them, and the
+devices' peak FLOP/s that MFU divides by.
 
 Matmul FLOPs only (2 per multiply-add), attention included; the causal mask is counted
 at half, as MaxText does. Training is forward + backward = 3 x forward. Teachers in
@@ -9,6 +10,8 @@ which is the usual convention, so MFU is conservative.
 from __future__ import annotations
 
 from typing import Sequence
+
+import jax
 
 from loire_jax.config import ModelConfig
 
@@ -33,3 +36,37 @@ def train_flops_per_token(cfg: ModelConfig, seq_len: int, teachers: Sequence[Mod
     two forwards), plus each teacher's forward (eq. 15; teachers get no backward)."""
     return 3 * forward_flops_per_token(cfg, seq_len, causal) + sum(
         forward_flops_per_token(t, seq_len, causal) for t in teachers)
+
+
+# Dense bf16 peaks (FLOP/s) per device, from the vendors' datasheets, for MFU on accelerators.
+PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12,
+                   "TPU v5 lite": 197e12, "TPU v6 lite": 918e12}
+
+
+def peak_flops(devices: list[jax.Device]) -> tuple[float | None, str]:
+    """The mesh's peak FLOP/s for MFU: measured with a large matmul on CPU, published elsewhere."""
+    kind = devices[0].device_kind
+    if devices[0].platform == "cpu":
+        return measured_matmul_flops(), "measured (2048^2 fp32 matmul)"
+    for name, peak in PUBLISHED_PEAKS.items():
+        if name.lower() in kind.lower():
+            return peak * len(devices), f"published {name} bf16 x {len(devices)}"
+    return None, f"unknown peak for {kind!r}"
+
+
+def measured_matmul_flops(n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a jitted fp32 n x n matmul in this process: the CPU's practical peak."""
+    import statistics
+    import time
+
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    mm = jax.jit(lambda x: x @ x)
+    mm(a).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        mm(a).block_until_ready()
+        times.append(time.perf_counter() - t)
+    return 2 * n**3 / statistics.median(times)

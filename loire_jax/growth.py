@@ -31,9 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax.traverse_util import flatten_dict, unflatten_dict
+from optax.tree_utils import NamedTupleKey, tree_get_all_with_path, tree_set
 
 from loire_jax.config import ModelConfig
-from loire_jax.layout import GATES, flatten, leaf_axes, unflatten, validate_params
+from loire_jax.layout import GATES, leaf_axes, validate_params
 
 OPS = ("hidden", "ffn", "heads", "layers")
 INITS = ("loire", "random", "zero")
@@ -409,7 +411,7 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     if moment not in (0, 1, 2):
         raise ValueError(f"moment must be 0, 1 or 2, got {moment!r}")
     ctx = _Ctx(plan, _as_key(key), moment)
-    flat = flatten(tree)
+    flat = flatten_dict(dict(tree), sep="/")
     known = leaf_axes(plan.old)
     unknown = sorted(set(flat) - set(known))
     if unknown:
@@ -422,7 +424,7 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
         flat = _grow_width(ctx, flat, plan.op, old, getattr(plan.new, plan.op))
     else:
         flat = _grow_layers(ctx, flat)
-    return unflatten(flat)
+    return unflatten_dict(flat, sep="/")
 
 
 def _as_key(key: jax.Array | int | None) -> jax.Array | None:
@@ -432,51 +434,59 @@ def _as_key(key: jax.Array | int | None) -> jax.Array | None:
     return key
 
 
-# optax states whose array fields are moments of the parameters: (field, moment).
-_MOMENT_FIELDS: dict[type, tuple[tuple[str, int], ...]] = {
-    optax.ScaleByAdamState: (("mu", 1), ("nu", 2)),
-    optax.TraceState: (("trace", 1),),
-    optax.ScaleByLionState: (("mu", 1),),
+# Fields of optax states that are moments of the parameters' gradients, with their order:
+# 1 grows like a gradient (m), 2 like a squared gradient (v). optax's tree search finds
+# them wherever they sit (chains, masked, inject_hyperparams), so wrappers need no rule.
+MOMENT_FIELDS: dict[type, dict[str, int]] = {
+    optax.ScaleByAdamState: {"mu": 1, "nu": 2},
+    optax.TraceState: {"trace": 1},
+    optax.ScaleByLionState: {"mu": 1},
 }
-# optax states that wrap another state in a field.
-_WRAPPERS: dict[type, str] = {optax.MaskedState: "inner_state"}
 
 
 def grow_optimizer_state(plan: GrowthPlan, opt_state: Any) -> Any:
     """Grow an optax state with ``plan``: moments by ``grow_like``, step counts kept.
 
-    Recognised states: Adam's (``ScaleByAdamState``: mu, nu), momentum (``TraceState``),
-    Lion's, and wrappers (``MaskedState``); chains and tuples of them. Any other state
-    holding non-scalar arrays (Adafactor's factored moments, a user's own transform) is
-    refused with a ValueError naming it: its leaves do not follow the parameters' shapes,
-    and passing them through would break the first update or silently mislead it.
+    Recognised moments (``MOMENT_FIELDS``): Adam's mu and nu, momentum's trace and Lion's
+    mu, inside any chain or wrapper of states. Any other state holding non-scalar arrays
+    (Adafactor's factored moments, a user's own transform) is refused with a ValueError
+    naming it: its leaves do not follow the parameters' shapes, and passing them through
+    would break the first update or silently mislead it.
     """
-
-    def walk(node: Any, where: str) -> Any:
-        kind = type(node)
-        if kind in _MOMENT_FIELDS:
-            return node._replace(**{f: grow_like(plan, getattr(node, f), moment=m) for f, m in _MOMENT_FIELDS[kind]})
-        if kind in _WRAPPERS:
-            field = _WRAPPERS[kind]
-            return node._replace(**{field: walk(getattr(node, field), f"{where}.{field}")})
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            _refuse_unless_scalars(node, where)
-            return node
-        if isinstance(node, (tuple, list)):
-            return type(node)(walk(x, f"{where}[{i}]") for i, x in enumerate(node))
-        _refuse_unless_scalars(node, where)
-        return node
-
-    return walk(opt_state, "opt_state")
+    _refuse_unknown_arrays(opt_state)
+    grown = opt_state
+    for state, fields in MOMENT_FIELDS.items():
+        for field, order in fields.items():
+            key = NamedTupleKey(state.__name__, field)
+            for path, moment in tree_get_all_with_path(opt_state, field, lambda p, _: p[-1] == key):
+                grown = tree_set(grown, lambda p, _, at=path: p == at, **{field: grow_like(plan, moment, moment=order)})
+    return grown
 
 
-def _refuse_unless_scalars(node: Any, where: str) -> None:
-    big = [x for x in jax.tree_util.tree_leaves(node) if _is_array(x) and np.ndim(x) > 0]
-    if big:
-        raise ValueError(f"cannot grow the optimizer state {type(node).__name__} at {where}: it holds arrays "
-                         f"(shapes {[tuple(x.shape) for x in big[:3]]}) that are not moments of the parameters, "
-                         "and no rule grows them. Use Adam/AdamW, SGD momentum or Lion, or reset the optimizer at "
-                         "growth (reset_optimizer: true)")
+def _is_state(node: Any) -> bool:
+    """An optax state: a NamedTuple with fields (not ``optax.MaskedNode`` or ``EmptyState``)."""
+    return isinstance(node, tuple) and bool(getattr(node, "_fields", ()))
+
+
+def _innermost_state(node: Any) -> bool:
+    """A recognised moment state, or a state that holds no other state (not a chain or wrapper)."""
+    if type(node) in MOMENT_FIELDS:
+        return True
+    return _is_state(node) and not any(map(_is_state, jax.tree_util.tree_leaves(tuple(node), is_leaf=_is_state)))
+
+
+def _refuse_unknown_arrays(opt_state: Any) -> None:
+    """Raise unless every non-scalar array lies in a recognised moment state, naming the
+    innermost state at fault rather than the chain or wrapper around it."""
+    for path, node in jax.tree_util.tree_leaves_with_path(opt_state, is_leaf=_innermost_state):
+        big = [x for x in jax.tree_util.tree_leaves(node) if _is_array(x) and np.ndim(x) > 0]
+        if big and type(node) not in MOMENT_FIELDS:
+            what = type(node).__name__ if _is_state(node) else "leaf"
+            raise ValueError(
+                f"cannot grow the optimizer state {what} at opt_state{jax.tree_util.keystr(path)}: it holds arrays "
+                f"(shapes {[tuple(x.shape) for x in big[:3]]}) that are not moments of the parameters, and no rule "
+                "grows them. Use Adam/AdamW, SGD momentum or Lion, or reset the optimizer at growth "
+                "(reset_optimizer: true)")
 
 
 # --------------------------------------------------------------------------- public entry
@@ -507,9 +517,9 @@ def grow(
       ``paper``.
     - ``positions``/``mode`` (layers only): which layers to copy (default: spread evenly),
       and ``plugin`` (copy right after its source) or ``stack`` (copies on top).
-    - ``mesh``: grow under ``jax.jit`` with output shardings from the partition rules, so
-      the model is never gathered onto one host. Parameters that are already sharded
-      over a mesh use it automatically.
+    - ``mesh``: grow under ``jax.jit`` with the new model's shardings
+      (``sharding.param_shardings``), so the model is never gathered onto one host.
+      Parameters that are already sharded over a mesh use it automatically.
 
     The inputs are never modified.
     """
@@ -533,7 +543,8 @@ def grow(
 def _with_params_dtype(cfg: ModelConfig, params: Mapping[str, Any]) -> ModelConfig:
     """The config of the parameters actually given: growth keeps their dtype, and so must the
     config it returns (bf16 parameters must not come back described as float32)."""
-    dtypes = {jnp.dtype(x.dtype) for p, x in flatten(params).items() if p != GATES and hasattr(x, "dtype")}
+    flat = flatten_dict(dict(params), sep="/")
+    dtypes = {jnp.dtype(x.dtype) for p, x in flat.items() if p != GATES and hasattr(x, "dtype")}
     if len(dtypes) > 1:
         raise ValueError(f"the parameters mix dtypes {sorted(d.name for d in dtypes)}; cast them to one first")
     if dtypes and dtypes != {cfg.params_dtype}:
@@ -548,7 +559,7 @@ _grow_jit = jax.jit(grow_like, static_argnums=0, static_argnames="moment")
 def _mesh_of(params: Mapping[str, Any]) -> jax.sharding.Mesh | None:
     """The one mesh the parameters are sharded over, None if on one device; several is an error."""
     meshes = []
-    for path, x in flatten(params).items():
+    for path, x in flatten_dict(dict(params), sep="/").items():
         sharding = getattr(x, "sharding", None)
         mesh = getattr(sharding, "mesh", None) if isinstance(sharding, jax.sharding.NamedSharding) else None
         if mesh is not None and mesh.size > 1 and not any(mesh == m for m, _ in meshes):

@@ -1,8 +1,9 @@
 """The parameter layout: every leaf's path and the meaning of each of its axes.
 
-One table drives growth (which axes grow, and how), sharding (which mesh axis each
-logical axis maps to), parameter counting and input validation. Axis names are
-``base`` or ``base:role``; the role says how growth treats that axis:
+This table is the one description of the parameters. Growth reads which axes grow and
+how; sharding maps each axis's logical name (the part before ':') to a mesh axis
+(``loire_jax.sharding.AXIS_RULES``); parameter counting and input validation read the
+shapes. Axis names are ``base`` or ``base:role``; the role says how growth treats that axis:
 
 - ``hidden:w`` a *writer* into the residual stream (embeddings, W^O, W2, their biases);
 - ``hidden:r`` a *reader* of the normalised stream (W^Q/K/V, W1, gate, LM head);
@@ -10,7 +11,8 @@ logical axis maps to), parameter counting and input validation. Axis names are
 - ``ffn:o`` / ``heads:o`` produced by the layer (W1 columns, new heads' Q/K/V), ``:i``
   consumed (W2 rows, W^O rows): eqs 6-8 fill ``:o`` slots freely and ``:i`` slots with 0.
 
-Paths are '/'-joined keys of the plain nested parameter dict.
+Paths are '/'-joined keys of the plain nested parameter dict, as
+``flax.traverse_util.flatten_dict(params, sep="/")`` writes them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Mapping
 
 import jax
 import numpy as np
+from flax.traverse_util import flatten_dict, unflatten_dict
 
 from loire_jax.config import ModelConfig
 
@@ -116,35 +119,12 @@ def param_count(cfg: ModelConfig, *, padded: bool = False) -> int:
     return total
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dict -> {'a/b/c': leaf}. Leaves are anything that is not a Mapping."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        path = f"{prefix}/{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, path))
-        else:
-            flat[path] = value
-    return flat
-
-
-def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = tree
-        *parents, last = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return tree
-
-
 def validate_params(cfg: ModelConfig, params: Mapping[str, Any], what: str = "params") -> None:
     """Raise ValueError naming every path whose presence or shape disagrees with ``cfg``."""
     if not isinstance(params, Mapping):
         raise ValueError(f"{what} must be a nested dict of arrays, got {type(params).__name__}")
     expected = leaf_shapes(cfg)
-    actual = {p: tuple(np.shape(v)) for p, v in flatten(params).items()}
+    actual = {p: tuple(np.shape(v)) for p, v in flatten_dict(dict(params), sep="/").items()}
     problems = []
     for path in sorted(set(expected) - set(actual)):
         problems.append(f"missing {path} (expected shape {expected[path]})")
@@ -160,10 +140,10 @@ def validate_params(cfg: ModelConfig, params: Mapping[str, Any], what: str = "pa
 
 def count_leaves(params: Mapping[str, Any]) -> int:
     """Parameters actually present (excluding the gate state)."""
-    return sum(int(math.prod(np.shape(v))) for p, v in flatten(params).items() if p != GATES)
+    return sum(int(math.prod(np.shape(v))) for p, v in flatten_dict(dict(params), sep="/").items() if p != GATES)
 
 
 def abstract_params(cfg: ModelConfig) -> dict[str, Any]:
     """ShapeDtypeStructs for every leaf: the model's shape without allocating it."""
     dt = cfg.params_dtype
-    return unflatten({p: jax.ShapeDtypeStruct(s, dt) for p, s in leaf_shapes(cfg).items()})
+    return unflatten_dict({p: jax.ShapeDtypeStruct(s, dt) for p, s in leaf_shapes(cfg).items()}, sep="/")

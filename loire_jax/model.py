@@ -19,10 +19,11 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.traverse_util import unflatten_dict
 
 from loire_jax.config import ModelConfig
 from loire_jax.kernels import causal_attention, remat_policy, resolved
-from loire_jax.layout import GATES, leaf_shapes, unflatten, validate_params
+from loire_jax.layout import GATES, leaf_shapes, validate_params
 
 
 def _softmax_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -186,7 +187,7 @@ def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
             flat[path] = jnp.zeros(shape, cfg.params_dtype)
         else:  # norm gains and layer gates
             flat[path] = jnp.ones(shape, cfg.params_dtype)
-    return unflatten(flat)
+    return unflatten_dict(flat, sep="/")
 
 
 def _check_inputs(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> None:

@@ -4,8 +4,8 @@
 perplexity matrix PPL_(t),j, AP and AP+ per stage (eq. 16), the Init/Final
 function-preservation check, and per-stage cost (analytic FLOPs, measured wall time).
 ``compare`` adds the ratios between runs, ``markdown`` renders the tables and
-``figures`` draws the plots. All of it is pure: reading the workdir and writing files
-is ``launch/report.py``'s job.
+``figures`` draws the plots; those four are pure. ``write_report`` reads workdirs and
+writes report.md, report.json and the PNGs (the CLI is ``launch/report.py``).
 
 The records are the lines of ``metrics.jsonl``. A resumed run re-logs the steps and
 evaluations it redid, so the last record of each key wins, which is what the run's
@@ -14,14 +14,19 @@ checkpoints hold.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+import sys
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from loire_jax.config_loader import run_config_from_dict
+from loire_jax.hooks import METRICS_FILE, read_records
 from loire_jax.layout import param_count
 from loire_jax.metrics import lifelong_metrics, preservation, seen_domains
-from loire_jax.run_config import RunConfig, stage_models
-from loire_jax.stages import stage_flops
+from loire_jax.run_config import RunConfig
+from loire_jax.stages import global_step, stage_flops, stage_models
 
 
 def _last_by(records: Iterable[Mapping[str, Any]], kind: str, key: Sequence[str]) -> dict[tuple, Mapping[str, Any]]:
@@ -80,7 +85,7 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
             "mfu": statistics.median(mfus) if mfus else None,
         })
     finished_wall = [s["wall_s"] for s in stages if s["finished"] and s["wall_s"] is not None]
-    curves = [{"stage": s, "step": i, "global_step": sum(st.steps for st in run.stages[:s - 1]) + i,
+    curves = [{"stage": s, "step": i, "global_step": global_step(run, s - 1, i),
                "phase": r["phase"], "loss": r["loss"], "lm_loss": r["lm_loss"], "kd_loss": r["kd_loss"],
                "alpha": r["alpha"], "beta": r.get("beta")}
               for (s, i), r in sorted(train.items())]
@@ -95,7 +100,7 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
                    "wall_s": sum(finished_wall) if finished_wall else None,
                    "stages_finished": len(final), "stages": len(run.stages)},
         "curves": curves,
-        "stage_starts": [sum(st.steps for st in run.stages[:k]) for k in range(len(run.stages))],
+        "stage_starts": [global_step(run, k, 0) for k in range(len(run.stages))],
     }
 
 
@@ -301,3 +306,53 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     fig.tight_layout()
     figs["training"] = fig
     return figs
+
+
+# --------------------------------------------------------------------------- files
+PLOTS = ("ap", "ppl_heatmap", "init_final", "training")
+
+
+class ReportError(Exception):
+    """A workdir that cannot be reported on; printed without a traceback."""
+
+
+def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
+    """(RunConfig, records) of one workdir; malformed lines are left out with a warning."""
+    config, metrics = workdir / "config.json", workdir / METRICS_FILE
+    if not config.exists() or not metrics.exists():
+        raise ReportError(f"{workdir} is not a run workdir: it needs config.json and {METRICS_FILE} "
+                          "(written by the trainer)")
+    run = run_config_from_dict(json.loads(config.read_text()))
+    records, bad = read_records(workdir)
+    if bad:
+        print(f"warning: {metrics}: skipped {len(bad)} malformed line(s) ({', '.join(map(str, bad[:5]))}"
+              f"{' ...' if len(bad) > 5 else ''}); the report leaves those records out", file=sys.stderr)
+    return run, records
+
+
+def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
+    """Writes report.md, report.json and the PNG plots; returns the output directory."""
+    workdirs = [Path(w) for w in workdirs]
+    summaries = []
+    for w in workdirs:
+        run, records = load_run(w)
+        summary = summarize(run, records, name=run.name)
+        summary["workdir"] = str(w)
+        summaries.append(summary)
+    names = [s["name"] for s in summaries]
+    if len(set(names)) < len(names):  # same config name twice: tell them apart by workdir
+        for s, w in zip(summaries, workdirs):
+            s["name"] = f"{s['name']}@{w.name}"
+    if out is None:
+        out = workdirs[0] / "report" if len(workdirs) == 1 else \
+            Path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
+    out.mkdir(parents=True, exist_ok=True)
+    comparisons = compare(summaries) if len(summaries) > 1 else []
+    (out / "report.md").write_text(markdown(summaries, comparisons))
+    (out / "report.json").write_text(json.dumps({"runs": summaries, "comparisons": comparisons}, indent=1))
+    import matplotlib.pyplot as plt
+
+    for stem, fig in figures(summaries).items():
+        fig.savefig(out / f"{stem}.png", dpi=110)
+        plt.close(fig)
+    return out

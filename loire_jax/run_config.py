@@ -1,4 +1,4 @@
-"""Run configuration: a frozen, validated description of one lifelong LOIRE run.
+"""Run configuration: frozen, validated dataclasses describing one lifelong LOIRE run.
 
 A run is a sequence of stages (paper §2.5, eq. 14): stage 1 trains M1 from scratch on the
 first domain; every later stage grows the previous model at its start (§2.3-2.4), then
@@ -7,27 +7,22 @@ memory of earlier domains and distils from earlier models (§2.6, App. D.1).
 
 Everything is checked when the object is built, before any array exists: growth that
 shrinks or is not exact, sizes the mesh does not divide, unknown domains, a vocabulary
-smaller than the tokenizer's, schedule lengths longer than their stage. The resolved
-config is JSON-able (``to_dict``/``from_dict``) so the engine saves it in the workdir and,
-on resume, asks ``history_compatible`` whether the new config rewrites what already ran.
+smaller than the tokenizer's, schedule lengths longer than their stage. The classes stand
+alone (``OptimizerConfig(lr=1e-3)`` validates); the rest lives by concern:
+``config_loader`` reads YAML and ``key=value`` overrides into them, ``stages`` plans growth
+across stages and checks a mesh, ``resume`` decides what a resume may change.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
-import typing
-from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-import yaml
-
-from loire_jax.config import ModelConfig, preset
-from loire_jax.data.config import DataConfig, DomainSpec, SourceSpec, TokenizerSpec, read_yaml
-from loire_jax.growth import HIDDEN_METHODS, INITS, MODES, OPS, GrowthPlan, plan_growth
-from loire_jax.layout import leaf_shapes
-from loire_jax.sharding import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh
+from loire_jax.config import ModelConfig
+from loire_jax.data.config import DataConfig, TokenizerSpec
+from loire_jax.growth import HIDDEN_METHODS, INITS, MODES, OPS
+from loire_jax.sharding import parse_mesh
 
 PRESETS = ("paper", "modern")
 TEACHERS = ("all", "last", "none")
@@ -43,7 +38,7 @@ PRECISIONS: dict[str, tuple[str, str]] = {
 GPT2_VOCAB = 50257
 # Known tokenizer vocabularies; other kinds are read from their files, and the engine checks them.
 _STATIC_VOCAB = {"gpt2": GPT2_VOCAB}
-_DERIVED_MODEL_FIELDS = ("dtype", "param_dtype")  # set by RunConfig.precision, never by hand
+DERIVED_MODEL_FIELDS = ("dtype", "param_dtype")  # set by RunConfig.precision, never by hand
 
 
 # --------------------------------------------------------------------------- helpers
@@ -55,38 +50,8 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _strict(cls: type, d: Mapping[str, Any], where: str) -> None:
-    """Unknown keys are an error that lists the valid ones (typos fail at start-up)."""
-    if not isinstance(d, Mapping):
-        raise ValueError(f"{where}: expected a mapping, got {d!r}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(known)}")
-
-
-_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-
-
-def _coerce(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
-    """Numbers as YAML writes them: PyYAML reads ``1e-3`` as a string and ``1`` as an int."""
-    hints = typing.get_type_hints(cls)
-    out = dict(d)
-    for k, v in d.items():
-        if "float" in str(hints.get(k, "")):
-            if isinstance(v, str) and _FLOAT_RE.match(v.strip()):
-                out[k] = float(v)
-            elif _is_int(v):
-                out[k] = float(v)
-    return out
-
-
-def _build(cls: type, d: Mapping[str, Any], where: str) -> Any:
-    _strict(cls, d, where)
-    return cls(**_coerce(cls, d))
-
-
-def _fail(problems: list[str], what: str) -> None:
+def raise_problems(problems: list[str], what: str) -> None:
+    """All of a section's problems in one line, so one start-up names every fix."""
     if problems:
         raise ValueError(f"invalid {what}: " + "; ".join(problems))
 
@@ -131,11 +96,7 @@ class GrowthSpec:
             problems.append(f"positions must be integers, got {self.positions!r}")
         if not isinstance(self.exact, bool):
             problems.append(f"exact must be true or false, got {self.exact!r}")
-        _fail(problems, "growth")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "growth") -> "GrowthSpec":
-        return _build(cls, d, where)
+        raise_problems(problems, "growth")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,17 +178,6 @@ class StageConfig:
     def distills(self) -> bool:
         return self.teachers != "none" and self.beta > 0 and self.beta_steps > 0
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "stage") -> "StageConfig":
-        _strict(cls, d, where)
-        d = dict(d)
-        growth = d.get("growth") or ()
-        if isinstance(growth, Mapping):
-            growth = [growth]
-        d["growth"] = tuple(g if isinstance(g, GrowthSpec) else GrowthSpec.from_dict(g, f"{where}.growth.{i}")
-                            for i, g in enumerate(growth))
-        return _build(cls, d, where)
-
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
@@ -273,11 +223,7 @@ class OptimizerConfig:
             problems.append(f"eps must be positive, got {self.eps!r}")
         if self.clip_norm is not None and not (_is_num(self.clip_norm) and self.clip_norm > 0):
             problems.append(f"clip_norm must be positive or null (off), got {self.clip_norm!r}")
-        _fail(problems, "optimizer")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "OptimizerConfig":
-        return _build(cls, d, "optimizer")
+        raise_problems(problems, "optimizer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,11 +240,7 @@ class CheckpointConfig:
             problems.append(f"save_every must be a non-negative integer, got {self.save_every!r}")
         if not (_is_int(self.keep) and self.keep >= 1):
             problems.append(f"keep must be a positive integer, got {self.keep!r}")
-        _fail(problems, "checkpoint")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CheckpointConfig":
-        return _build(cls, d, "checkpoint")
+        raise_problems(problems, "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,18 +257,14 @@ class EvalConfig:
             problems.append(f"every must be a non-negative integer, got {self.every!r}")
         if not (_is_int(self.batches) and self.batches >= 1):
             problems.append(f"batches must be a positive integer, got {self.batches!r}")
-        _fail(problems, "eval")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "EvalConfig":
-        return _build(cls, d, "eval")
+        raise_problems(problems, "eval")
 
 
 # --------------------------------------------------------------------------- the run
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """The whole lifelong run. ``model`` is M1, resolved from ``model_preset`` plus overrides;
-    later models follow from the stages' growth (``stage_models``)."""
+    later models follow from the stages' growth (``stages.stage_models``)."""
 
     name: str
     model: ModelConfig
@@ -373,7 +311,7 @@ class RunConfig:
             parse_mesh(self.mesh)
         except ValueError as err:
             problems.append(str(err))
-        _fail(problems, "run config")
+        raise_problems(problems, "run config")
 
         problems = []
         if isinstance(self.precision, str) and self.precision in PRECISIONS:
@@ -388,8 +326,11 @@ class RunConfig:
         if len(set(names)) != len(names):
             problems.append(f"stage names must be unique, got {names}")
         problems += _stage_order_problems(self.stages)
-        _fail(problems, "run config")
+        raise_problems(problems, "run config")
         # Growth and mesh last: they name the stage, and need the fields above to be sane.
+        # Imported here: stages plans with these types, so it imports this module.
+        from loire_jax.stages import validate
+
         validate(self)
 
     # -- derived -------------------------------------------------------------------
@@ -397,28 +338,15 @@ class RunConfig:
     def mesh_sizes(self) -> dict[str, int]:
         return parse_mesh(self.mesh)
 
-    def replay_domains(self, index: int) -> tuple[str, ...]:
-        """Domains whose recovery memory stage ``index`` (0-based) replays: all earlier ones (§2.6)."""
-        seen: list[str] = []
-        for stage in self.stages[:index]:
-            seen += [d for d in stage.domains if d not in seen]
-        return tuple(seen)
-
-    def teacher_stages(self, index: int) -> tuple[int, ...]:
-        """Indices of the earlier stages whose final models distil into stage ``index``."""
-        policy = self.stages[index].teachers
-        if policy == "none" or index == 0:
-            return ()
-        return tuple(range(index)) if policy == "all" else (index - 1,)
-
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
 
     # -- (de)serialisation ---------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able; ``from_dict(to_dict())`` rebuilds an equal config. The data section is
-        inlined and resolved, so the saved copy does not depend on the YAML it came from."""
-        model = {k: v for k, v in self.model.to_dict().items() if k not in _DERIVED_MODEL_FIELDS}
+        """JSON-able and in the YAML's own shape (``model: {preset: ...}``), so
+        ``config_loader.run_config_from_dict(to_dict())`` rebuilds an equal config. The data
+        section is inlined and resolved: the saved copy does not depend on the YAML it came from."""
+        model = {k: v for k, v in self.model.to_dict().items() if k not in DERIVED_MODEL_FIELDS}
         out = {
             "name": self.name,
             "model": {"preset": self.model_preset, **model},
@@ -436,87 +364,6 @@ class RunConfig:
             "eval": dataclasses.asdict(self.eval),
         }
         return _jsonable(out)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], base_dir: str | Path | None = None) -> "RunConfig":
-        """Build from a mapping (a YAML file's or ``to_dict``'s). ``data`` may be a path to a
-        domains YAML (relative to ``base_dir``) or inline; ``stage_defaults`` fills every stage."""
-        if not isinstance(d, Mapping):
-            raise ValueError(f"run config must be a mapping, got {type(d).__name__}")
-        unknown = sorted(set(d) - set(TOP_KEYS))
-        if unknown:
-            raise ValueError(f"run config: unknown key(s) {unknown}; valid keys are {sorted(TOP_KEYS)}")
-        for key in ("name", "model", "data", "stages"):
-            if key not in d:
-                raise ValueError(f"run config: missing required key {key!r}")
-        base = Path(base_dir) if base_dir is not None else None
-        kw: dict[str, Any] = {k: v for k, v in d.items() if k not in ("model", "data", "stages", "stage_defaults")}
-
-        precision = d.get("precision", "float32")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
-        kw["model_preset"], kw["model"] = _model_from_dict(d["model"], precision)
-        kw["data"] = _data_from(d["data"], base)
-
-        defaults = d.get("stage_defaults") or {}
-        _strict(StageConfig, defaults, "stage_defaults")
-        if not isinstance(d["stages"], (list, tuple)) or not d["stages"]:
-            raise ValueError("run config: stages must be a non-empty list")
-        stages = []
-        for i, raw in enumerate(d["stages"]):
-            if not isinstance(raw, Mapping):
-                raise ValueError(f"stages.{i}: expected a mapping, got {raw!r}")
-            merged = {"name": f"M{i + 1}", **defaults, **raw}
-            stages.append(StageConfig.from_dict(merged, f"stages.{i}"))
-        kw["stages"] = tuple(stages)
-        for key, sub in (("optimizer", OptimizerConfig), ("checkpoint", CheckpointConfig), ("eval", EvalConfig)):
-            if key in kw:
-                kw[key] = sub.from_dict(kw[key] or {})
-        return cls(**kw)
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> "RunConfig":
-        """Load a preset and apply ``key=value`` overrides (see ``apply_overrides``)."""
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"run config file not found: {p}")
-        raw = read_yaml(p, ValueError)
-        if not isinstance(raw, dict):
-            raise ValueError(f"{p}: top level must be a mapping")
-        base = p.resolve().parent
-        raw = apply_overrides(raw, overrides, base)
-        return cls.from_dict(raw, base_dir=base)
-
-
-TOP_KEYS = ("name", "model", "data", "stages", "stage_defaults", "optimizer", "batch_size", "seq_len",
-            "precision", "microbatches", "loss_chunk", "seed", "mesh", "checkpoint", "eval")
-
-
-def _model_from_dict(raw: Any, precision: str) -> tuple[str, ModelConfig]:
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"model: expected a mapping of 'preset' and ModelConfig fields, got {raw!r}")
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    unknown = sorted(set(raw) - fields - {"preset"})
-    if unknown:
-        raise ValueError(f"model: unknown key(s) {unknown}; valid keys are {sorted(fields | {'preset'})}")
-    derived = sorted(set(raw) & set(_DERIVED_MODEL_FIELDS))
-    if derived:
-        raise ValueError(f"model: {derived} follow from precision ({tuple(PRECISIONS)}); set precision instead")
-    name = raw.get("preset", "paper")
-    overrides = _coerce(ModelConfig, {k: v for k, v in raw.items() if k != "preset"})
-    dtype, param_dtype = PRECISIONS[precision]
-    return name, preset(name, **overrides, dtype=dtype, param_dtype=param_dtype)
-
-
-def _data_from(raw: Any, base: Path | None) -> DataConfig:
-    if isinstance(raw, DataConfig):
-        return raw
-    if isinstance(raw, str):
-        p = Path(raw).expanduser()
-        return DataConfig.from_yaml(p if p.is_absolute() or base is None else base / p)
-    if isinstance(raw, Mapping):
-        return DataConfig.from_dict(raw, base_dir=base)
-    raise ValueError(f"data: expected a path to a domains YAML or an inline mapping, got {raw!r}")
 
 
 def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:
@@ -541,238 +388,3 @@ def _stage_order_problems(stages: Sequence[StageConfig]) -> list[str]:
     if first.replay_ratio > 0:
         problems.append(f"stage {first.name!r} is the first stage and has no earlier domains: set replay_ratio to 0")
     return problems
-
-
-# --------------------------------------------------------------------------- growth and checks
-def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
-    """Every stage's growth plans, in order; raises ValueError naming the stage on bad growth.
-
-    ``last_gate`` follows the gates: growth at a stage start sees every earlier gate ramped
-    to 1 (``gate_ramp_steps <= steps``), but a layer copy made earlier in the same stage
-    starts at 0, which matters to tied post-norm hidden duplication.
-    """
-    cfg = run.model
-    plans: list[tuple[GrowthPlan, ...]] = []
-    for i, stage in enumerate(run.stages):
-        last_gate = 1.0
-        stage_plans = []
-        for j, g in enumerate(stage.growth):
-            try:
-                plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
-                                   positions=g.positions, mode=g.mode, last_gate=last_gate)
-            except ValueError as err:
-                raise ValueError(f"stages.{i} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): {err}") from None
-            if plan.op == "layers" and (plan.mode == "stack" or cfg.layers - 1 in plan.positions):
-                last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
-            stage_plans.append(plan)
-            cfg = plan.new
-        plans.append(tuple(stage_plans))
-    return plans
-
-
-def stage_models(run: RunConfig) -> list[ModelConfig]:
-    """The model each stage trains: M1, then each stage's growth applied in turn (eq. 14)."""
-    cfg = run.model
-    models = []
-    for plans in growth_plans(run):
-        if plans:
-            cfg = plans[-1].new
-        models.append(cfg)
-    return models
-
-
-def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
-             known_domains: Sequence[str] | set[str] | None = None, n_devices: int | None = None) -> None:
-    """Everything checkable before compute, for a mesh and a set of available domains.
-
-    RunConfig calls it with its own ``mesh`` and data domains when built; the engine calls
-    it again with the mesh given on the command line and the devices it found.
-    """
-    sizes = parse_mesh(run.mesh) if mesh_sizes is None else (
-        parse_mesh(mesh_sizes) if isinstance(mesh_sizes, (str, int)) else dict(mesh_sizes))
-    unknown_axes = sorted(set(sizes) - set(MESH_AXES))
-    if unknown_axes:
-        raise ValueError(f"unknown mesh axes {unknown_axes}; valid axes are {MESH_AXES}")
-    known = set(known_domains) if known_domains is not None else {d.name for d in run.data.domains}
-    problems = []
-    for i, stage in enumerate(run.stages):
-        missing = [d for d in stage.domains if d not in known]
-        if missing:
-            problems.append(f"stages.{i} ({stage.name!r}): unknown domain(s) {missing}; "
-                            f"known domains are {sorted(known)}")
-    _fail(problems, "run config")
-
-    need = math.prod(sizes.get(a, 1) for a in MESH_AXES)
-    if n_devices is not None and need > n_devices:
-        problems.append(f"mesh {sizes} needs {need} devices but only {n_devices} are available")
-    batch_shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
-    if run.batch_size % (batch_shards * run.microbatches):
-        problems.append(f"batch_size={run.batch_size} is not divisible by microbatches x data x fsdp = "
-                        f"{run.microbatches} x {batch_shards}: every microbatch is split evenly over the devices")
-    reported: set[str] = set()
-    for i, (stage, cfg) in enumerate(zip(run.stages, stage_models(run))):
-        bad = [p for p in mesh_problems(cfg, sizes) if p not in reported]  # each once, at its first stage
-        reported.update(bad)
-        if bad:
-            extra = ""
-            t = sizes.get("tensor", 1)
-            if any(p.startswith(("embed/", "lm_head/")) for p in bad) and cfg.padded_vocab % t:
-                extra = f" (set model.pad_vocab_to={math.lcm(t, 128)} for tensor={t})"
-            problems.append(f"stages.{i} ({stage.name!r}) model (hidden, ffn, heads, layers) = "
-                            f"({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}) does not fit mesh {sizes}: "
-                            + "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else "") + extra)
-    _fail(problems, "run config")
-
-
-# --------------------------------------------------------------------------- overrides
-def _section_keys(path: tuple[str, ...]) -> set[str] | None:
-    """Valid keys of the mapping at ``path`` (list indices written '#'); None: free-form."""
-    fields = lambda cls: {f.name for f in dataclasses.fields(cls)}  # noqa: E731
-    table: dict[tuple[str, ...], set[str]] = {
-        (): set(TOP_KEYS),
-        ("model",): fields(ModelConfig) | {"preset"},  # dtype fields: from_dict says to use precision
-        ("optimizer",): fields(OptimizerConfig),
-        ("checkpoint",): fields(CheckpointConfig),
-        ("eval",): fields(EvalConfig),
-        ("stage_defaults",): fields(StageConfig),
-        ("stages", "#"): fields(StageConfig),
-        ("stages", "#", "growth", "#"): fields(GrowthSpec),
-        ("stage_defaults", "growth", "#"): fields(GrowthSpec),
-        ("data",): fields(DataConfig),
-        ("data", "tokenizer"): fields(TokenizerSpec),
-        ("data", "domains", "#"): fields(DomainSpec),
-        ("data", "domains", "#", "source"): fields(SourceSpec),
-    }
-    return table.get(path)
-
-
-def parse_value(text: str) -> Any:
-    """YAML rules (``8`` -> int, ``true`` -> bool, ``[a, b]`` -> list, ``null`` -> None), plus
-    ``1e-3`` -> float, which YAML 1.1 would leave a string."""
-    value = yaml.safe_load(text) if text.strip() else ""
-    if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
-        return float(value)
-    return value
-
-
-def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
-                    base_dir: str | Path | None = None) -> dict[str, Any]:
-    """MaxText-style ``dotted.path=value`` overrides on a raw config mapping (returns a copy).
-
-    ``optimizer.lr=1e-3``, ``seed=3``, ``stages.2.steps=50`` (0-based list index),
-    ``stages.1.growth.0.size=256``, ``model.hidden=128``, ``data.data_dir=/scratch``.
-    A ``data`` given as a file path is inlined first so its fields can be overridden.
-    Unknown keys and out-of-range indices fail with the valid choices.
-    """
-    import copy
-
-    out = copy.deepcopy(dict(raw))
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"override {item!r}: expected key=value, e.g. optimizer.lr=1e-3")
-        parts = key.split(".")
-        if parts[0] == "data" and len(parts) > 1 and isinstance(out.get("data"), str):
-            out["data"] = _inline_data(out["data"], base_dir)
-        node: Any = out
-        schema: tuple[str, ...] = ()
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            where = ".".join(parts[: depth + 1])
-            if isinstance(node, list):
-                if not part.lstrip("-").isdigit() or not 0 <= int(part) < len(node):
-                    raise ValueError(f"override {key!r}: {where} is not an index of "
-                                     f"{'.'.join(parts[:depth])}, which has {len(node)} entries (0..{len(node) - 1})")
-                idx = int(part)
-                schema += ("#",)
-                if last:
-                    node[idx] = parse_value(text)
-                else:
-                    if node[idx] is None:
-                        node[idx] = {}
-                    node = node[idx]
-                continue
-            if not isinstance(node, dict):
-                raise ValueError(f"override {key!r}: {'.'.join(parts[:depth])} is a value, not a section")
-            valid = _section_keys(schema)
-            if valid is not None and part not in valid:
-                prefix = ".".join(parts[:depth]) or "the top level"
-                raise ValueError(f"override {key!r}: unknown key {part!r} in {prefix}; valid keys are {sorted(valid)}")
-            schema += (part,)
-            if last:
-                node[part] = parse_value(text)
-            else:
-                if node.get(part) is None:
-                    node[part] = {}
-                node = node[part]
-    return out
-
-
-def _inline_data(path: str, base_dir: str | Path | None) -> dict[str, Any]:
-    p = Path(path).expanduser()
-    if not p.is_absolute() and base_dir is not None:
-        p = Path(base_dir) / p
-    return DataConfig.from_yaml(p).to_dict()
-
-
-# --------------------------------------------------------------------------- resume
-# Settings that do not change what a trained model is, and so may change on resume:
-# where and how the run is laid out (mesh, data cache folder), bookkeeping (checkpoint
-# cadence, evaluation, name), and the stages that have not started yet.
-# Execution choices change how a step runs, not what it computes: a resume may change them
-# (e.g. more microbatches after running out of memory).
-RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir", "microbatches", "loss_chunk",
-                  "model.attention", "model.remat")
-
-
-def _diff(a: Any, b: Any, path: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b)):
-            sub = f"{path}.{k}" if path else k
-            if k not in a or k not in b:
-                out.append(f"{sub}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}")
-            else:
-                out += _diff(a[k], b[k], sub)
-        return out
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _diff(x, y, f"{path}.{i}")]
-    return [] if a == b else [f"{path}: {a!r} -> {b!r}"]
-
-
-def _history_view(run: RunConfig, frozen: int) -> dict[str, Any]:
-    d = run.to_dict()
-    for key in RESUME_MUTABLE:
-        section, _, sub = key.partition(".")
-        if sub:
-            d[section].pop(sub, None)
-        else:
-            d.pop(section, None)
-    d["stages"] = d["stages"][:frozen]
-    return d
-
-
-def history_compatible(saved: RunConfig, new: RunConfig, completed_stages: int,
-                       stage_started: bool = False) -> str | None:
-    """Why resuming ``saved``'s workdir with ``new`` would rewrite history, or None if it would not.
-
-    Frozen: M1 and precision, data, seed, batch_size, seq_len, the optimizer (one setting
-    serves every stage, so it already shaped the completed ones), and every stage that has
-    run: the first ``completed_stages``, plus the one in progress when ``stage_started``.
-    Free: ``RESUME_MUTABLE`` and the stages still to come, which may be edited, added or
-    dropped (e.g. more steps for the last stage, a different growth size for stage 4).
-    """
-    frozen = completed_stages + (1 if stage_started else 0)
-    if not 0 <= completed_stages <= len(saved.stages):
-        raise ValueError(f"completed_stages={completed_stages} is outside 0..{len(saved.stages)}")
-    if len(new.stages) < frozen:
-        return (f"the new config has {len(new.stages)} stage(s) but {frozen} have already run; "
-                "stages that ran cannot be removed")
-    changes = _diff(_history_view(saved, frozen), _history_view(new, frozen))
-    if not changes:
-        return None
-    return ("the new config changes settings that already shaped the saved run: " + "; ".join(changes[:6])
-            + (" ..." if len(changes) > 6 else "")
-            + f". Only {', '.join(RESUME_MUTABLE)} and stages not yet started may change; "
-              "use --fresh to start over")

@@ -1,55 +1,76 @@
-"""Device meshes and the partition rules that place every parameter on them.
+"""Device meshes, and where every parameter and optimizer moment lives on them.
 
-One table of regular expressions over '/'-joined parameter paths gives each leaf its
-PartitionSpec over the mesh axes ``data``, ``fsdp`` and ``tensor``. A grown model finds
-its rules by name, so growth only has to recompute shardings for the new shapes. A leaf
-that no rule matches, or a dimension a mesh axis does not divide, is an error raised
-before any compute.
+A leaf's PartitionSpec is derived from its axis names in the layout table
+(``layout.leaf_axes``) through ``AXIS_RULES``, one mesh axis per logical axis: the Megatron
+split (``tensor`` shards heads, FFN and vocabulary) with ZeRO-3 style sharding of the
+residual width (``fsdp``). There is no second table of paths to keep in step with the
+layout: a new leaf is sharded as soon as the layout names its axes, and a grown model's
+shardings are its new shapes under the same rules. An axis name without a rule, or a
+dimension its mesh axis does not divide, is an error raised before any compute.
+
+Optimizer state follows the parameters through optax's own map over the parameter-shaped
+parts of a state (``opt_state_shardings``); its counters are replicated.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
+import optax
+from flax.traverse_util import unflatten_dict
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from loire_jax.config import ModelConfig
-from loire_jax.layout import leaf_shapes, unflatten
+from loire_jax.layout import leaf_axes, leaf_shapes
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
-# (path regex, spec per dimension). fsdp shards the residual width, tensor the heads,
-# FFN and vocabulary: the Megatron split, with ZeRO-3 style sharding of the rest.
-PARTITION_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
-    (r"embed/embedding", ("tensor", "fsdp")),
-    (r"pos_embed/embedding", (None, "fsdp")),
-    (r"layers/attn/(query|key|value)/kernel", (None, "fsdp", "tensor", None)),
-    (r"layers/attn/(query|key|value)/bias", (None, "tensor", None)),
-    (r"layers/attn/out/kernel", (None, "tensor", None, "fsdp")),
-    (r"layers/mlp/(up|gate)/kernel", (None, "fsdp", "tensor")),
-    (r"layers/mlp/(up|gate)/bias", (None, "tensor")),
-    (r"layers/mlp/down/kernel", (None, "tensor", "fsdp")),
-    (r"layers/(attn/out|mlp/down)/bias", (None, None)),
-    (r"layers/norm_(attn|mlp)/(scale|bias)", (None, None)),
-    (r"final_norm/(scale|bias)", (None,)),
-    (r"lm_head/kernel", ("fsdp", "tensor")),
-    (r"gates", (None,)),
-)
+# Logical axis (the part of a layout axis name before ':') -> mesh axis, None = replicated.
+AXIS_RULES: dict[str, str | None] = {
+    "hidden": "fsdp",
+    "heads": "tensor",
+    "ffn": "tensor",
+    "vocab": "tensor",
+    "layers": None,  # the scanned layer axis: each device runs every layer
+    "head_dim": None,
+    "seq": None,
+}
+# fsdp shards matrices only. A vector (one axis besides ``layers``: biases, norm gains) is
+# tiny, and sharding it over fsdp would cost an all-gather at every use for no memory. A
+# tensor-sharded vector (q/k/v and FFN biases) stays sharded: it is added to activations
+# that are split over tensor anyway.
+MATRIX_ONLY_MESH_AXES = frozenset({"fsdp"})
 
 
-def partition_spec(path: str, ndim: int) -> PartitionSpec:
-    """The spec for one leaf; unmatched paths are an error, never silently replicated."""
-    for pattern, spec in PARTITION_RULES:
-        if re.fullmatch(pattern, path):
-            if len(spec) != ndim:
-                raise ValueError(f"partition rule {pattern!r} has {len(spec)} dims but {path} has {ndim}")
-            return PartitionSpec(*spec)
-    raise ValueError(f"no partition rule matches parameter {path!r}; add one to loire_jax.sharding.PARTITION_RULES")
+def axes_spec(axes: Sequence[str]) -> PartitionSpec:
+    """The PartitionSpec of a leaf with these layout axis names (``"hidden:w"``, ``"layers"``, ...)."""
+    unknown = [a for a in axes if a.split(":")[0] not in AXIS_RULES]
+    if unknown:
+        raise ValueError(f"no sharding rule for axis {unknown[0]!r} (of a leaf with axes {tuple(axes)}); "
+                         f"add its logical name to loire_jax.sharding.AXIS_RULES (known: {sorted(AXIS_RULES)})")
+    vector = sum(a != "layers" for a in axes) == 1
+    spec = []
+    for a in axes:
+        mesh_axis = AXIS_RULES[a.split(":")[0]]
+        spec.append(None if vector and mesh_axis in MATRIX_ONLY_MESH_AXES else mesh_axis)
+    return PartitionSpec(*spec)
+
+
+def partition_spec(cfg: ModelConfig, path: str) -> PartitionSpec:
+    """The spec of the leaf at '/'-joined ``path`` of ``cfg``'s parameters."""
+    axes = leaf_axes(cfg)
+    if path not in axes:
+        raise ValueError(f"{path!r} is not a parameter of this model (parameters: {sorted(axes)})")
+    return axes_spec(axes[path])
+
+
+def param_specs(cfg: ModelConfig) -> dict[str, Any]:
+    """PartitionSpecs shaped like ``cfg``'s parameter tree (gates included)."""
+    return unflatten_dict({p: axes_spec(a) for p, a in leaf_axes(cfg).items()}, sep="/")
 
 
 def mesh_problems(cfg: ModelConfig, mesh_sizes: Mapping[str, int]) -> list[str]:
@@ -58,8 +79,9 @@ def mesh_problems(cfg: ModelConfig, mesh_sizes: Mapping[str, int]) -> list[str]:
     Needs only the axis sizes, not a Mesh, so a run can be checked for a mesh larger than
     the devices at hand (a paper config on a laptop). The one divisibility check."""
     problems = []
-    for path, shape in leaf_shapes(cfg).items():
-        for dim, axis in zip(shape, partition_spec(path, len(shape))):
+    shapes = leaf_shapes(cfg)
+    for path, axes in leaf_axes(cfg).items():
+        for dim, axis in zip(shapes[path], axes_spec(axes)):
             size = 1 if axis is None else int(mesh_sizes.get(axis, 1))
             if dim % size:
                 problems.append(f"{path} dim {dim} is not divisible by mesh axis {axis}={size}")
@@ -75,15 +97,33 @@ def check_divisible(cfg: ModelConfig, mesh: Mesh) -> None:
                          + ". Choose sizes that are multiples of the mesh axes or a different --mesh")
 
 
-def param_specs(cfg: ModelConfig) -> dict[str, Any]:
-    return unflatten({p: partition_spec(p, len(s)) for p, s in leaf_shapes(cfg).items()})
-
-
 def param_shardings(cfg: ModelConfig, mesh: Mesh) -> dict[str, Any]:
     """NamedShardings for every parameter of ``cfg`` on ``mesh`` (validated)."""
     check_divisible(cfg, mesh)
     return jax.tree_util.tree_map(lambda spec: NamedSharding(mesh, spec), param_specs(cfg),
                                   is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def opt_state_shardings(optimizer: optax.GradientTransformation, opt_state: Any, param_shardings: Any,
+                        mesh: Mesh) -> Any:
+    """Shardings shaped like ``opt_state``: each parameter-shaped part (Adam's mu and nu,
+    momentum, ...) gets ``param_shardings``, every other leaf (counts) is replicated.
+
+    ``opt_state`` may be abstract (``jax.eval_shape(optimizer.init, params)``).
+    ``param_shardings`` must be shaped like the parameters ``optimizer`` was initialised
+    with: for this project's optimizer, ``trainable(param_shardings(cfg, mesh))`` (no
+    gates). optax finds the parameter-shaped parts by initialising ``optimizer`` on a
+    placeholder, so no field names or ranks are guessed; leaves that ``optax.masked``
+    leaves out (``MaskedNode``) stay as they are.
+    """
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def follow(leaf: Any, sharding: Any) -> Any:
+        return leaf if isinstance(leaf, optax.MaskedNode) else sharding
+
+    return optax.tree_utils.tree_map_params(optimizer, follow, opt_state, param_shardings,
+                                            transform_non_params=lambda _: replicated,
+                                            is_leaf=lambda x: isinstance(x, optax.MaskedNode))
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:

@@ -1,28 +1,132 @@
-"""Pure planning of one lifelong stage: its phases, optimizer, gates and state shardings.
+"""Pure planning of a lifelong run: each stage's model, growth, teachers and replay, its
+phases, optimizer and gates, its step axis and cost, and the checks against a mesh.
 
-The engine in ``launch/engine.py`` does the I/O. Everything here is a function of the run
-config, so a resumed run rebuilds exactly the same plan (Algorithm 1, §2.5-2.6).
+The trainer (``loire_jax.trainer``) acts on these plans. Everything here is a function of the run config, so a resumed
+run rebuilds exactly the same plan (Algorithm 1, §2.5-2.6).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+import math
+from typing import Mapping, Sequence
 
-import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from loire_jax.config import ModelConfig
 from loire_jax.flops import train_flops_per_token
-from loire_jax.growth import GrowthPlan, grow_like
-from loire_jax.layout import GATES, abstract_params, leaf_axes
-from loire_jax.run_config import OptimizerConfig, RunConfig, StageConfig
-from loire_jax.sharding import param_shardings, partition_spec
-from loire_jax.train_step import make_optimizer, trainable
+from loire_jax.growth import GrowthPlan, grow_like, plan_growth
+from loire_jax.layout import GATES
+from loire_jax.metrics import seen_domains
+from loire_jax.run_config import OptimizerConfig, RunConfig, StageConfig, raise_problems
+from loire_jax.sharding import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh
+from loire_jax.train_step import make_optimizer
 
 
+# --------------------------------------------------------------------------- across stages
+def seen_domains_at(run: RunConfig, k: int) -> tuple[str, ...]:
+    """Domains trained up to and including stage ``k`` (0-based), first-seen order: the
+    columns its end-of-stage evaluation needs for AP and AP+ (App. D.3)."""
+    if not 0 <= k < len(run.stages):
+        raise IndexError(f"stage index {k} is outside 0..{len(run.stages) - 1}")
+    return tuple(seen_domains([s.domains for s in run.stages])[k])
+
+
+def replay_domains(run: RunConfig, k: int) -> tuple[str, ...]:
+    """Domains whose recovery memory stage ``k`` (0-based) replays: all earlier ones (§2.6)."""
+    return seen_domains_at(run, k - 1) if k else ()
+
+
+def teacher_stages(run: RunConfig, k: int) -> tuple[int, ...]:
+    """Indices of the earlier stages whose final models distil into stage ``k`` (§2.6)."""
+    policy = run.stages[k].teachers
+    if policy == "none" or k == 0:
+        return ()
+    return tuple(range(k)) if policy == "all" else (k - 1,)
+
+
+def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
+    """Every stage's growth plans, in order; raises ValueError naming the stage on bad growth.
+
+    ``last_gate`` follows the gates: growth at a stage start sees every earlier gate ramped
+    to 1 (``gate_ramp_steps <= steps``), but a layer copy made earlier in the same stage
+    starts at 0, which matters to tied post-norm hidden duplication.
+    """
+    cfg = run.model
+    plans: list[tuple[GrowthPlan, ...]] = []
+    for i, stage in enumerate(run.stages):
+        last_gate = 1.0
+        stage_plans = []
+        for j, g in enumerate(stage.growth):
+            try:
+                plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
+                                   positions=g.positions, mode=g.mode, last_gate=last_gate)
+            except ValueError as err:
+                raise ValueError(f"stages.{i} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): {err}") from None
+            if plan.op == "layers" and (plan.mode == "stack" or cfg.layers - 1 in plan.positions):
+                last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
+            stage_plans.append(plan)
+            cfg = plan.new
+        plans.append(tuple(stage_plans))
+    return plans
+
+
+def stage_models(run: RunConfig) -> list[ModelConfig]:
+    """The model each stage trains: M1, then each stage's growth applied in turn (eq. 14)."""
+    cfg = run.model
+    models = []
+    for plans in growth_plans(run):
+        if plans:
+            cfg = plans[-1].new
+        models.append(cfg)
+    return models
+
+
+def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
+             known_domains: Sequence[str] | set[str] | None = None, n_devices: int | None = None) -> None:
+    """Everything checkable before compute, for a mesh and a set of available domains.
+
+    RunConfig calls it with its own ``mesh`` and data domains when built; the engine calls
+    it again with the mesh given on the command line and the devices it found.
+    """
+    sizes = parse_mesh(run.mesh) if mesh_sizes is None else (
+        parse_mesh(mesh_sizes) if isinstance(mesh_sizes, (str, int)) else dict(mesh_sizes))
+    unknown_axes = sorted(set(sizes) - set(MESH_AXES))
+    if unknown_axes:
+        raise ValueError(f"unknown mesh axes {unknown_axes}; valid axes are {MESH_AXES}")
+    known = set(known_domains) if known_domains is not None else {d.name for d in run.data.domains}
+    problems = []
+    for i, stage in enumerate(run.stages):
+        missing = [d for d in stage.domains if d not in known]
+        if missing:
+            problems.append(f"stages.{i} ({stage.name!r}): unknown domain(s) {missing}; "
+                            f"known domains are {sorted(known)}")
+    raise_problems(problems, "run config")
+
+    need = math.prod(sizes.get(a, 1) for a in MESH_AXES)
+    if n_devices is not None and need > n_devices:
+        problems.append(f"mesh {sizes} needs {need} devices but only {n_devices} are available")
+    batch_shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
+    if run.batch_size % (batch_shards * run.microbatches):
+        problems.append(f"batch_size={run.batch_size} is not divisible by microbatches x data x fsdp = "
+                        f"{run.microbatches} x {batch_shards}: every microbatch is split evenly over the devices")
+    reported: set[str] = set()
+    for i, (stage, cfg) in enumerate(zip(run.stages, stage_models(run))):
+        bad = [p for p in mesh_problems(cfg, sizes) if p not in reported]  # each once, at its first stage
+        reported.update(bad)
+        if bad:
+            extra = ""
+            t = sizes.get("tensor", 1)
+            if any(p.startswith(("embed/", "lm_head/")) for p in bad) and cfg.padded_vocab % t:
+                extra = f" (set model.pad_vocab_to={math.lcm(t, 128)} for tensor={t})"
+            problems.append(f"stages.{i} ({stage.name!r}) model (hidden, ffn, heads, layers) = "
+                            f"({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}) does not fit mesh {sizes}: "
+                            + "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else "") + extra)
+    raise_problems(problems, "run config")
+
+
+# --------------------------------------------------------------------------- within a stage
 @dataclasses.dataclass(frozen=True)
 class Phase:
     """A run of steps sharing one compiled step: [start, end) within the stage."""
@@ -69,21 +173,6 @@ def optimizer_for(cfg: OptimizerConfig, steps: int) -> optax.GradientTransformat
                           eps=cfg.eps, clip_norm=cfg.clip_norm)
 
 
-def restart_schedules(opt_state: Any) -> Any:
-    """Zero the schedule step counters (a new stage's LR schedule starts over); Adam's own
-    bias-correction count is kept, since its moments carry over."""
-    def walk(node: Any) -> Any:
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            if type(node).__name__ == "ScaleByScheduleState":
-                return node._replace(count=jnp.zeros_like(node.count))
-            return type(node)(*(walk(x) for x in node))
-        if isinstance(node, (tuple, list)):
-            return type(node)(walk(x) for x in node)
-        return node
-
-    return walk(opt_state)
-
-
 def ramp_layers(plans: tuple[GrowthPlan, ...]) -> tuple[int, ...]:
     """Indices of the layers this stage's growth plugged in with gate 0 (they ramp to 1)."""
     gates = None
@@ -97,41 +186,10 @@ def ramp_layers(plans: tuple[GrowthPlan, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in jnp.nonzero(gates == 0.0)[0])
 
 
-def _path_of(key_path: tuple) -> str:
-    parts = []
-    for k in key_path:
-        name = getattr(k, "key", None) or getattr(k, "name", None)
-        parts.append(str(name if name is not None else getattr(k, "idx", "")))
-    return "/".join(parts)
-
-
-def state_shardings(cfg: ModelConfig, mesh: Mesh, optimizer: optax.GradientTransformation) -> dict[str, Any]:
-    """Shardings of the train state: optimizer leaves shaped like a parameter follow its rule."""
-    params_sh = param_shardings(cfg, mesh)
-    abstract_opt = jax.eval_shape(optimizer.init, trainable(abstract_params(cfg)))
-    paths = sorted(leaf_axes(cfg), key=len, reverse=True)
-    replicated = NamedSharding(mesh, PartitionSpec())
-
-    def pick(key_path, leaf):
-        joined = _path_of(key_path)
-        for p in paths:
-            if joined.endswith(p) and len(leaf.shape) == len(leaf_axes(cfg)[p]):
-                return NamedSharding(mesh, partition_spec(p, len(leaf.shape)))
-        return replicated
-
-    opt_sh = jax.tree_util.tree_map_with_path(pick, abstract_opt)
-    return {"params": params_sh, "opt_state": opt_sh, "step": replicated, "rng": replicated}
-
-
-def abstract_state(cfg: ModelConfig, mesh: Mesh, optimizer: optax.GradientTransformation,
-                   rng_shape: tuple[int, ...]) -> dict[str, Any]:
-    """ShapeDtypeStructs with shardings: what a restore onto ``mesh`` asks Orbax for."""
-    shardings = state_shardings(cfg, mesh, optimizer)
-    params = abstract_params(cfg)
-    shapes = {"params": params, "opt_state": jax.eval_shape(optimizer.init, trainable(params)),
-              "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct(rng_shape, jnp.uint32)}
-    return jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
-                                  shardings)
+def global_step(run: RunConfig, k: int, step: int) -> int:
+    """Step ``step`` of stage ``k`` (0-based) on the run's one step axis: the steps of every
+    earlier stage come first (logs, plots and TensorBoard share it)."""
+    return sum(s.steps for s in run.stages[:k]) + step
 
 
 def stage_tokens(run: RunConfig, stage: StageConfig) -> int:
@@ -143,12 +201,12 @@ def stage_flops(run: RunConfig, models: Sequence[ModelConfig]) -> list[float]:
 
     Per phase: its tokens x (3 x the student's forward + one forward per teacher while
     distilling, eq. 15). Evaluation and the growth transforms are not training and are
-    not counted; ``models`` are the stage architectures (``run_config.stage_models``).
+    not counted; ``models`` are the stage architectures (``stage_models``).
     """
     tokens_per_step = run.batch_size * run.seq_len
     out = []
     for k, stage in enumerate(run.stages):
-        teachers = [models[j] for j in run.teacher_stages(k)]
+        teachers = [models[j] for j in teacher_stages(run, k)]
         out.append(sum((p.end - p.start) * tokens_per_step
                        * train_flops_per_token(models[k], run.seq_len, teachers if p.distill else ())
                        for p in phases(stage, bool(teachers))))

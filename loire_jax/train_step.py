@@ -1,13 +1,12 @@
 """The training step: next-token loss, iterative distillation (eq. 15, L_final) and the gate ramp.
 
-State is a plain dict ``{"params", "opt_state", "step", "rng"}``, and the step is a pure
-function of (state, batch, teacher params), in the manner of optax's init/update. The
-launcher jits it with shardings and donation. Its static parts (configs, which teachers,
+The step is a pure function of (``TrainState``, batch, teacher params), in the manner of
+optax's init/update; the trainer jits it with shardings and donation. Its static parts (configs, which teachers,
 beta, the ramp) form a hashable ``StepSpec``, so each distinct step of a stage compiles
 once, never per step; phases with equal specs (warmup and train) share one program.
 
 The gates are not trained. They are kept out of the optimizer, and every step writes the
-ramping layers' gates as alpha = clip((step - ramp_start) / ramp_steps, 0, 1): the
+ramping layers' gates as alpha = clip(step / ramp_steps, 0, 1): the
 plugged-in copies fade in (eq. 12 with lambda = 1 - alpha; App. D.1).
 """
 
@@ -23,12 +22,8 @@ import optax
 from loire_jax.config import ModelConfig
 from loire_jax.layout import DECAYED_KINDS, GATES, leaf_kind
 from loire_jax.losses import fused_losses
-from loire_jax.model import apply_model, final_hidden, head_matrix
-
-
-def trainable(params: dict[str, Any]) -> dict[str, Any]:
-    """The parameters the optimizer sees: everything but the gate state."""
-    return {k: v for k, v in params.items() if k != GATES}
+from loire_jax.model import final_hidden, head_matrix
+from loire_jax.train_state import TrainState, trainable
 
 
 def decay_mask(params: Any) -> Any:
@@ -54,20 +49,6 @@ def make_optimizer(name: str = "adamw", *, learning_rate: float | optax.Schedule
     return optax.chain(optax.clip_by_global_norm(clip_norm), core) if clip_norm else core
 
 
-def init_state(params: dict[str, Any], optimizer: optax.GradientTransformation, rng: jax.Array,
-               step: int = 0) -> dict[str, Any]:
-    return {"params": params, "opt_state": optimizer.init(trainable(params)),
-            "step": jnp.asarray(step, jnp.int32), "rng": rng}
-
-
-def token_nll(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Per-token next-token negative log-likelihood [B, S] and the log-probs, from the full
-    logits: the plain reference the chunked losses (``loire_jax.losses``) are tested against."""
-    logp = jax.nn.log_softmax(apply_model(cfg, params, tokens[:, :-1]), axis=-1)
-    nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
-    return nll, logp
-
-
 def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array, teacher_params: Sequence[Any] = (),
               weights: jax.Array | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
     """(objective, (lm sum, kd sum, weight sum)) for tokens [B, S+1]: the next-token loss plus
@@ -87,12 +68,11 @@ def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array, teach
     return total, (nll, kd, jnp.sum(w))
 
 
-def gate_values(step: jax.Array, base_gates: jax.Array, ramp_mask: jax.Array | None, ramp_start: int,
-                ramp_steps: int) -> jax.Array:
-    """Gates at ``step``: ramping layers at clip((step - ramp_start) / ramp_steps, 0, 1), others as they are."""
+def gate_values(step: jax.Array, base_gates: jax.Array, ramp_mask: jax.Array | None, ramp_steps: int) -> jax.Array:
+    """Gates at ``step`` of the stage: ramping layers at clip(step / ramp_steps, 0, 1), others as they are."""
     if ramp_mask is None or ramp_steps <= 0:
         return base_gates
-    alpha = jnp.clip((step - ramp_start) / ramp_steps, 0.0, 1.0).astype(base_gates.dtype)
+    alpha = jnp.clip(step / ramp_steps, 0.0, 1.0).astype(base_gates.dtype)
     return jnp.where(ramp_mask, alpha, base_gates)
 
 
@@ -104,7 +84,6 @@ class StepSpec:
     teachers: tuple[ModelConfig, ...] = ()
     betas: tuple[float, ...] = ()  # one per teacher, constant within the phase
     ramp_layers: tuple[int, ...] = ()  # layer indices whose gate ramps in this stage
-    ramp_start: int = 0
     ramp_steps: int = 0
     microbatches: int = 1  # gradient accumulation: the batch is split into this many parts
     loss_chunk: int = 1024  # tokens per block of the chunked losses
@@ -125,6 +104,8 @@ class StepSpec:
 def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> Callable:
     """``step(state, batch, teacher_params) -> (state, metrics)``; batch = {"tokens": int [B, S+1]}.
 
+    The gate ramp reads ``state.step``, the step within the stage.
+
     With ``spec.microbatches = N`` the batch is split into N interleaved parts (rows i, i+N,
     ...), so every device holds an equal share of each part. Their gradients are summed in
     a ``lax.scan`` and divided by the token count before clipping and the optimizer: the
@@ -141,9 +122,9 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
-    def step(state: dict[str, Any], batch: dict[str, jax.Array], teacher_params: Sequence[Any] = ()):
-        params = state["params"]
-        gates = gate_values(state["step"], params[GATES], mask, spec.ramp_start, spec.ramp_steps)
+    def step(state: TrainState, batch: dict[str, jax.Array], teacher_params: Sequence[Any] = ()):
+        params = state.params
+        gates = gate_values(state.step, params[GATES], mask, spec.ramp_steps)
         tokens, teacher_params = batch["tokens"], tuple(teacher_params)
         n = spec.microbatches
         if n == 1:
@@ -162,12 +143,11 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
             (grads, (lm, kd, count)), _ = jax.lax.scan(accumulate, (zero, aux0), parts)
         grads = jax.tree_util.tree_map(lambda g: (g / count).astype(g.dtype), grads)
         lm, kd = lm / count, kd / count
-        updates, opt_state = optimizer.update(grads, state["opt_state"], trainable(params))
+        updates, opt_state = optimizer.update(grads, state.opt_state, trainable(params))
         new_params = {**optax.apply_updates(trainable(params), updates), GATES: gates}
         metrics = {"loss": lm + kd, "lm_loss": lm, "kd_loss": kd, "grad_norm": optax.tree.norm(grads),
                    "alpha": jnp.min(gates)}
-        return {"params": new_params, "opt_state": opt_state, "step": state["step"] + 1,
-                "rng": state["rng"]}, metrics
+        return TrainState(params=new_params, opt_state=opt_state, step=state.step + 1), metrics
 
     return step
 

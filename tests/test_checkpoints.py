@@ -15,12 +15,14 @@ import numpy as np
 import optax
 import pytest
 
-from loire_jax.checkpoints import (CheckpointError, PreemptionGuard, StageCheckpoints, abstract_like,
-                                   restore_params, stage_dir)
+from flax.traverse_util import flatten_dict
+
+from loire_jax.checkpoints import CheckpointError, PreemptionGuard, StageCheckpoints, restore_params, stage_dir
 from loire_jax.config import ModelConfig
-from loire_jax.layout import abstract_params, flatten
+from loire_jax.layout import abstract_params
 from loire_jax.model import init_params
 from loire_jax.sharding import make_mesh, param_shardings
+from loire_jax.train_state import TrainState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
 from data_helpers import tiny_config_dict  # noqa: E402
@@ -36,7 +38,7 @@ def tx() -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(1.0), optax.masked(optax.adamw(1e-2), mask))
 
 
-def make_state(n_devices: int, seed: int = 0) -> dict:
+def make_state(n_devices: int, seed: int = 0) -> TrainState:
     """A trained-looking state on an n-device mesh: non-trivial Adam moments and step."""
     mesh = make_mesh(MESHES[n_devices])
     params = init_params(CFG, jax.random.key(seed), out_shardings=param_shardings(CFG, mesh))
@@ -51,31 +53,35 @@ def make_state(n_devices: int, seed: int = 0) -> dict:
     state = jax.jit(opt.init)(params)
     params, state = step(params, state)
     params, state = step(params, state)
-    rng = jax.random.key_data(jax.random.fold_in(jax.random.key(seed), 2))
-    return {"params": params, "opt_state": state, "step": jnp.asarray(2, jnp.int32), "rng": rng}
+    return TrainState(params=params, opt_state=state, step=jnp.asarray(2, jnp.int32))
 
 
 _CACHE: dict = {}
 
 
-def state8() -> dict:
+def state8() -> TrainState:
     if "s8" not in _CACHE:
         _CACHE["s8"] = make_state(8)
     return _CACHE["s8"]
 
 
-def abstract_on(n_devices: int) -> dict:
+def abstract(tree, shardings=None):
+    """ShapeDtypeStructs of ``tree``'s leaves, each with its own sharding or ``shardings``'."""
+    if shardings is None:
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def abstract_on(n_devices: int) -> TrainState:
     """The abstract state on a (possibly different) mesh, as a resuming trainer builds it."""
     mesh = make_mesh(MESHES[n_devices])
     shard = param_shardings(CFG, mesh)
-    params = abstract_like(abstract_params(CFG), shard)
     # optimizer state placed like its params: init under jit on the target mesh
-    opt_state = abstract_like(jax.jit(tx().init)(jax.tree.map(lambda a, s: jnp.zeros(a.shape, a.dtype, device=s),
-                                                               abstract_params(CFG), shard)))
+    opt_state = abstract(jax.jit(tx().init)(jax.tree.map(lambda a, s: jnp.zeros(a.shape, a.dtype, device=s),
+                                                          abstract_params(CFG), shard)))
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return {"params": params, "opt_state": opt_state,
-            "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
-            "rng": jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=rep)}
+    return TrainState(params=abstract(abstract_params(CFG), shard), opt_state=opt_state,
+                      step=jax.ShapeDtypeStruct((), jnp.int32, sharding=rep))
 
 
 def assert_bitwise(want, got) -> None:
@@ -111,11 +117,11 @@ def test_save_restore_bitwise_on_8_devices(saved8):
         state, meta = ck.restore(abstract_on(8))
     assert_bitwise(state8(), state)
     assert meta == META  # meta JSON round trip
-    want = flatten(param_shardings(CFG, make_mesh(MESHES[8])))
-    for path, leaf in flatten(state["params"]).items():
+    want = flatten_dict(param_shardings(CFG, make_mesh(MESHES[8])))
+    for path, leaf in flatten_dict(state.params).items():
         assert leaf.sharding.is_equivalent_to(want[path], leaf.ndim), path
     # the masked leaves stay MaskedNode: the optimizer state tree is the one optax built
-    assert jax.tree.structure(state["opt_state"]) == jax.tree.structure(state8()["opt_state"])
+    assert jax.tree.structure(state.opt_state) == jax.tree.structure(state8().opt_state)
 
 
 @pytest.mark.parametrize("n", [4, 1])
@@ -125,8 +131,8 @@ def test_restore_onto_smaller_mesh(saved8, n):
     assert_bitwise(state8(), state)
     for leaf in jax.tree.leaves(state):
         assert len(leaf.sharding.device_set) <= n
-    want = flatten(param_shardings(CFG, make_mesh(MESHES[n])))
-    for path, leaf in flatten(state["params"]).items():
+    want = flatten_dict(param_shardings(CFG, make_mesh(MESHES[n])))
+    for path, leaf in flatten_dict(state.params).items():
         assert leaf.sharding.is_equivalent_to(want[path], leaf.ndim), path
 
 
@@ -142,31 +148,28 @@ def test_teacher_restores_params_only(saved8, monkeypatch):
 
     monkeypatch.setattr(ocp.StandardCheckpointHandler, "restore", spy)
     shard = param_shardings(CFG, make_mesh(MESHES[4]))
-    params = restore_params(saved8, abstract_like(abstract_params(CFG), shard))
+    params = restore_params(saved8, abstract(abstract_params(CFG), shard))
     assert read == ["params"]  # the optimizer-state item was never opened
-    assert_bitwise(state8()["params"], params)
-    for path, leaf in flatten(params).items():
-        assert leaf.sharding.is_equivalent_to(flatten(shard)[path], leaf.ndim), path
+    assert_bitwise(state8().params, params)
+    for path, leaf in flatten_dict(params).items():
+        assert leaf.sharding.is_equivalent_to(flatten_dict(shard)[path], leaf.ndim), path
 
 
 def test_mismatched_tree_is_a_clear_error(saved8):
     bigger = CFG.replace(ffn=64)
     with StageCheckpoints(saved8, save_every=2) as ck:
-        wrong = abstract_on(8)
-        wrong["params"] = abstract_like(abstract_params(bigger))
+        wrong = abstract_on(8).replace(params=abstract(abstract_params(bigger)))
         with pytest.raises(CheckpointError, match=r"layers/mlp/up/kernel: shape \(2, 16, 64\) requested, "
                                                   r"\(2, 16, 32\) saved"):
             ck.restore(wrong)
-        missing = abstract_on(8)
-        del missing["rng"]
-        with pytest.raises(CheckpointError, match="not in the abstract tree: rng"):
-            ck.restore(missing)
-        wrong_dtype = abstract_on(8)
-        wrong_dtype["step"] = jax.ShapeDtypeStruct((), jnp.int64)
-        with pytest.raises(CheckpointError, match="step: dtype int64 requested, int32 saved"):
+        unclipped = abstract_on(8).replace(opt_state=abstract_on(8).opt_state[1])  # another optimizer's state
+        with pytest.raises(CheckpointError, match="not in the abstract tree: opt_state/1/"):
+            ck.restore(unclipped)
+        wrong_dtype = abstract_on(8).replace(step=jax.ShapeDtypeStruct((), jnp.float32))
+        with pytest.raises(CheckpointError, match="step: dtype float32 requested, int32 saved"):
             ck.restore(wrong_dtype)
     with pytest.raises(CheckpointError, match="shape"):
-        restore_params(saved8, abstract_like(abstract_params(bigger)))
+        restore_params(saved8, abstract(abstract_params(bigger)))
 
 
 def test_no_checkpoint_is_a_clear_error(tmp_path):
@@ -226,22 +229,18 @@ def test_interrupted_and_failed_saves_keep_previous_step(saved8, tmp_path, monke
         assert fresh.read_meta(2) == META and fresh.read_meta() == {"step": 4}
 
 
-def test_save_policy_keep_and_typed_keys(tmp_path):
+def test_save_policy_and_keep(tmp_path):
     s = state8()
-    typed = dict(s, rng=jax.random.fold_in(jax.random.key(0), 2))  # typed key: stored as key data
     with StageCheckpoints(tmp_path / "s", save_every=3, keep=2, async_save=False) as ck:
-        saved = [step for step in range(1, 10) if ck.save(step, typed, meta={"step": step})]
+        saved = [step for step in range(1, 10) if ck.save(step, s, meta={"step": step})]
         assert saved == [3, 6, 9]
-        assert ck.save(10, typed, meta={"step": 10}, force=True)
+        assert ck.save(10, s, meta={"step": 10}, force=True)
         assert ck.all_steps() == [9, 10]
         assert ck.read_meta(9) == {"step": 9}
-        abstract = dict(abstract_on(8), rng=jax.ShapeDtypeStruct((), typed["rng"].dtype))
-        state, _ = ck.restore(abstract, step=9)
+        state, _ = ck.restore(abstract_on(8), step=9)
         with pytest.raises(TypeError, match="plain JSON"):
-            ck.save(12, typed, meta={"bad": object()})
-    assert jax.dtypes.issubdtype(state["rng"].dtype, jax.dtypes.prng_key)
-    np.testing.assert_array_equal(jax.random.key_data(state["rng"]), s["rng"])
-    assert_bitwise(s["params"], state["params"])
+            ck.save(12, s, meta={"bad": object()})
+    assert_bitwise(s, state)
 
 
 def test_grain_iterator_state_round_trip(tmp_path):
@@ -265,7 +264,7 @@ def test_grain_iterator_state_round_trip(tmp_path):
     resumed = train_iterator(data_cfg, 2, **kw)
     with StageCheckpoints(tmp_path / "ck", save_every=4) as ck:
         state, _ = ck.restore(abstract_on(1), data_iterator=resumed)
-    assert_bitwise(state8()["step"], state["step"])
+    assert_bitwise(state8().step, state.step)
     for want, got in zip(full[4:], take(resumed, 5)):
         np.testing.assert_array_equal(want, got)
 

@@ -10,15 +10,17 @@ Pallas interpret mode, so its numerics are checked).
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
+from flax.traverse_util import flatten_dict
+
 from loire_jax import apply_model, init_params, preset
 from loire_jax.kernels import attention_for, for_platform, remat_for
-from loire_jax.layout import GATES, flatten
-from loire_jax.train_step import StepSpec, init_state, lm_and_kd, make_optimizer, make_train_step, trainable
+from loire_jax.layout import GATES
+from loire_jax.train_state import init_state, trainable
+from loire_jax.train_step import StepSpec, lm_and_kd, make_optimizer, make_train_step
 
 F64 = dict(dtype="float64", param_dtype="float64")
 
@@ -84,8 +86,8 @@ def test_remat_gives_the_same_logits_and_gradients(remat):
     tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, 40)
     other = cfg.replace(remat=remat)
     np.testing.assert_array_equal(_logits(cfg, params, tokens), _logits(other, params, tokens))
-    for path, g in flatten(_grads(other, params, tokens)).items():
-        np.testing.assert_allclose(g, flatten(_grads(cfg, params, tokens))[path], rtol=1e-12, atol=1e-15,
+    for path, g in flatten_dict(_grads(other, params, tokens), sep="/").items():
+        np.testing.assert_allclose(g, flatten_dict(_grads(cfg, params, tokens), sep="/")[path], rtol=1e-12, atol=1e-15,
                                    err_msg=path)
 
 
@@ -102,15 +104,15 @@ def test_splash_attention_matches_xla(dtype, tol):
         ref = np.asarray(ref, np.float32)
         assert np.max(np.abs(np.asarray(got, np.float32) - ref)) <= tol * np.max(np.abs(ref))
         g_ref, g_got = _grads(cfg, params, tokens), _grads(splash, params, tokens)
-    for path, g in flatten(g_got).items():
-        r = np.asarray(flatten(g_ref)[path], np.float32)
+    for path, g in flatten_dict(g_got, sep="/").items():
+        r = np.asarray(flatten_dict(g_ref, sep="/")[path], np.float32)
         assert np.max(np.abs(np.asarray(g, np.float32) - r)) <= tol * max(np.max(np.abs(r)), 1e-3), path
 
 
 # --------------------------------------------------------------------------- microbatches
 def _run(spec, params, batches, clip):
     opt = make_optimizer("adamw", learning_rate=1e-2, weight_decay=0.1, clip_norm=clip)
-    state = init_state(params, opt, jax.random.key_data(jax.random.key(0)))
+    state = init_state(params, opt)
     step = jax.jit(make_train_step(spec, opt))
     out = []
     for b in batches:
@@ -132,10 +134,10 @@ def test_microbatches_give_the_full_batch_update(clip):
     for a, b in zip(m1, m4):
         for k in ("loss", "lm_loss", "grad_norm"):
             np.testing.assert_allclose(float(b[k]), float(a[k]), rtol=1e-12, err_msg=k)
-    for path, p in flatten(split["params"]).items():
-        np.testing.assert_allclose(p, flatten(full["params"])[path], rtol=1e-11, atol=1e-14, err_msg=path)
-    mu = optax.tree_utils.tree_get(split["opt_state"], "mu")
-    np.testing.assert_allclose(optax.tree.norm(mu), optax.tree.norm(optax.tree_utils.tree_get(full["opt_state"], "mu")),
+    for path, p in flatten_dict(split.params, sep="/").items():
+        np.testing.assert_allclose(p, flatten_dict(full.params, sep="/")[path], rtol=1e-11, atol=1e-14, err_msg=path)
+    mu = optax.tree_utils.tree_get(split.opt_state, "mu")
+    np.testing.assert_allclose(optax.tree.norm(mu), optax.tree.norm(optax.tree_utils.tree_get(full.opt_state, "mu")),
                                rtol=1e-11)
 
 
@@ -145,8 +147,8 @@ def test_microbatches_are_deterministic_and_must_divide_the_batch():
     batches = [jax.random.randint(jax.random.key(3), (6, 9), 0, 40)]
     a, _ = _run(StepSpec(cfg, microbatches=3), params, batches, 1.0)
     b, _ = _run(StepSpec(cfg, microbatches=3), params, batches, 1.0)
-    for path, p in flatten(a["params"]).items():
-        np.testing.assert_array_equal(p, flatten(b["params"])[path])
+    for path, p in flatten_dict(a.params, sep="/").items():
+        np.testing.assert_array_equal(p, flatten_dict(b.params, sep="/")[path])
     with pytest.raises(ValueError, match="does not split into 4 microbatches"):
         _run(StepSpec(cfg, microbatches=4), params, batches, 1.0)
     with pytest.raises(ValueError, match="microbatches must be a positive integer"):

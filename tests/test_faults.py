@@ -1,9 +1,11 @@
 """Specification: faults and bad input end in a one-line message, never a traceback, never a
 lost file, and always in a run that resumes to the undisturbed result.
 
-Each case runs the real CLI (``launch/train.py``) on a two-stage model small enough to
-train in seconds. Cases that must resume compare their final losses with one shared,
-undisturbed reference run.
+Each case runs a two-stage model small enough to train in seconds: through the library
+in this process, or as the real CLI (``launch/train.py``) in a child process where the
+case is about the process (exit codes, one-line errors, signals, locks, file limits).
+Cases that must resume compare their final losses with one shared, undisturbed
+reference run.
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
 from data_helpers import tiny_config_dict  # noqa: E402
+from runs import cli, final_losses, in_process, one_line_error, records, snapshot  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from loire_jax.data import DataError  # noqa: E402
+from loire_jax.errors import RunError  # noqa: E402
+from loire_jax.workdir import WorkdirError  # noqa: E402
+
 # Cases that compare with the reference run share one worker (and one reference run).
 shared_reference = pytest.mark.xdist_group("faults")
 
@@ -57,48 +63,10 @@ def config(tmp_path_factory) -> Path:
     return path
 
 
-def train(config: Path, workdir: Path, *args: str, preexec=None, wait: bool = True):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "LOIRE_FAULT")}
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # compile fast (tests only)
-    env["JAX_PLATFORMS"] = "cpu"
-    cmd = [sys.executable, str(ROOT / "launch" / "train.py"), "--config", str(config), "--workdir", str(workdir),
-           "--no-progress", *args]
-    if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=preexec)
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, preexec_fn=preexec)
-
-
-def one_line_error(result, code: int = 2) -> str:
-    """The outcome class 'a clear message and a clean exit': the code, and no traceback."""
-    assert result.returncode == code, (result.returncode, result.stderr[-3000:])
-    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr[-3000:]
-    return errors[0]
-
-
-def final_losses(workdir: Path) -> dict:
-    out = {}
-    for line in (workdir / "metrics.jsonl").read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(r, dict) and r.get("kind") == "train":
-            out[(r["stage"], r["step"])] = r["loss"]
-    return out
-
-
-def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="session")
 def reference(config, tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("reference") / "run"
-    result = train(config, workdir)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert in_process(config, workdir).complete
     return workdir
 
 
@@ -111,13 +79,10 @@ def finished(reference, tmp_path) -> Path:
 
 
 def resumes_to_reference(config, workdir, reference):
-    result = train(config, workdir)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "Traceback" not in result.stderr
+    assert in_process(config, workdir).complete
     ref = final_losses(reference)
     got = final_losses(workdir)
     assert got[(2, 4)] == ref[(2, 4)], (got, ref)
-    return result
 
 
 # --------------------------------------------------------------------------- --fresh and the workdir
@@ -126,15 +91,16 @@ def test_fresh_refuses_a_directory_that_is_not_a_run(config, tmp_path):
     thesis.mkdir()
     (thesis / "thesis.txt").write_text("four years of work")
     before = snapshot(thesis)
-    line = one_line_error(train(config, thesis, "--fresh"))
-    assert "not a loire_jax run directory" in line and "thesis.txt" in line
+    with pytest.raises(WorkdirError, match="not a loire_jax run directory") as refused:
+        in_process(config, thesis, fresh=True)
+    assert "thesis.txt" in str(refused.value)
     assert snapshot(thesis) == before
 
 
 @shared_reference
 def test_fresh_with_a_bad_override_destroys_nothing(config, finished):
     before = snapshot(finished)
-    line = one_line_error(train(config, finished, "--fresh", "optimizer.lr=fast"))
+    line = one_line_error(cli(config, finished, "--fresh", "optimizer.lr=fast"))
     assert "lr must be positive" in line
     assert snapshot(finished) == before
 
@@ -146,13 +112,13 @@ def test_environment_and_input_errors_are_one_line(config, tmp_path, what):
     if what == "compile cache is a file":
         cache = tmp_path / "cache"
         cache.write_text("mine")
-        line = one_line_error(train(config, workdir, "--compile-cache", str(cache)))
+        line = one_line_error(cli(config, workdir, "--compile-cache", str(cache)))
         assert "compilation cache" in line and "not a directory" in line and "--compile-cache off" in line
         assert cache.read_text() == "mine" and not workdir.exists()
         return
     if what == "workdir is a file":
         workdir.write_text("not a directory")
-        line = one_line_error(train(config, workdir))
+        line = one_line_error(cli(config, workdir))
         assert "is a file" in line
         assert workdir.read_text() == "not a directory"
         return
@@ -167,7 +133,7 @@ def test_environment_and_input_errors_are_one_line(config, tmp_path, what):
         expect = "not valid YAML"
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
-    assert expect in one_line_error(train(bad, workdir))
+    assert expect in one_line_error(cli(bad, workdir))
 
 
 def test_corrupt_tokenizer_model_is_one_line(config, tmp_path):
@@ -177,7 +143,8 @@ def test_corrupt_tokenizer_model_is_one_line(config, tmp_path):
     raw["data"]["tokenizer"] = {"kind": "sentencepiece", "path": str(model)}
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    assert "cannot be loaded" in one_line_error(train(bad, tmp_path / "run"))
+    with pytest.raises(DataError, match="cannot be loaded"):
+        in_process(bad, tmp_path / "run")
 
 
 # --------------------------------------------------------------------------- one run per workdir
@@ -187,18 +154,18 @@ def test_a_second_run_is_refused_and_a_stale_lock_is_taken_over(config, finished
     try:
         lock = {"pid": holder.pid, "host": socket.gethostname(), "started": time.time()}
         (finished / ".lock").write_text(json.dumps(lock))
-        line = one_line_error(train(config, finished))
+        line = one_line_error(cli(config, finished))
         assert f"in use by pid {holder.pid}" in line and "--break-lock" in line
     finally:
         holder.kill()
         holder.wait()
-    result = train(config, finished)  # the holder is dead now: a stale lock on this host
+    result = cli(config, finished)  # the holder is dead now: a stale lock on this host
     assert result.returncode == 0, result.stderr[-3000:]
     assert "took over the stale lock" in result.stdout
     assert not (finished / ".lock").exists()  # released at exit
     (finished / ".lock").write_text(json.dumps({**lock, "host": "elsewhere"}))
-    assert "in use" in one_line_error(train(config, finished))  # another host: never guessed stale
-    assert train(config, finished, "--break-lock").returncode == 0
+    assert "in use" in one_line_error(cli(config, finished))  # another host: never guessed stale
+    assert cli(config, finished, "--break-lock").returncode == 0
 
 
 @shared_reference
@@ -208,8 +175,9 @@ def test_history_lives_in_the_checkpoints(config, finished, tmp_path):
     raw["seed"] = 1
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(raw))
-    line = one_line_error(train(changed, finished))
-    assert "holds a different run" in line and "seed" in line
+    with pytest.raises(RunError, match="holds a different run") as refused:
+        in_process(changed, finished)
+    assert "seed" in str(refused.value)
 
 
 # --------------------------------------------------------------------------- damaged checkpoints
@@ -221,7 +189,7 @@ def _largest_array_file(step_dir: Path) -> Path:
 
 @shared_reference
 @pytest.mark.parametrize("damage", ["truncated", "bit flip"])
-def test_a_damaged_step_is_set_aside_and_the_newest_intact_one_used(config, finished, reference, damage):
+def test_a_damaged_step_is_set_aside_and_the_newest_intact_one_used(config, finished, reference, damage, capsys):
     victim = _largest_array_file(finished / "stage_2" / "4")
     data = bytearray(victim.read_bytes())
     if damage == "truncated":
@@ -229,8 +197,9 @@ def test_a_damaged_step_is_set_aside_and_the_newest_intact_one_used(config, fini
     else:
         data[len(data) // 2] ^= 0x10
         victim.write_bytes(bytes(data))
-    result = resumes_to_reference(config, finished, reference)
-    assert "is damaged" in result.stdout and "set aside" in result.stdout
+    resumes_to_reference(config, finished, reference)
+    out = capsys.readouterr().out
+    assert "is damaged" in out and "set aside" in out
     assert any(p.name.startswith("4.damaged-") for p in (finished / "stage_2").iterdir())
 
 
@@ -239,15 +208,15 @@ def test_no_intact_step_is_refused(config, finished):
     for step in ("2", "4"):
         victim = _largest_array_file(finished / "stage_2" / step)
         victim.write_bytes(victim.read_bytes()[:8])
-    line = one_line_error(train(config, finished))
-    assert "no intact checkpoint" in line
+    with pytest.raises(RunError, match="no intact checkpoint"):
+        in_process(config, finished)
 
 
 # --------------------------------------------------------------------------- non-finite state
 def test_divergence_saves_nothing_non_finite(config, tmp_path):
     workdir = tmp_path / "run"
-    line = one_line_error(train(config, workdir, "optimizer.lr=1e30", "checkpoint.save_every=1"))
-    assert "diverged" in line or "non-finite loss" in line
+    with pytest.raises(RunError, match="diverged|non-finite loss"):
+        in_process(config, workdir, "optimizer.lr=1e30", "checkpoint.save_every=1")
     from loire_jax.checkpoints import StageCheckpoints, non_finite_leaves, restore_params  # noqa: PLC0415
     from loire_jax.config import ModelConfig  # noqa: PLC0415
     from loire_jax.layout import abstract_params  # noqa: PLC0415
@@ -263,15 +232,14 @@ def test_divergence_saves_nothing_non_finite(config, tmp_path):
 
 # --------------------------------------------------------------------------- stops anywhere
 @shared_reference
-def test_a_lost_final_evaluation_is_redone(config, finished):
+def test_a_lost_final_evaluation_is_redone(config, finished, capsys):
     lines = (finished / "metrics.jsonl").read_text().splitlines()
     kept = [ln for ln in lines if not ('"point": "final"' in ln and '"stage": 2' in ln)]
     (finished / "metrics.jsonl").write_text("\n".join(kept) + "\n")
-    result = train(config, finished)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "final evaluation is missing" in result.stdout
-    report = (finished / "report" / "report.md").read_text()
-    assert "M2" in report or "B" in report
+    assert in_process(config, finished).complete
+    assert "final evaluation is missing" in capsys.readouterr().out
+    redone = [r for r in records(finished, "eval") if r["stage"] == 2 and r["point"] == "final"]
+    assert {r["domain"] for r in redone} == {"SCI", "NEWS"}
 
 
 @shared_reference
@@ -280,7 +248,7 @@ def test_a_signal_outside_the_step_loop_stops_cleanly_and_resumes(config, refere
     """SIGTERM: on `--fresh` over a finished run, right after the old run was emptied and
     before any compute; the rerun then trains from scratch to the reference's losses."""
     workdir = finished if sig == signal.SIGTERM else tmp_path / "new"
-    proc = train(config, workdir, *(["--fresh"] if sig == signal.SIGTERM else []), wait=False)
+    proc = cli(config, workdir, *(["--fresh"] if sig == signal.SIGTERM else []), wait=False)
     for line in proc.stdout:  # the summary is printed after preflight, before any compute
         if line.startswith("run 'faults'"):
             break
@@ -302,7 +270,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint(config, reference, tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
 
-    result = train(config, workdir, preexec=small_files)
+    result = cli(config, workdir, preexec=small_files)
     assert result.returncode in (1, 2), result.stderr[-3000:]
     assert "Traceback" not in result.stderr + result.stdout
     assert len([ln for ln in result.stderr.splitlines() if ln.startswith("error:")]) == 1, result.stderr[-3000:]
@@ -312,10 +280,11 @@ def test_a_full_disk_keeps_the_previous_checkpoint(config, reference, tmp_path):
 # --------------------------------------------------------------------------- the report and the data dir
 @shared_reference
 def test_a_malformed_metrics_line_does_not_kill_the_report(config, finished):
+    """The CLI: a complete run (nothing left to train) still writes its report."""
     lines = (finished / "metrics.jsonl").read_text().splitlines()
     lines.insert(3, "{this is not json")
     (finished / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    result = train(config, finished)
+    result = cli(config, finished)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "skipped 1 malformed line" in result.stderr
     assert (finished / "report" / "report.md").exists()
@@ -329,9 +298,7 @@ def test_a_stray_tokenizer_tmp_dir_is_harmless(config, finished, reference):
     stray.mkdir()
     (stray / "pretrain.bin").write_bytes(b"\0" * 10)
     try:
-        result = train(config, finished)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "Traceback" not in result.stderr
+        assert in_process(config, finished).complete
     finally:
         shutil.rmtree(stray, ignore_errors=True)
 

@@ -19,7 +19,8 @@ import pytest
 
 from loire_jax import init_params, preset
 from loire_jax.flops import forward_flops_per_token, train_flops_per_token
-from loire_jax.train_step import StepSpec, init_state, make_optimizer, make_train_step
+from loire_jax.train_state import init_state
+from loire_jax.train_step import StepSpec, make_optimizer, make_train_step
 
 TOLERANCE = 0.05  # relative; measured gaps are printed by the test on failure
 BATCH, SEQ = 4, 64
@@ -30,7 +31,7 @@ TEACHER = STUDENT.replace(hidden=128, ffn=512, heads=2)
 def _compiled_flops(spec: StepSpec) -> float:
     opt = make_optimizer("adam", learning_rate=1e-3)
     params = jax.eval_shape(lambda: init_params(spec.model, jax.random.key(0)))
-    state = jax.eval_shape(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(0))), params)
+    state = jax.eval_shape(lambda p: init_state(p, opt), params)
     teachers = tuple(jax.eval_shape(lambda c=c: init_params(c, jax.random.key(0))) for c in spec.teachers)
     batch = {"tokens": jax.ShapeDtypeStruct((BATCH, SEQ + 1), jax.numpy.int32)}
     compiled = jax.jit(make_train_step(spec, opt)).lower(state, batch, teachers).compile()
@@ -60,10 +61,10 @@ def test_causal_counts_half_the_attention_matmuls():
 
 
 def test_stage_flops_add_the_teacher_forwards_of_the_distillation_phase():
-    from loire_jax.run_config import RunConfig, stage_models
-    from loire_jax.stages import stage_flops
+    from loire_jax.config_loader import load_run_config
+    from loire_jax.stages import stage_flops, stage_models
 
-    run = RunConfig.from_yaml("configs/tiny.yaml", [])
+    run = load_run_config("configs/tiny.yaml")
     models = stage_models(run)
     flops = stage_flops(run, models)
     tokens = run.batch_size * run.seq_len

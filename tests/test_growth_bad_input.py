@@ -8,10 +8,10 @@ import copy
 import jax
 import numpy as np
 import pytest
+from flax.traverse_util import flatten_dict
 
 from loire_jax import ModelConfig, grow, init_params, preset
 from loire_jax.growth import default_positions
-from loire_jax.layout import flatten
 from loire_jax.sharding import make_mesh, shard_params
 
 CFG = preset("paper", vocab_size=13, max_seq_len=6, hidden=6, ffn=8, heads=2, head_dim=4, layers=3)
@@ -19,7 +19,7 @@ PARAMS = init_params(CFG, jax.random.key(0))
 
 
 def _snapshot(params):
-    return {p: np.array(v, copy=True) for p, v in flatten(params).items()}
+    return {p: np.array(v, copy=True) for p, v in flatten_dict(params, sep="/").items()}
 
 
 CASES = [

@@ -145,7 +145,7 @@ def test_every_operator_on_every_architecture(arch, schedule, dtype):
 ])
 @pytest.mark.parametrize("tied", [True, False])
 def test_each_exact_hidden_construction(method, norm, position, tied):
-    """Every construction of the design note's table, where it claims exactness."""
+    """Every hidden-size construction in docs/growth.md's table, where it claims exactness."""
     cfg = _arch_cfg((norm, position, "gelu", "learned", tied))
     params = init_params(cfg, jax.random.key(1))
     size = 3 * cfg.hidden if method == "duplicate" else cfg.hidden + 5

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax.traverse_util import flatten_dict
 
 from loire_jax import ModelConfig, apply_model, grow, init_params
-from loire_jax.layout import flatten
 
 ARCHS = [
     dict(norm="layernorm", norm_position="post", activation="gelu", position="learned", tie_embeddings=True),
@@ -54,7 +54,7 @@ def test_new_weights_learn_after_loire_growth(arch, op):
             ramp = 10.0
             p = {**p, "gates": jnp.where(grown["gates"] == 0.0, step / ramp, p["gates"])}
         p, state = step_fn(p, state)
-    old, new, trained = flatten(params), flatten(grown), flatten(p)
+    old, new, trained = flatten_dict(params, sep="/"), flatten_dict(grown, sep="/"), flatten_dict(p, sep="/")
     checked = 0
     for path in new:
         if path == "gates":

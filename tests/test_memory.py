@@ -17,7 +17,8 @@ import pytest
 
 from loire_jax import memory, preset
 from loire_jax.layout import abstract_params
-from loire_jax.train_step import StepSpec, init_state, make_optimizer, make_train_step
+from loire_jax.train_state import init_state
+from loire_jax.train_step import StepSpec, make_optimizer, make_train_step
 
 BOUND_GIB = 24.0  # measured 18.5 GiB (XLA:CPU buffer assignment, jax 0.10.2)
 
@@ -32,7 +33,7 @@ def test_paper_m5_distillation_step_with_four_teachers_fits_the_bound():
     teachers = tuple(_paper(*s).replace(param_dtype="bfloat16")
                      for s in ((384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6)))
     opt = make_optimizer("adam", learning_rate=1e-4)
-    state = jax.eval_shape(lambda p: init_state(p, opt, jax.random.key_data(jax.random.key(0))),
+    state = jax.eval_shape(lambda p: init_state(p, opt),
                            abstract_params(student))
     teacher_params = tuple(jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16),
                                                   abstract_params(t)) for t in teachers)

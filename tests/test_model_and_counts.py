@@ -6,10 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax.traverse_util import flatten_dict
 from hypothesis import given, settings
 
 from loire_jax import ModelConfig, apply_model, grow, init_params, param_count, preset
-from loire_jax.layout import count_leaves, flatten, leaf_shapes
+from loire_jax.layout import count_leaves, leaf_shapes
 from loire_jax.model import Decoder
 from strategies import model_configs
 
@@ -22,7 +23,7 @@ def test_layout_table_matches_the_flax_modules(cfg):
     """The table that drives growth and sharding describes exactly what Flax creates."""
     variables = jax.eval_shape(Decoder(cfg).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32),
                                jnp.ones((cfg.layers,)))
-    flax_shapes = {p: tuple(v.shape) for p, v in flatten(dict(variables["params"])).items()}
+    flax_shapes = {p: tuple(v.shape) for p, v in flatten_dict(dict(variables["params"]), sep="/").items()}
     table = {p: s for p, s in leaf_shapes(cfg).items() if p != "gates"}
     assert flax_shapes == table
     stored = sum(int(np.prod(s)) for s in table.values())

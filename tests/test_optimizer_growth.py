@@ -22,13 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax.traverse_util import flatten_dict
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loire_jax import ModelConfig, apply_model, grow_optimizer_state, init_params, plan_growth
 from loire_jax.growth import grow_like
-from loire_jax.layout import GATES, flatten, leaf_axes
-from loire_jax.train_step import make_optimizer, trainable
+from loire_jax.layout import GATES, leaf_axes
+from loire_jax.train_step import decay_mask, make_optimizer, trainable
 from strategies import model_configs, target_size
 
 REL = 1e-9
@@ -79,7 +80,7 @@ def replay(plan, opt, iterates, batches, key, gate_override=None):
 def moments(state):
     is_adam = lambda n: isinstance(n, optax.ScaleByAdamState)  # noqa: E731
     adam = next(n for n in jax.tree_util.tree_leaves(state, is_leaf=is_adam) if is_adam(n))
-    return flatten(adam.mu), flatten(adam.nu), int(adam.count)
+    return flatten_dict(adam.mu, sep="/"), flatten_dict(adam.nu, sep="/"), int(adam.count)
 
 
 def copy_layers(plan) -> np.ndarray:
@@ -295,7 +296,8 @@ def test_layer_copies_start_with_zero_m_and_their_sources_v():
     for path, v in nu.items():
         if leaf_axes(cfg)[path][:1] != ("layers",):
             continue
-        np.testing.assert_array_equal(np.asarray(v)[copies], np.asarray(flatten(state[0].nu)[path])[list(plan.positions)])
+        old_nu = flatten_dict(state[0].nu, sep="/")[path]
+        np.testing.assert_array_equal(np.asarray(v)[copies], np.asarray(old_nu)[list(plan.positions)])
         assert not np.asarray(mu[path])[copies].any()
 
 
@@ -318,8 +320,8 @@ def first_step_ratio(cfg, op, size, steps=30, b2=0.999, gate=1 / 12):
     g = _grad(plan.new, grown, batches[steps])
     upd, _ = opt.update(g, grow_optimizer_state(plan, state), trainable(grown))
     new_sizes, old_sizes = [], []
-    for path, x in flatten(upd).items():
-        old_shape = np.shape(flatten(trained)[path])
+    for path, x in flatten_dict(upd, sep="/").items():
+        old_shape = np.shape(flatten_dict(trained, sep="/")[path])
         region = np.zeros(np.shape(x), bool)
         if op == "layers":
             if leaf_axes(cfg)[path][:1] != ("layers",):
@@ -329,7 +331,7 @@ def first_step_ratio(cfg, op, size, steps=30, b2=0.999, gate=1 / 12):
             continue
         else:
             region[tuple(slice(0, s) for s in old_shape)] = True
-        a, gr = np.abs(np.asarray(x)), np.abs(np.asarray(flatten(g)[path]))
+        a, gr = np.abs(np.asarray(x)), np.abs(np.asarray(flatten_dict(g, sep="/")[path]))
         new_sizes.append(a[~region & (gr > 0)])
         old_sizes.append(a[region])
     return float(np.median(np.concatenate(new_sizes)) / np.median(np.concatenate(old_sizes)))
@@ -368,3 +370,38 @@ def test_state_that_is_not_parameter_shaped_is_refused():
     state = optax.adafactor(1e-3).init(params)
     with pytest.raises(ValueError, match="cannot grow the optimizer state FactoredState"):
         grow_optimizer_state(plan, state)
+
+
+def test_moments_grow_wherever_the_optimizer_keeps_them():
+    """Moments are found by optax's tree search, not by a walk over known wrappers: inside
+    inject_hyperparams, masked, and a chain holding two Adam states, each mu and nu grows
+    exactly as ``grow_like`` grows it (first / second moment), and every count is kept."""
+    cfg = _cfg(**PRE_LN)
+    params = trainable(init_params(cfg, jax.random.key(0)))
+    grads = jax.tree_util.tree_map(lambda x: jnp.sin(7.0 * x) + 0.1, params)
+    plan = plan_growth(cfg, "hidden", 9)  # mean_expand: the mu and nu rules differ
+    for opt, n_adam in ((optax.inject_hyperparams(optax.adam)(learning_rate=1e-2), 1),
+                        (optax.masked(optax.adam(1e-2), decay_mask), 1),
+                        (optax.chain(optax.scale_by_adam(), optax.scale_by_adam(b2=0.9)), 2)):
+        state = opt.update(grads, opt.init(params), params)[1]
+        grown = grow_optimizer_state(plan, state)
+        for field, order in (("mu", 1), ("nu", 2)):
+            found = optax.tree_utils.tree_get_all_with_path(state, field)
+            after = optax.tree_utils.tree_get_all_with_path(grown, field)
+            assert len(found) == len(after) == n_adam
+            for (path, old), (path2, new) in zip(found, after):
+                assert path == path2
+                want = flatten_dict(grow_like(plan, old, moment=order), sep="/")
+                for leaf, x in flatten_dict(new, sep="/").items():
+                    if not isinstance(x, optax.MaskedNode):
+                        np.testing.assert_array_equal(x, want[leaf], err_msg=f"{field} {leaf}")
+        counts = [x for x in jax.tree_util.tree_leaves(grown) if np.ndim(x) == 0]
+        assert counts == [x for x in jax.tree_util.tree_leaves(state) if np.ndim(x) == 0]
+
+
+def test_unknown_state_inside_a_wrapper_is_refused_by_its_own_name():
+    cfg = _cfg(**PRE_LN)
+    params = trainable(init_params(cfg, jax.random.key(0)))
+    state = optax.inject_hyperparams(optax.adafactor)(learning_rate=1e-3).init(params)
+    with pytest.raises(ValueError, match=r"cannot grow the optimizer state FactoredState at opt_state\.inner_state"):
+        grow_optimizer_state(plan_growth(cfg, "ffn", 12), state)

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from loire_jax.run_config import (
-    GrowthSpec,
-    OptimizerConfig,
-    RunConfig,
-    StageConfig,
-    apply_overrides,
-    history_compatible,
-    stage_models,
-    validate,
-)
+from loire_jax.config import ModelConfig
+from loire_jax.config_loader import apply_overrides, load_run_config, run_config_from_dict
+from loire_jax.data.config import DataConfig, DomainSpec, SourceSpec, TokenizerSpec
+from loire_jax.metrics import seen_domains
+from loire_jax.resume import history_compatible
+from loire_jax.run_config import GrowthSpec, OptimizerConfig, RunConfig, StageConfig
+from loire_jax.stages import replay_domains, seen_domains_at, stage_models, teacher_stages, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -24,7 +24,7 @@ TINY = CONFIGS / "tiny.yaml"
 
 
 def tiny(*overrides: str) -> RunConfig:
-    return RunConfig.from_yaml(TINY, list(overrides))
+    return load_run_config(TINY, list(overrides))
 
 
 def shapes(run: RunConfig) -> list[tuple[int, int, int, int]]:
@@ -34,17 +34,17 @@ def shapes(run: RunConfig) -> list[tuple[int, int, int, int]]:
 # --------------------------------------------------------------------------- presets
 @pytest.mark.parametrize("name", ["tiny", "gpt_paper", "gpt_1b"])
 def test_presets_load_validate_and_round_trip_through_json(name):
-    run = RunConfig.from_yaml(CONFIGS / f"{name}.yaml")
+    run = load_run_config(CONFIGS / f"{name}.yaml")
     assert run.name == name
     assert [s.domains[0] for s in run.stages] == ["WB", "NEWS", "REV", "BIO", "CS"]
     assert [g.op for s in run.stages for g in s.growth] == ["hidden", "ffn", "heads", "layers"]
     saved = json.loads(json.dumps(run.to_dict()))
-    assert RunConfig.from_dict(saved) == run
+    assert run_config_from_dict(saved) == run
     validate(run, {"data": 1, "fsdp": 8, "tensor": 1})
 
 
 def test_gpt_paper_is_table_1_with_app_d1_schedule():
-    run = RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml")
+    run = load_run_config(CONFIGS / "gpt_paper.yaml")
     assert shapes(run) == [(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6),
                            (768, 2048, 12, 12)]
     assert run.model.vocab_size == 50257 and run.model.head_dim == 64 and run.optimizer.name == "adam"
@@ -55,7 +55,7 @@ def test_gpt_paper_is_table_1_with_app_d1_schedule():
 
 
 def test_gpt_1b_is_table_3():
-    run = RunConfig.from_yaml(CONFIGS / "gpt_1b.yaml")
+    run = load_run_config(CONFIGS / "gpt_1b.yaml")
     assert shapes(run) == [(1024, 3072, 16, 12), (2048, 3072, 16, 12), (2048, 6144, 16, 12),
                            (2048, 6144, 32, 12), (2048, 6144, 32, 24)]
     assert run.model.head_dim == 64
@@ -66,7 +66,7 @@ def test_tiny_doubles_each_dimension_in_turn_and_fits_fsdp_8():
     assert shapes(run) == [(64, 256, 4, 2), (128, 256, 4, 2), (128, 512, 4, 2), (128, 512, 8, 2), (128, 512, 8, 4)]
     assert run.mesh_sizes == {"data": 1, "fsdp": 8, "tensor": 1}
     assert run.model.vocab_size == run.data.tokenizer.vocab_size == 8192
-    assert run.teacher_stages(4) == (0, 1, 2, 3) and run.replay_domains(2) == ("WB", "NEWS")
+    assert teacher_stages(run, 4) == (0, 1, 2, 3) and replay_domains(run, 2) == ("WB", "NEWS")
 
 
 def test_precision_sets_model_dtypes():
@@ -109,6 +109,117 @@ def test_bad_override_keys_fail_listing_valid_ones(override, needle):
     assert needle in str(err.value)
 
 
+def keys(cls: type, *extra: str, drop: tuple[str, ...] = ()) -> list[str]:
+    return sorted({f.name for f in dataclasses.fields(cls)} - set(drop) | set(extra))
+
+
+@pytest.mark.parametrize("override,where,valid", [
+    ("bogus=1", "the top level", keys(RunConfig, "stage_defaults", drop=("model_preset",))),
+    ("model.hiden=8", "model", keys(ModelConfig, "preset")),
+    ("optimizer.lrr=1", "optimizer", keys(OptimizerConfig)),
+    ("stage_defaults.stepz=1", "stage_defaults", keys(StageConfig)),
+    ("stages.1.stepz=1", "stages.1", keys(StageConfig)),
+    ("stages.1.growth.0.sze=3", "stages.1.growth.0", keys(GrowthSpec)),
+    ("data.typo=1", "data", keys(DataConfig)),
+    ("data.tokenizer.kindd=gpt2", "data.tokenizer", keys(TokenizerSpec)),
+    ("data.domains.2.sourc=x", "data.domains.2", keys(DomainSpec)),
+    ("data.domains.0.source.pathz=[a]", "data.domains.0.source", keys(SourceSpec)),
+])
+def test_an_unknown_override_key_at_any_depth_lists_the_valid_keys(override, where, valid):
+    key = override.split("=")[0].rsplit(".", 1)[-1]
+    with pytest.raises(ValueError) as err:
+        tiny(override)
+    assert f"unknown key {key!r} in {where}; valid keys are {valid}" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def write_run(tmp_path: Path, text: str, domains: str | None = None) -> Path:
+    """tiny.yaml, edited, in tmp_path; its data points at ``domains`` or the shipped default."""
+    data = tmp_path / "domains.yaml"
+    data.write_text(domains if domains is not None else (CONFIGS / "domains" / "default.yaml").read_text())
+    path = tmp_path / "run.yaml"
+    path.write_text(text.replace("data: domains/default.yaml", "data: domains.yaml"))
+    return path
+
+
+def test_an_unknown_yaml_key_at_any_depth_lists_the_valid_keys(tmp_path):
+    text = TINY.read_text()
+    growth = "growth: [{op: hidden, size: 128}]"
+    assert growth in text
+    with pytest.raises(ValueError) as err:
+        load_run_config(write_run(tmp_path, text.replace(growth, "growth: [{op: hidden, sze: 128}]")))
+    assert f"unknown key 'sze' in stages.1.growth.0; valid keys are {keys(GrowthSpec)}" in str(err.value)
+    # in the domains YAML the run config names, reported at its place in the run config
+    domains = (CONFIGS / "domains" / "default.yaml").read_text().replace("corpus: news}", "corpus: news, pathz: x}")
+    with pytest.raises(ValueError) as err:
+        load_run_config(write_run(tmp_path, text, domains))
+    assert f"unknown key 'pathz' in data.domains.1.source; valid keys are {keys(SourceSpec)}" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_numbers_are_typed_in_yaml_and_overrides(tmp_path):
+    text = TINY.read_text()
+    assert "lr: 1.0e-3" in text
+    run = load_run_config(write_run(tmp_path, text.replace("lr: 1.0e-3", "lr: 1e-3")))  # a string to YAML 1.1
+    assert run.optimizer.lr == 1e-3 and isinstance(run.optimizer.lr, float)
+    assert isinstance(tiny("optimizer.lr=1e-3").optimizer.lr, float)
+    assert tiny("optimizer.lr=1").optimizer.lr == 1.0 and isinstance(tiny("optimizer.lr=1").optimizer.lr, float)
+    assert tiny("mesh=4").mesh == "4"
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("stages.5.steps=1", "stages.5 is not an index of stages, which has 5 entries (0..4)"),
+    ("stages.1.growth.1.size=3", "stages.1.growth.1 is not an index of stages.1.growth, which has 1 entry (0)"),
+    ("stages.first.steps=1", "stages.first is not an index of stages, which has 5 entries (0..4)"),
+    ("stages.0.growth.0.size=3", "stages.0.growth is not set, so it has no entry 0"),
+])
+def test_an_index_out_of_range_names_the_valid_range(override, needle):
+    with pytest.raises(ValueError) as err:
+        tiny(override)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("stages.1.steps=abc", "stages.1.steps: Input should be a valid integer"),
+    ("data.domains.0.source.max_documents=many",
+     "data.domains.0.source.max_documents: Input should be a valid integer"),
+    ("optimizer.clip_norm=[1]", "optimizer.clip_norm: Input should be a valid number"),
+    ("stages.1.growth.0=7", "stages.1.growth.0: Input should be a dictionary"),
+    ("precision=fp8", "precision: Input should be 'float32', 'bf16' or 'float64'"),
+])
+def test_a_wrong_type_names_the_field_path(override, needle):
+    with pytest.raises(ValueError) as err:
+        tiny(override)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_keys_and_default_stage_names():
+    raw = tiny().to_dict()
+    with pytest.raises(ValueError, match="missing required key 'stages' in the top level"):
+        run_config_from_dict({k: v for k, v in raw.items() if k != "stages"})
+    unnamed = [{k: v for k, v in s.items() if k != "name"} for s in raw["stages"]]
+    assert [s.name for s in run_config_from_dict({**raw, "stages": unnamed}).stages] == ["M1", "M2", "M3", "M4", "M5"]
+
+
+def test_importing_the_run_config_and_loader_pulls_in_no_data_library():
+    heavy = ("grain", "tensorflow_datasets", "tiktoken", "sentencepiece")
+    code = ("import sys, loire_jax.run_config, loire_jax.config_loader; "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_stage_domains_teachers_and_replay_follow_one_seen_order():
+    run = tiny("stages.1.domains=[NEWS, WB]", "stages.2.domains=[REV, BIO]", "stages.3.teachers=last")
+    seen = seen_domains([s.domains for s in run.stages])
+    assert [seen_domains_at(run, k) for k in range(5)] == [tuple(d) for d in seen]
+    assert seen_domains_at(run, 2) == ("WB", "NEWS", "REV", "BIO")
+    assert replay_domains(run, 0) == () and replay_domains(run, 3) == seen_domains_at(run, 2)
+    assert teacher_stages(run, 0) == () and teacher_stages(run, 3) == (2,) and teacher_stages(run, 4) == (0, 1, 2, 3)
+    with pytest.raises(IndexError, match="outside 0..4"):
+        seen_domains_at(run, 5)
+
+
 def test_apply_overrides_leaves_the_input_alone():
     raw = {"name": "x", "optimizer": {"lr": 1.0}}
     out = apply_overrides(raw, ["optimizer.lr=2", "checkpoint.keep=3"])
@@ -144,10 +255,10 @@ def test_mesh_that_does_not_divide_is_rejected_naming_stage_and_dim():
 
 def test_paper_vocab_is_padded_for_tensor_parallelism():
     """GPT-2's 50,257 is prime: the default padding (to 50,304) lets tensor=2 shard it."""
-    run = RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2"])
+    run = load_run_config(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2"])
     assert (run.model.vocab_size, run.model.padded_vocab) == (50257, 50304)
     with pytest.raises(ValueError, match="set model.pad_vocab_to=128 for tensor=2"):
-        RunConfig.from_yaml(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2", "model.pad_vocab_to=1"])
+        load_run_config(CONFIGS / "gpt_paper.yaml", ["mesh=data=2,tensor=2", "model.pad_vocab_to=1"])
 
 
 def test_unknown_domain_is_rejected():
@@ -182,6 +293,7 @@ def test_dataclasses_validate_when_built():
     with pytest.raises(ValueError, match="schedule must be one of"):
         OptimizerConfig(schedule="step")
     assert OptimizerConfig(name="adamw", weight_decay=0.1).weight_decay == 0.1
+    assert OptimizerConfig(lr=1e-3).lr == 1e-3
 
 
 def test_exactness_is_enforced_unless_waived():
@@ -210,7 +322,7 @@ def test_history_compatible_allows_layout_bookkeeping_and_future_stages():
     new = tiny("mesh=4", "checkpoint.keep=5", "eval.batches=2", "data.data_dir=/tmp/x", "stages.4.steps=100",
                "stages.3.growth.0.size=16", "stages.3.beta=0.5")
     assert history_compatible(saved, new, completed_stages=3) is None
-    fewer = RunConfig.from_dict({**saved.to_dict(), "stages": saved.to_dict()["stages"][:2]})
+    fewer = run_config_from_dict({**saved.to_dict(), "stages": saved.to_dict()["stages"][:2]})
     assert "cannot be removed" in history_compatible(saved, fewer, completed_stages=3)
     assert history_compatible(saved, fewer, completed_stages=2) is None
 

@@ -2,7 +2,9 @@
 
 Every field is checked when the object is built, so a typo in a YAML file fails at
 start-up instead of hours into a run. The configs are hashable and JSON-able, which
-lets the cache key its artefacts by the exact settings that produced them.
+lets the cache key its artefacts by the exact settings that produced them. Reading YAML,
+resolving relative paths and refusing unknown keys is ``loire_jax.config_loader``'s job;
+this module imports nothing heavy, so the run config can use it without the data stack.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
-
-import yaml
 
 from loire_jax.data.errors import ConfigError
 
@@ -29,20 +29,6 @@ TEXT_SPLITTING = ("blank_line", "line", "file")
 def _require(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
-
-
-def _resolve(path: str, base_dir: Path | None) -> str:
-    """Expand ``~`` and make relative paths relative to the YAML file's folder."""
-    p = Path(os.path.expanduser(path))
-    if not p.is_absolute() and base_dir is not None:
-        p = base_dir / p
-    return str(p)
-
-
-def _strict_fields(cls: type, d: Mapping[str, Any], where: str) -> None:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(d) - known
-    _require(not unknown, f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,19 +72,6 @@ class SourceSpec:
         if self.max_documents is not None:
             _require(self.max_documents > 0, "max_documents must be positive")
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], base_dir: Path | None = None) -> "SourceSpec":
-        _strict_fields(cls, d, "source")
-        d = dict(d)
-        if "paths" in d:
-            paths = d["paths"]
-            if isinstance(paths, str):
-                paths = [paths]
-            d["paths"] = tuple(_resolve(p, base_dir) for p in paths)
-        if d.get("tfds_data_dir"):
-            d["tfds_data_dir"] = _resolve(d["tfds_data_dir"], base_dir)
-        return cls(**d)
-
 
 @dataclasses.dataclass(frozen=True)
 class DomainSpec:
@@ -111,12 +84,6 @@ class DomainSpec:
         _require(bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum(),
                  f"domain name {self.name!r} must be alphanumeric (with - or _)")
         _require(isinstance(self.source, SourceSpec), "domain source must be a SourceSpec")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], base_dir: Path | None = None) -> "DomainSpec":
-        _strict_fields(cls, d, "domain")
-        _require("source" in d and "name" in d, f"domain needs 'name' and 'source': {dict(d)}")
-        return cls(name=str(d["name"]), source=SourceSpec.from_dict(d["source"], base_dir))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,27 +106,6 @@ class TokenizerSpec:
                      f"trained_bpe vocab_size must be in (256, 65535], got {self.vocab_size}")
         if self.kind in ("sentencepiece", "tokenizer_json"):
             _require(bool(self.path), f"tokenizer kind {self.kind} needs 'path'")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], base_dir: Path | None = None) -> "TokenizerSpec":
-        _strict_fields(cls, d, "tokenizer")
-        d = dict(d)
-        if d.get("path"):
-            d["path"] = _resolve(d["path"], base_dir)
-        return cls(**d)
-
-
-def read_yaml(path: Path, error: type[Exception]) -> Any:
-    """Parse a YAML file; a syntax error or an unreadable file raises ``error`` naming the line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise error(f"{path}:{where} is not valid YAML ({getattr(err, 'problem', None) or err})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise error(f"cannot read {path}: {err}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,12 +136,6 @@ class DataConfig:
     def root(self) -> Path:
         return Path(self.data_dir)
 
-    def domain_index(self, name: str) -> int:
-        for i, d in enumerate(self.domains):
-            if d.name == name:
-                return i
-        raise ConfigError(f"no domain named {name!r}; have {[d.name for d in self.domains]}")
-
     def with_data_dir(self, data_dir: str) -> "DataConfig":
         return dataclasses.replace(self, data_dir=data_dir)
 
@@ -204,27 +144,17 @@ class DataConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base_dir: str | Path | None = None) -> "DataConfig":
-        _strict_fields(cls, d, "data config")
-        _require("domains" in d and isinstance(d["domains"], (list, tuple)),
-                 "data config needs a 'domains' list")
-        base = Path(base_dir) if base_dir is not None else None
-        kw = dict(d)
-        kw["domains"] = tuple(DomainSpec.from_dict(x, base) for x in d["domains"])
-        if "tokenizer" in kw:
-            kw["tokenizer"] = TokenizerSpec.from_dict(kw["tokenizer"], base)
-        if kw.get("data_dir"):
-            kw["data_dir"] = str(kw["data_dir"])  # relative data_dir stays relative to cwd
-        return cls(**kw)
+        """Shorthand for ``config_loader.data_config_from_dict`` (the data CLI's and tests' entry)."""
+        from loire_jax.config_loader import data_config_from_dict  # lazy: the loader imports this module
+
+        return data_config_from_dict(d, base_dir)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "DataConfig":
-        """Load a YAML config; relative source paths resolve against the YAML's folder."""
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"data config file not found: {p}")
-        d = read_yaml(p, ConfigError)
-        _require(isinstance(d, dict), f"{p}: top level must be a mapping")
-        return cls.from_dict(d, base_dir=p.resolve().parent)
+        """Shorthand for ``config_loader.load_data_config``: relative paths resolve against the YAML's folder."""
+        from loire_jax.config_loader import load_data_config
+
+        return load_data_config(path)
 
 
 def fingerprint(obj: Any) -> str:

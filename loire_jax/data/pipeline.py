@@ -126,7 +126,7 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
     later steps continue the current domain where the replay steps left it.
     With ``mesh``, batches are global ``jax.Array``s sharded over ``batch_axes``; without,
     they are this process's numpy rows. ``num_threads`` is part of nothing in the state,
-    but keep it fixed across a resume anyway (see jax-stack-notes).
+    but keep it fixed across a resume anyway (see docs/jax-stack.md, "grain").
     """
     pi, pc = _process_info()
     if mesh is not None:

@@ -46,6 +46,24 @@ def test_config_validation_errors(tmp_path):
             DataConfig.from_dict(bad)
 
 
+def test_config_errors_are_one_line_naming_the_key_and_the_valid_ones(tmp_path):
+    good = tiny_config_dict(tmp_path)
+    (tmp_path / "broken.yaml").write_text("domains: [\n  - {name: A\n")
+    bad_source = {**good, "domains": [{"name": "A", "source": {"kind": "local", "paths": ["a"], "fromat": "text"}}]}
+    for load, needle in (
+        (lambda: DataConfig.from_dict({**good, "typo_field": 1}),
+         "unknown key 'typo_field' in the data config; valid keys are ['data_dir', 'domains', 'min_doc_chars', "
+         "'recovery_fraction', 'split_seed', 'tokenizer', 'validation_docs']"),
+        (lambda: DataConfig.from_dict(bad_source), "unknown key 'fromat' in domains.0.source; valid keys are ["),
+        (lambda: DataConfig.from_dict({**good, "validation_docs": "ten"}),
+         "validation_docs: Input should be a valid integer"),
+        (lambda: DataConfig.from_yaml(tmp_path / "broken.yaml"), "is not valid YAML"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            load()
+        assert needle in str(err.value) and "\n" not in str(err.value)
+
+
 def test_config_yaml_resolves_paths_relative_to_file(tmp_path):
     (tmp_path / "cfg.yaml").write_text(
         "data_dir: %s\ndomains:\n  - {name: A, source: {kind: local, paths: [fix/a.txt]}}\n"

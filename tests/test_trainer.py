@@ -1,11 +1,11 @@
-"""End to end: `python launch/train.py` runs LOIRE stage by stage, resumes after kill -9 and
-SIGTERM exactly where it stopped, and restores onto a smaller mesh."""
+"""The lifelong trainer, called as a library: LOIRE stage by stage on 8 devices, resumed
+after kill -9 and SIGTERM exactly where it stopped (the CLI, in a real process), restored
+onto a smaller mesh, and refusing what would rewrite history."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -16,8 +16,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
 from data_helpers import tiny_config_dict  # noqa: E402
+from runs import ROOT, cli, final_losses, in_process, records, steps_saved  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from loire_jax.errors import RunError  # noqa: E402
+
 pytestmark = pytest.mark.xdist_group("engine")  # one worker runs the shared reference once
 
 
@@ -46,40 +48,20 @@ def run_config(tmp_path_factory) -> Path:
     return path
 
 
-def train(config: Path, workdir: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "LOIRE_FAULT")}
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # compile fast (tests only)
-    env["JAX_PLATFORMS"] = "cpu"
-    if fault:
-        env["LOIRE_FAULT"] = fault
-    return subprocess.run([sys.executable, str(ROOT / "launch" / "train.py"), "--config", str(config),
-                           "--workdir", str(workdir), "--no-progress", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-
-
-def records(workdir: Path, kind: str) -> list[dict]:
-    lines = (workdir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["kind"] == kind]
-
-
-def final_losses(workdir: Path) -> dict[tuple[int, int], float]:
-    """The last logged loss of every (stage, step): a resumed run re-logs the steps it redoes."""
-    return {(r["stage"], r["step"]): r["loss"] for r in records(workdir, "train")}
-
-
 @pytest.fixture(scope="session")
 def reference(run_config, tmp_path_factory) -> Path:
+    from loire_jax.reports import write_report
+
     workdir = tmp_path_factory.mktemp("reference")
-    result = train(run_config, workdir)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert in_process(run_config, workdir).complete
+    write_report([workdir])
     return workdir
 
 
 def test_two_stage_run_on_8_devices(reference):
     assert (reference / "config.json").exists()
     for stage in (1, 2):
-        steps = sorted(int(p.name) for p in (reference / f"stage_{stage}").iterdir() if p.name.isdigit())
-        assert steps[-1] == 6
+        assert steps_saved(reference / f"stage_{stage}")[-1] == 6
     assert sorted(final_losses(reference)) == [(s, i) for s in (1, 2) for i in range(1, 7)]
     train_records = records(reference, "train")
     assert [r["phase"] for r in train_records if r["stage"] == 2] == ["distill"] * 2 + ["warmup"] + ["train"] * 3
@@ -146,23 +128,20 @@ def test_the_run_ends_with_a_report_that_agrees_with_the_metrics_log(reference):
         assert image[..., :3].std() > 0.01, f"{stem}.png is blank"
 
 
-def test_kill_9_mid_run_then_rerun_reproduces_the_uninterrupted_run(run_config, reference, tmp_path):
-    killed = train(run_config, tmp_path, fault="kill:9")  # stage 2, step 3: after a checkpoint at step 2
+def test_kill_9_mid_run_then_rerun_reproduces_the_uninterrupted_run(run_config, reference, tmp_path, capsys):
+    killed = cli(run_config, tmp_path, fault="kill:9")  # the CLI; stage 2, step 3: after a checkpoint at step 2
     assert killed.returncode == -9
     assert not any(p.name == "6" for p in (tmp_path / "stage_2").iterdir())
-    resumed = train(run_config, tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert "resuming at step" in resumed.stdout
+    assert in_process(run_config, tmp_path).complete
+    assert "resuming at step" in capsys.readouterr().out
     assert final_losses(tmp_path) == final_losses(reference)  # bitwise: same mesh, same programs
 
 
 def test_sigterm_saves_exits_0_and_resumes_onto_a_smaller_mesh(run_config, reference, tmp_path):
-    stopped = train(run_config, tmp_path, fault="term:9")
+    stopped = cli(run_config, tmp_path, fault="term:9")
     assert stopped.returncode == 0, stopped.stderr[-4000:]
     assert "stopped (SIGTERM) in stage 2 at step 3" in stopped.stdout
-    resumed = train(run_config, tmp_path, "--mesh", "4")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert "4 simulated CPU device(s)" in resumed.stdout
+    assert in_process(run_config, tmp_path, mesh="4").complete
     got, want = final_losses(tmp_path), final_losses(reference)
     assert got.keys() == want.keys()
     for key in want:  # other reductions on 4 devices: equal up to float32 rounding
@@ -179,9 +158,9 @@ def test_sigterm_saves_exits_0_and_resumes_onto_a_smaller_mesh(run_config, refer
 
 
 def test_a_resume_that_changes_history_is_refused(run_config, reference):
-    result = train(run_config, reference, "seed=1")
-    assert result.returncode == 2
-    assert "different run" in result.stderr and "seed" in result.stderr and "--fresh" in result.stderr
+    with pytest.raises(RunError, match="different run") as refused:
+        in_process(run_config, reference, "seed=1")
+    assert "seed" in str(refused.value) and "--fresh" in str(refused.value)
 
 
 def test_a_missing_teacher_checkpoint_is_refused_before_compute(run_config, reference, tmp_path):
@@ -190,16 +169,14 @@ def test_a_missing_teacher_checkpoint_is_refused_before_compute(run_config, refe
     workdir = tmp_path / "holes"
     shutil.copytree(reference, workdir)
     shutil.rmtree(workdir / "stage_1")
-    result = train(run_config, workdir)
-    assert result.returncode == 2
-    assert "final checkpoint of stage(s) [1] is missing" in result.stderr
+    with pytest.raises(RunError, match=re.escape("final checkpoint of stage(s) [1] is missing")):
+        in_process(run_config, workdir)
 
 
 def test_a_non_finite_loss_stops_the_run_naming_stage_and_step(run_config, tmp_path):
-    result = train(run_config, tmp_path, "optimizer.lr=1e30")
-    assert result.returncode == 2
-    found = re.search(r"non-finite loss \((nan|inf|-inf)\) in stage (\d) \((\w+)\) at step (\d+)", result.stderr)
-    assert found, result.stderr[-2000:]
+    with pytest.raises(RunError) as stopped:
+        in_process(run_config, tmp_path, "optimizer.lr=1e30")
+    found = re.search(r"non-finite loss \((nan|inf|-inf)\) in stage (\d) \((\w+)\) at step (\d+)", str(stopped.value))
+    assert found, str(stopped.value)
     bad_step = int(found.group(4))
-    saved = [int(p.name) for p in (tmp_path / f"stage_{found.group(2)}").iterdir() if p.name.isdigit()]
-    assert all(step < bad_step for step in saved)  # the last good checkpoint stays, nothing after it
+    assert all(step < bad_step for step in steps_saved(tmp_path / f"stage_{found.group(2)}"))  # the last good checkpoint stays, nothing after it

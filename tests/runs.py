@@ -1,0 +1,75 @@
+"""How the trainer tests run a lifelong run: in this process through the library, or as the
+real CLI in a child process (for what needs one: exit codes, kill -9, signals, locks).
+
+Both run with the numerics users get: float32 without x64, whatever the test session set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def in_process(config: Path, workdir: Path, *overrides: str, mesh: str | None = None, **kw: Any):
+    """``loire_jax.run`` on the YAML ``config`` (plus overrides), without a progress bar."""
+    from loire_jax import load_run_config, run
+
+    with jax.enable_x64(False):
+        return run(load_run_config(config, overrides), workdir, mesh=mesh, progress=False, **kw)
+
+
+def cli(config: Path, workdir: Path, *args: str, fault: str | None = None, wait: bool = True, preexec=None,
+        timeout: int = 600):
+    """``python launch/train.py`` as a user runs it. ``fault="kill:N"`` or ``"term:N"`` runs it
+    through ``tests/fault_driver.py``, which sends the process that signal after N steps."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64",)}
+    env["JAX_PLATFORMS"] = "cpu"
+    entry = [str(ROOT / "tests" / "fault_driver.py"), fault] if fault else [str(ROOT / "launch" / "train.py")]
+    cmd = [sys.executable, *entry, "--config", str(config), "--workdir", str(workdir), "--no-progress", *args]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=preexec)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
+
+
+def one_line_error(result, code: int = 2) -> str:
+    """The outcome class 'a clear message and a clean exit': the code, and no traceback."""
+    assert result.returncode == code, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    return errors[0]
+
+
+def records(workdir: Path, kind: str | None = None) -> list[dict]:
+    """The run's metrics.jsonl records (of one kind), skipping a torn line."""
+    out = []
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and (kind is None or r.get("kind") == kind):
+            out.append(r)
+    return out
+
+
+def final_losses(workdir: Path) -> dict[tuple[int, int], float]:
+    """The last logged loss of every (stage, step): a resumed run re-logs the steps it redoes."""
+    return {(r["stage"], r["step"]): r["loss"] for r in records(workdir, "train")}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def steps_saved(stage_dir: Path) -> Sequence[int]:
+    return sorted(int(p.name) for p in stage_dir.iterdir() if p.name.isdigit())
