@@ -1,4 +1,6 @@
-"""Test session setup: 8 simulated CPU devices and float64, fixed before JAX starts."""
+"""Test session setup: 8 simulated CPU devices, fixed before JAX starts, and float64 for
+the tests that ask for it (``@pytest.mark.float64``); every other test, the trainer's
+in-process runs included, computes with the defaults users get."""
 
 import os
 
@@ -6,9 +8,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 # Room in XLA:CPU's shared pool for every simulated device's in-flight collectives
 # (see launch/devices.py: simulated_cpu_env).
 os.environ.setdefault("NPROC", "32")
-# Tests compile hundreds of tiny programs; LLVM's optimisation passes would double that time.
-for _flag in ("--xla_force_host_platform_device_count=8", "--xla_backend_optimization_level=0",
-              "--xla_cpu_collective_call_terminate_timeout_seconds=300"):
+for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_collective_call_terminate_timeout_seconds=300"):
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
@@ -19,8 +19,6 @@ import tempfile  # noqa: E402
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
 
 import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -34,6 +32,19 @@ settings.load_profile("loire")
 
 
 import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "float64: the test computes in float64 (jax_enable_x64 on for it alone)")
+
+
+@pytest.fixture(autouse=True)
+def _float64_if_asked(request):
+    if request.node.get_closest_marker("float64"):
+        with jax.enable_x64(True):
+            yield
+    else:
+        yield
 
 
 @pytest.fixture(scope="module")

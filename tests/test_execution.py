@@ -22,6 +22,8 @@ from loire_jax.layout import GATES
 from loire_jax.train_state import init_state, trainable
 from loire_jax.train_step import StepSpec, lm_and_kd, make_optimizer, make_train_step
 
+pytestmark = pytest.mark.float64  # exactness is checked in float64
+
 F64 = dict(dtype="float64", param_dtype="float64")
 
 

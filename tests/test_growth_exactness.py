@@ -22,7 +22,7 @@ from loire_jax.growth import grow_like
 from loire_jax.layout import count_leaves
 from strategies import model_configs, op_sequences, target_size
 
-pytestmark = pytest.mark.usefixtures("highest_precision")  # see conftest.py
+pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.float64]  # see conftest.py
 
 F64_TOL = 1e-9
 _apply = jax.jit(apply_model, static_argnums=0)

@@ -15,7 +15,7 @@ from loire_jax import apply_model, grow, init_params
 from loire_jax.sharding import make_mesh, param_shardings, shard_params
 from strategies import model_configs, target_size
 
-pytestmark = pytest.mark.usefixtures("highest_precision")  # see conftest.py
+pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.float64]  # see conftest.py
 
 MESH = None
 

@@ -23,6 +23,8 @@ from loire_jax.losses import fused_losses
 from loire_jax.train_state import trainable
 from loire_jax.train_step import StepSpec, lm_and_kd
 
+pytestmark = pytest.mark.float64  # exactness is checked in float64
+
 REL = 1e-12
 
 

@@ -53,6 +53,8 @@ def test_paper_table1_sizes():
 
 def test_float64_needs_x64_and_apply_checks_tokens():
     cfg = ModelConfig(vocab_size=8, max_seq_len=4, hidden=4, ffn=4, heads=1, head_dim=2, layers=1)
+    with pytest.raises(ValueError, match="x64 disabled"):  # the session leaves x64 off, as users have it
+        init_params(cfg.replace(dtype="float64", param_dtype="float64"), jax.random.key(0))
     params = init_params(cfg, jax.random.key(0))
     with pytest.raises(ValueError, match="integer"):
         apply_model(cfg, params, jnp.zeros((1, 3), jnp.float32))

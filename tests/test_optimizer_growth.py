@@ -32,6 +32,8 @@ from loire_jax.layout import GATES, leaf_axes
 from loire_jax.train_step import decay_mask, make_optimizer, trainable
 from strategies import model_configs, target_size
 
+pytestmark = pytest.mark.float64  # exactness is checked in float64
+
 REL = 1e-9
 
 

@@ -108,6 +108,7 @@ def test_unknown_leaf_kind_is_refused():
 
 
 # --------------------------------------------------------------------------- no silent fallbacks
+@pytest.mark.float64
 def test_float64_runs_keep_float64_logits():
     cfg = CFG.replace(dtype="float64", param_dtype="float64")
     params = init_params(cfg, jax.random.key(0))
