@@ -1,7 +1,7 @@
 """Train-step benchmark: tokens/s, MFU, peak memory and compile time of the step users run.
 
 Each case (shape x teachers x dtype) runs in its own process, so the device's peak-memory
-counter belongs to that case alone. A case builds exactly the engine's step: the same
+counter belongs to that case alone. A case builds exactly the trainer's step: the same
 StepSpec, state shardings, donation, ahead-of-time compilation and execution choices
 (``kernels.for_platform``), on random tokens.
 
@@ -124,7 +124,7 @@ def run_case(case: dict) -> dict:
         return record
 
     state = new_train_state(student, opt, jax.random.key(0), state_sh)
-    teacher_params = tuple(init_params(t, jax.random.key(2 + i), out_shardings=sh)  # stored as the engine stores them
+    teacher_params = tuple(init_params(t, jax.random.key(2 + i), out_shardings=sh)  # stored as the trainer stores them
                            for i, (t, sh) in enumerate(zip(run_teachers, teacher_sh)))
     rng = np.random.default_rng(0)
     batches = [jax.device_put(rng.integers(0, student.vocab_size, (case["batch"], case["seq"] + 1), dtype=np.int32),
@@ -219,7 +219,7 @@ def _table(records: list[dict]) -> str:
 
 
 def _engine_rate(workdir: str) -> tuple[int, float] | None:
-    """The engine's own median tokens/s over the last stage's train phase (steps after the first)."""
+    """The trainer's own median tokens/s over the last stage's train phase (steps after the first)."""
     records = [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
     train = [r for r in records if r.get("kind") == "train" and r.get("phase") == "train"]
     if not train:
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--microbatches", type=int, default=1)
-    parser.add_argument("--loss-chunk", default="auto", help="tokens per loss block, or auto (the engine's choice)")
+    parser.add_argument("--loss-chunk", default="auto", help="tokens per loss block, or auto (the trainer's choice)")
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--remat", default="auto")
     parser.add_argument("--compile-only", action="store_true", help="compile time and memory analysis only")
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-tflops", type=float, default=None, help="per-device peak; default: published/measured")
     parser.add_argument("--json", default=None, help="write every case's record here")
     parser.add_argument("--compare-run", default=None, metavar="WORKDIR",
-                        help="print the engine's logged tokens/s of that run's last stage next to the first case")
+                        help="print the trainer's logged tokens/s of that run's last stage next to the first case")
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # internal: one case, in this process
     args = parser.parse_args(argv)
 

@@ -3,8 +3,8 @@
     python benchmarks/data_handover.py [--config configs/tiny.yaml] [key=value ...]
 
 For each stage with a replay phase it compares two ways of feeding the stage:
-- "one stream": the engine's stage stream (replay phases, then the domain continuing);
-- "rebuilt": a fresh iterator for the train phase with the same seed, as the engine did
+- "one stream": the trainer's stage stream (replay phases, then the domain continuing);
+- "rebuilt": a fresh iterator for the train phase with the same seed, as the trainer did
   before (it served the warmup's windows again).
 It prints how many of the warmup's current-domain windows reappear among the first train
 windows, up to one epoch of the domain. Needs the run's data prepared (the train command

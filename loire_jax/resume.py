@@ -1,7 +1,7 @@
 """The resume policy: which settings a resumed run may change without rewriting history.
 
 A workdir's checkpoints were trained under the saved config. Resuming with a new config is
-safe only if everything that shaped the checkpoints is unchanged; the engine asks
+safe only if everything that shaped the checkpoints is unchanged; the trainer asks
 ``history_compatible`` before it restores anything (see ``loire_jax.checkpoints``).
 """
 

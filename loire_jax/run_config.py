@@ -36,7 +36,7 @@ PRECISIONS: dict[str, tuple[str, str]] = {
     "float64": ("float64", "float64"),
 }
 GPT2_VOCAB = 50257
-# Known tokenizer vocabularies; other kinds are read from their files, and the engine checks them.
+# Known tokenizer vocabularies; other kinds are read from their files, and the trainer checks them.
 _STATIC_VOCAB = {"gpt2": GPT2_VOCAB}
 DERIVED_MODEL_FIELDS = ("dtype", "param_dtype")  # set by RunConfig.precision, never by hand
 
@@ -368,7 +368,7 @@ class RunConfig:
 
 def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:
     """The model's vocabulary must hold every token id. It may be larger (padding to a
-    multiple of the tensor axis); the engine checks file-based tokenizers when it loads them."""
+    multiple of the tensor axis); the trainer checks file-based tokenizers when it loads them."""
     need = tok.vocab_size if tok.kind == "trained_bpe" else _STATIC_VOCAB.get(tok.kind)
     if need is not None and model.vocab_size < need:
         return [f"model.vocab_size={model.vocab_size} is smaller than the {tok.kind} tokenizer's {need}; "

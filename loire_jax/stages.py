@@ -87,7 +87,7 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
              known_domains: Sequence[str] | set[str] | None = None, n_devices: int | None = None) -> None:
     """Everything checkable before compute, for a mesh and a set of available domains.
 
-    RunConfig calls it with its own ``mesh`` and data domains when built; the engine calls
+    RunConfig calls it with its own ``mesh`` and data domains when built; the trainer calls
     it again with the mesh given on the command line and the devices it found.
     """
     sizes = parse_mesh(run.mesh) if mesh_sizes is None else (

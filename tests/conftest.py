@@ -1,6 +1,10 @@
-"""Test session setup: 8 simulated CPU devices, fixed before JAX starts, and float64 for
-the tests that ask for it (``@pytest.mark.float64``); every other test, the trainer's
-in-process runs included, computes with the defaults users get."""
+"""Test session setup: 8 simulated CPU devices, fixed before JAX starts; float64 for the
+tests that ask for it (``@pytest.mark.float64``), float32 for the rest.
+
+The suite compiles hundreds of tiny programs, so it asks XLA for little optimisation
+work (``jax_disable_most_optimizations``). The trainer's runs do not inherit either
+setting: ``tests/runs.py`` runs them with x64 off and full optimisation, as users run
+them, and its CLI runs are separate processes with the defaults."""
 
 import os
 
@@ -19,6 +23,8 @@ import tempfile  # noqa: E402
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
 
 import jax  # noqa: E402
+
+jax.config.update("jax_disable_most_optimizations", True)  # see the docstring; tests/runs.py undoes it
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

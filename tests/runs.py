@@ -1,28 +1,56 @@
 """How the trainer tests run a lifelong run: in this process through the library, or as the
 real CLI in a child process (for what needs one: exit codes, kill -9, signals, locks).
 
-Both run with the numerics users get: float32 without x64, whatever the test session set.
+Both run with the numerics users get (``users_numerics``), whatever the test session set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import jax
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def tiny_run(data: dict, name: str, mesh: str, **sections: Any) -> dict:
+    """A run config mapping of a tiny two-stage model (the trainer tests' common part), with
+    ``sections`` (stages, eval, ...) added or replaced."""
+    return {
+        "name": name,
+        "model": {"preset": "paper", "vocab_size": 320, "max_seq_len": 16, "hidden": 16, "ffn": 32, "heads": 2,
+                  "head_dim": 8, "layers": 1},
+        "data": data, "batch_size": 8, "seq_len": 16, "precision": "float32", "seed": 0, "mesh": mesh,
+        "optimizer": {"name": "adam", "lr": 1.0e-2, "schedule": "cosine", "warmup_steps": 1, "clip_norm": 1.0},
+        "checkpoint": {"save_every": 2, "keep": 2},
+        **sections,
+    }
+
+
+@contextlib.contextmanager
+def users_numerics() -> Iterator[None]:
+    """x64 off and XLA's full optimisation, whatever the test session set (conftest.py)."""
+    fast = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        with jax.enable_x64(False):
+            yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", fast)
+
+
 def in_process(config: Path, workdir: Path, *overrides: str, mesh: str | None = None, **kw: Any):
-    """``loire_jax.run`` on the YAML ``config`` (plus overrides), without a progress bar."""
+    """``loire_jax.run`` on the YAML ``config`` (plus overrides), without a progress bar,
+    with the numerics users get."""
     from loire_jax import load_run_config, run
 
-    with jax.enable_x64(False):
+    with users_numerics():
         return run(load_run_config(config, overrides), workdir, mesh=mesh, progress=False, **kw)
 
 

@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
 from data_helpers import tiny_config_dict  # noqa: E402
-from runs import cli, final_losses, in_process, one_line_error, records, snapshot  # noqa: E402
+from runs import cli, final_losses, in_process, one_line_error, records, snapshot, tiny_run  # noqa: E402
 
 from loire_jax.data import DataError  # noqa: E402
 from loire_jax.errors import RunError  # noqa: E402
@@ -38,21 +38,11 @@ shared_reference = pytest.mark.xdist_group("faults")
 
 
 def config_dict(data_dir: Path) -> dict:
-    return {
-        "name": "faults",
-        "model": {"preset": "paper", "vocab_size": 320, "max_seq_len": 16, "hidden": 16, "ffn": 32, "heads": 2,
-                  "head_dim": 8, "layers": 1},
-        "data": tiny_config_dict(data_dir),
-        "batch_size": 8, "seq_len": 16, "precision": "float32", "seed": 0, "mesh": "1",
-        "optimizer": {"name": "adam", "lr": 1.0e-2, "schedule": "cosine", "warmup_steps": 1, "clip_norm": 1.0},
-        "checkpoint": {"save_every": 2, "keep": 2},
-        "eval": {"every": 0, "batches": 1},
-        "stages": [
-            {"name": "A", "domains": ["SCI"], "steps": 4},
-            {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "ffn", "size": 48}],
-             "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1, "beta_steps": 1},
-        ],
-    }
+    return tiny_run(tiny_config_dict(data_dir), "faults", "1", eval={"every": 0, "batches": 1}, stages=[
+        {"name": "A", "domains": ["SCI"], "steps": 4},
+        {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "ffn", "size": 48}],
+         "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1, "beta_steps": 1},
+    ])
 
 
 @pytest.fixture(scope="session")  # session: xdist may interleave modules, which tears module fixtures down

@@ -16,7 +16,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
 from data_helpers import tiny_config_dict  # noqa: E402
-from runs import ROOT, cli, final_losses, in_process, records, steps_saved  # noqa: E402
+from runs import ROOT, cli, final_losses, in_process, records, steps_saved, tiny_run  # noqa: E402
 
 from loire_jax.errors import RunError  # noqa: E402
 
@@ -26,23 +26,13 @@ pytestmark = pytest.mark.xdist_group("engine")  # one worker runs the shared ref
 @pytest.fixture(scope="session")  # session: xdist may interleave modules, which tears module fixtures down
 def run_config(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("engine")
-    config = {
-        "name": "e2e",
-        "model": {"preset": "paper", "vocab_size": 320, "max_seq_len": 16, "hidden": 16, "ffn": 32, "heads": 2,
-                  "head_dim": 8, "layers": 1},
-        "data": tiny_config_dict(base / "data"),
-        "batch_size": 8, "seq_len": 16, "precision": "float32", "seed": 0, "mesh": "8",
-        "optimizer": {"name": "adam", "lr": 1.0e-2, "schedule": "cosine", "warmup_steps": 1, "clip_norm": 1.0},
-        "checkpoint": {"save_every": 2, "keep": 2},
-        "eval": {"every": 3, "batches": 2},
-        "stages": [
-            {"name": "A", "domains": ["SCI"], "steps": 6},
-            {"name": "B", "domains": ["NEWS"], "steps": 6,
-             "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
-             "warmup_steps": 3, "gate_ramp_steps": 3, "teachers": "all", "replay_ratio": 0.2,
-             "beta": 0.1, "beta_steps": 2},
-        ],
-    }
+    config = tiny_run(tiny_config_dict(base / "data"), "e2e", "8", eval={"every": 3, "batches": 2}, stages=[
+        {"name": "A", "domains": ["SCI"], "steps": 6},
+        {"name": "B", "domains": ["NEWS"], "steps": 6,
+         "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
+         "warmup_steps": 3, "gate_ramp_steps": 3, "teachers": "all", "replay_ratio": 0.2,
+         "beta": 0.1, "beta_steps": 2},
+    ])
     path = base / "e2e.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -1,6 +1,6 @@
 """LOIRE's five-domain incremental data stream (see docs/data.md).
 
-Public API used by the training engine: configs, ``prepare``, tokenizers, the grain
+Public API used by the trainer: configs, ``prepare``, tokenizers, the grain
 training/evaluation iterators and the host-to-global batch helper.
 
 Names load on first use (PEP 562), so importing the configs (``loire_jax.data.config``,

@@ -1,6 +1,6 @@
 """Exceptions of the data subsystem.
 
-One family, so callers (the launcher, the training engine) can catch data problems
+One family, so callers (the launcher, the trainer) can catch data problems
 separately from model errors and show the message, which always says what to do.
 """
 
