@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
-from typing import Any, Sequence
 
 import grain
 import numpy as np
@@ -21,7 +20,6 @@ from loire_jax.data.config import DataConfig
 from loire_jax.data.errors import ConfigError, InsufficientDataError
 from loire_jax.data.packing import PackedWindows, eval_windows
 from loire_jax.data.prepare import load_prepared
-from loire_jax.data.sharding import batch_shard_count, to_global_batch
 
 _MEMORY_SEED_OFFSET = 0x5EED  # memory shuffle must differ from the current-domain shuffle
 
@@ -115,32 +113,23 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
 
 def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                    seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
-                   mesh: Any = None,
-                   batch_axes: Sequence[str] = ("data", "fsdp"), num_threads: int = 1,
-                   prefetch: int = 4) -> grain.DatasetIterator:
+                   num_threads: int = 1, prefetch: int = 4) -> grain.DatasetIterator:
     """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
 
     ``replay_ratio`` is the share of sequences drawn from the recovery memory of domains
     ``0..domain_index-1`` (0 → the current domain only; 0.1 → the ER baseline's 9:1), over
     the first ``replay_steps`` steps (None: throughout). A stage is one such stream: its
     later steps continue the current domain where the replay steps left it.
-    With ``mesh``, batches are global ``jax.Array``s sharded over ``batch_axes``; without,
-    they are this process's numpy rows. ``num_threads`` is part of nothing in the state,
+    Batches are this process's numpy rows; the trainer places them on the mesh on its main
+    thread (``to_global_batch``). ``num_threads`` is part of nothing in the state,
     but keep it fixed across a resume anyway (see docs/jax-stack.md, "grain").
     """
     pi, pc = _process_info()
-    if mesh is not None:
-        shards = batch_shard_count(mesh, batch_axes)
-        if global_batch_size % shards:
-            raise ConfigError(f"global_batch_size {global_batch_size} is not divisible by the "
-                              f"{shards} devices on mesh axes {tuple(batch_axes)}")
     ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
                        seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
                        process_index=pi, process_count=pc)
     it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                  prefetch_buffer_size=prefetch))
-    if mesh is not None:
-        it_ds = it_ds.map(lambda b: to_global_batch(b, mesh, batch_axes))
     return iter(it_ds)
 
 

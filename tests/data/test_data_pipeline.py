@@ -323,9 +323,8 @@ def test_global_batch_on_8_device_mesh(tiny_cfg):
 
     assert jax.device_count() == 8
     mesh = Mesh(np.array(jax.devices()).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
-    it = train_iterator(tiny_cfg, 1, seq_len=SEQ, global_batch_size=8, seed=0,
-                        replay_ratio=0.1, mesh=mesh)
-    b = next(it)["tokens"]
+    it = train_iterator(tiny_cfg, 1, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.1)
+    b = to_global_batch(next(it), mesh)["tokens"]
     assert isinstance(b, jax.Array) and b.shape == (8, SEQ + 1) and b.dtype == np.int32
     assert b.sharding.spec == PartitionSpec(("data", "fsdp"))
     assert len({str(s.index) for s in b.addressable_shards}) == 4  # rows split 4 ways
@@ -334,9 +333,8 @@ def test_global_batch_on_8_device_mesh(tiny_cfg):
     np.testing.assert_array_equal(np.asarray(b), want)
     arr = to_global_batch(np.arange(8 * 3, dtype=np.int32).reshape(8, 3), mesh, ("data",))
     assert arr.sharding.spec == PartitionSpec(("data",))
-    with pytest.raises(ConfigError, match="divisible"):
-        train_iterator(tiny_cfg, 1, seq_len=SEQ, global_batch_size=6, seed=0,
-                       replay_ratio=0.0, mesh=mesh)
+    with pytest.raises(ValueError, match="not divisible by the 4 devices"):
+        to_global_batch(np.zeros((6, 3), np.int32), mesh)
 
 
 # --- evaluation iterator ------------------------------------------------------------------
