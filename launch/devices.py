@@ -7,6 +7,7 @@ only be set before the first backend call, so entry points call ``configure`` fi
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import math
 import os
@@ -35,18 +36,92 @@ def simulated_cpu_env(n_devices: int) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}=300".strip()
 
 
-def configure(mesh_spec: str, *, enable_x64: bool = False) -> tuple[dict[str, int], list[jax.Device], str]:
-    """Parse the mesh spec and pick its devices; returns (axis sizes, devices, note for the user)."""
+@dataclasses.dataclass(frozen=True)
+class Processes:
+    """How this process joins a multi-process run (one process per host, or per GPU)."""
+
+    coordinator: str | None  # HOST:PORT of process 0's coordinator; None: detected by JAX
+    count: int | None
+    index: int | None
+
+    @property
+    def explicit(self) -> bool:
+        return self.coordinator is not None
+
+
+def processes_from(coordinator: str | None = None, num_processes: int | None = None,
+                   process_id: int | None = None) -> Processes | None:
+    """The run's processes from the flags, else JAX's environment variables
+    (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), else a cluster JAX
+    detects itself (a SLURM job of several tasks, a multi-host Cloud TPU slice); None: one
+    process. Raises ValueError on an incomplete or inconsistent setting."""
+    env = os.environ
+    coordinator = coordinator or env.get("JAX_COORDINATOR_ADDRESS") or None
+    count = num_processes if num_processes is not None else _int_env("JAX_NUM_PROCESSES")
+    index = process_id if process_id is not None else _int_env("JAX_PROCESS_ID")
+    if coordinator or count is not None or index is not None:
+        if not (coordinator and count is not None and index is not None):
+            raise ValueError("a multi-process run needs all of --coordinator HOST:PORT, --num-processes N and "
+                             "--process-id I (or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID)")
+        host, _, port = coordinator.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--coordinator must be HOST:PORT, got {coordinator!r}")
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"--process-id must be in 0..{count - 1} for --num-processes {count}, got {index}")
+        return None if count == 1 else Processes(coordinator, count, index)
+    if int(env.get("SLURM_NTASKS", "1") or 1) > 1 or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
+        return Processes(None, None, None)  # jax.distributed finds the coordinator and ranks
+    return None
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    if not value.strip().isdigit():
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes | None = None,
+              heartbeat_s: int = 60) -> tuple[dict[str, int], list[jax.Device], str]:
+    """Parse the mesh spec, join the other processes if there are any, and pick the mesh's
+    devices; returns (axis sizes, devices, note for the user).
+
+    With several processes the mesh spans every process's devices. A bare count (``8``)
+    then means data parallelism across processes and fsdp within each: ``data=P,fsdp=8/P``,
+    the split that keeps the heavy fsdp collectives inside a host. A process that stops
+    sending heartbeats for ``heartbeat_s`` seconds is declared dead and the others exit.
+    """
     sizes = parse_mesh(mesh_spec)
     need = math.prod(sizes.values())
-    jax.config.update("jax_num_cpu_devices", max(need, 1))  # only affects the CPU backend
-    simulated_cpu_env(max(need, 1))
-    if enable_x64:
-        jax.config.update("jax_enable_x64", True)
+    if processes is not None:
+        if processes.count and str(mesh_spec).strip().isdigit():
+            if need % processes.count:
+                raise ValueError(f"--mesh {need} does not split over {processes.count} processes; pick a multiple")
+            sizes = {"data": processes.count, "fsdp": need // processes.count, "tensor": 1}
+        local = need // processes.count if processes.count else need
+        jax.config.update("jax_num_cpu_devices", max(local, 1))  # only affects the CPU backend
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        simulated_cpu_env(max(local, 1))
+        if enable_x64:
+            jax.config.update("jax_enable_x64", True)
+        jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
+                                   heartbeat_timeout_seconds=heartbeat_s)
+    else:
+        jax.config.update("jax_num_cpu_devices", max(need, 1))  # only affects the CPU backend
+        simulated_cpu_env(max(need, 1))
+        if enable_x64:
+            jax.config.update("jax_enable_x64", True)
     devices = jax.devices()
+    per = f" over {jax.process_count()} processes ({jax.local_device_count()} local each)" \
+        if jax.process_count() > 1 else ""
     if len(devices) >= need:
         kind = "simulated CPU" if devices[0].platform == "cpu" and need > 1 else devices[0].platform
-        return sizes, devices[:need], f"{need} {kind} device(s)"
+        return sizes, devices[:need], f"{need} {kind} device(s){per}"
+    if jax.process_count() > 1:
+        raise ValueError(f"mesh {sizes} needs {need} devices but the {jax.process_count()} processes have "
+                         f"{len(devices)}")
     cpus = jax.devices("cpu")
     note = (f"{len(devices)} {devices[0].platform} device(s) available, mesh needs {need}: "
             f"simulating {need} CPU devices")

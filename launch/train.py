@@ -42,6 +42,14 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
     parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
                         help="persistent XLA compilation cache (auto: $JAX_COMPILATION_CACHE_DIR or "
                              "~/.cache/loire_jax/xla), so a resumed or repeated run does not recompile")
+    parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                        help="multi-process runs: process 0's address (or JAX_COORDINATOR_ADDRESS); detected "
+                             "automatically on Cloud TPU and under SLURM")
+    parser.add_argument("--num-processes", type=int, default=None, help="multi-process runs (or JAX_NUM_PROCESSES)")
+    parser.add_argument("--process-id", type=int, default=None, help="multi-process runs (or JAX_PROCESS_ID)")
+    parser.add_argument("--heartbeat-s", type=int, default=60, metavar="S",
+                        help="multi-process runs: a process silent for S seconds is declared dead and the others "
+                             "stop (default 60)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     args = parser.parse_args(argv)
 
@@ -50,10 +58,15 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
     try:
         run_config = load_run_config(args.config, args.overrides)
         mesh_spec = args.mesh or run_config.mesh
-        sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64")
+        processes = devices.processes_from(args.coordinator, args.num_processes, args.process_id)
+        sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
+                                              processes=processes, heartbeat_s=args.heartbeat_s)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
+        print(f"error: joining the other processes failed: {str(err).splitlines()[0][:300]}", file=sys.stderr)
+        return 1
     try:
         devices.compile_cache(args.compile_cache)
     except OSError as err:
@@ -68,10 +81,14 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
     from loire_jax.sharding import make_mesh
     from loire_jax.workdir import WorkdirError
 
+    import jax
+
     workdir = Path(args.workdir or os.path.join("runs", run_config.name)).expanduser()
     early = Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log"  # library logs until the workdir is ours
     _library_logs_to(early)
-    print(f"devices: {note}")
+    lead = jax.process_index() == 0
+    if lead:
+        print(f"devices: {note}")
     try:
         result = run(run_config, workdir, mesh=make_mesh(sizes, devs), fresh=args.fresh, break_lock=args.break_lock,
                      hooks=[_LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
@@ -93,6 +110,8 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
             early.unlink()
     if not result.complete:
         return result.exit_code
+    if not lead:  # the report is process 0's
+        return 0
     from loire_jax.reports import ReportError, write_report
 
     try:
@@ -112,7 +131,10 @@ class _LogsToWorkdir(Hook):
         self.early = early
 
     def on_run_start(self, trainer) -> None:
-        _library_logs_to(trainer.workdir / "python.log", carry_over=self.early)
+        import jax
+
+        name = "python.log" if jax.process_index() == 0 else f"python.{jax.process_index()}.log"
+        _library_logs_to(trainer.workdir / name, carry_over=self.early)
 
 
 def _library_logs_to(path: Path, carry_over: Path | None = None) -> None:

@@ -381,7 +381,8 @@ class StageCheckpoints:
                 return step, notes
             except CheckpointError as err:
                 target = self.directory / f"{step}.damaged-{time.time_ns()}"
-                (self.directory / str(step)).rename(target)
+                if jax.process_index() == 0:  # every process found the same damage; one renames
+                    (self.directory / str(step)).rename(target)
                 self._mngr.reload()  # Orbax must forget the step it listed at start-up
                 notes.append(f"{err}; set aside as {target.name}")
         return None, notes

@@ -195,7 +195,13 @@ class CheckpointEvery(Hook):
 def default_hooks(run_config: "RunConfig", *, progress: bool = True) -> list[Hook]:
     """What ``python launch/train.py`` runs with: the non-finite stop first (so a bad step
     is never logged as a good one), the JSONL log the report reads, TensorBoard, the
-    progress bar, and the config's evaluation and checkpoint periods."""
-    return [StopOnNonFinite(), JsonlLog(), TensorBoard(), ProgressBar(progress),
-            EvalEvery(run_config.eval.every), CheckpointEvery(run_config.checkpoint.save_every)]
+    progress bar, and the config's evaluation and checkpoint periods.
+
+    With several processes the files and the bar are process 0's; every process keeps the
+    hooks that decide something (stop, evaluate, save), since all of them must agree."""
+    import jax
+
+    writers: list[Hook] = [JsonlLog(), TensorBoard(), ProgressBar(progress)] if jax.process_index() == 0 else []
+    return [StopOnNonFinite(), *writers, EvalEvery(run_config.eval.every),
+            CheckpointEvery(run_config.checkpoint.save_every)]
 

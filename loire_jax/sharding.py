@@ -150,8 +150,13 @@ def parse_mesh(spec: str | int) -> dict[str, int]:
 
 
 def make_mesh(sizes: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A Mesh with axes (data, fsdp, tensor) in Auto mode, over the first prod(sizes) devices."""
-    devices = list(devices if devices is not None else jax.devices())
+    """A Mesh with axes (data, fsdp, tensor) in Auto mode, over the first prod(sizes) devices.
+
+    Devices are ordered by process, then id, and ``data`` is the outermost axis: with
+    ``data`` = the process count, each data slice is one host's devices, so fsdp and tensor
+    collectives stay within a host and only the gradient all-reduce crosses hosts (the
+    split MaxText calls DCN and ICI)."""
+    devices = sorted(devices if devices is not None else jax.devices(), key=lambda d: (d.process_index, d.id))
     need = math.prod(sizes[a] for a in MESH_AXES)
     if need > len(devices):
         raise ValueError(f"mesh {dict(sizes)} needs {need} devices but only {len(devices)} are available")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import threading
@@ -30,6 +31,7 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from loire_jax import checkpoints
@@ -104,19 +106,22 @@ class Trainer:
     # ------------------------------------------------------------------ the session
     def run(self, *, fresh: bool = False, break_lock: bool = False) -> RunResult:
         main = threading.current_thread() is threading.main_thread()
+        # With several processes a signal only sets a flag, acted on where all processes agree
+        # (step and stage boundaries): a process stopping alone would leave the others in a collective.
+        agreed = self.signals.deferred() if jax.process_count() > 1 else contextlib.nullcontext()
         try:
-            with self.signals if main else contextlib.nullcontext():
+            with self.signals if main else contextlib.nullcontext(), agreed:
                 self.preflight(fresh, break_lock)
                 self.summary()
                 complete = self._run_stages()
         except checkpoints.Stopped as stop:
-            print(f"\nstopped ({stop}) outside a training step: everything finished is on disk; run again to resume")
+            self._say(f"\nstopped ({stop}) outside a training step: everything finished is on disk; run again to resume")
             return RunResult(self.workdir, False, str(stop), self.signals.exit_code)
         finally:
             self.close(release=True)
         if not complete:
             return RunResult(self.workdir, False, self.signals.name, self.signals.exit_code)
-        print(f"run complete: {len(self.run_config.stages)} stages; workdir {self.workdir}")
+        self._say(f"run complete: {len(self.run_config.stages)} stages; workdir {self.workdir}")
         return RunResult(self.workdir, True)
 
     def close(self, release: bool = False) -> None:
@@ -130,6 +135,18 @@ class Trainer:
     def global_step(self, k: int, step: int) -> int:
         """Step ``step`` of stage ``k`` on the run's one step axis."""
         return global_step(self.run_config, k, step)
+
+    def _say(self, *parts: Any, **kw: Any) -> None:
+        """Messages for the user: once, from process 0."""
+        if jax.process_index() == 0:
+            print(*parts, **kw, flush=True)
+
+    def _sync(self, what: str) -> None:
+        """Wait until every process got here (a no-op with one process)."""
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(what)
 
     def emit(self, record: dict[str, Any]) -> None:
         """Hand one record to every hook (the JSONL log writes it)."""
@@ -157,13 +174,15 @@ class Trainer:
                 self._lock = rundir.WorkdirLock(self.workdir, break_lock)
                 note = self._lock.acquire()
                 if note:
-                    print(f"workdir {self.workdir}: {note}")
-            if fresh:
+                    self._say(f"workdir {self.workdir}: {note}")
+            if fresh and jax.process_index() == 0:
                 self.close()
                 rundir.fresh(self.workdir)
-            rundir.create(self.workdir)
+            if jax.process_index() == 0:
+                rundir.create(self.workdir)
         except OSError as err:
             raise RunError(f"workdir {self.workdir}: {err.strerror or err}") from None
+        self._sync("workdir ready")
         self._verify_checkpoints()
         saved = self._saved_run()
         if saved is not None:
@@ -181,7 +200,8 @@ class Trainer:
                 raise RunError(f"stage {k + 1} has checkpoints but the final checkpoint of stage(s) {missing} is "
                                f"missing: it is the model stage {k + 1} grew from and a teacher. Restore it, or "
                                f"start over with --fresh")
-        (self.workdir / "config.json").write_text(json.dumps(run.to_dict(), indent=1))
+        if jax.process_index() == 0:
+            (self.workdir / "config.json").write_text(json.dumps(run.to_dict(), indent=1))
 
     def _verify_checkpoints(self) -> None:
         """Read back the newest step of every stage and check its checksums; a damaged step is
@@ -196,7 +216,7 @@ class Trainer:
             except checkpoints.CheckpointError as err:
                 raise RunError(str(err)) from None
             for line in notes:
-                print(f"stage {k + 1}: {line}")
+                self._say(f"stage {k + 1}: {line}")
             if notes and step is None:
                 raise RunError(f"stage {k + 1} has no intact checkpoint left in {ck.directory} (see above); "
                                "restore it from a backup, or start over with --fresh")
@@ -214,13 +234,13 @@ class Trainer:
         run = self.run_config
         self.peak, source = peak_flops(list(self.mesh.devices.flat))
         peak = f"{self.peak / 1e9:,.1f} GFLOP/s" if self.peak else "n/a"
-        print(f"mesh {dict(self.mesh.shape)} of {self.mesh.devices.size} {self.platform} device(s); peak for MFU "
+        self._say(f"mesh {dict(self.mesh.shape)} of {self.mesh.devices.size} {self.platform} device(s); peak for MFU "
               f"{peak} ({source})")
-        print(f"run {run.name!r}: {len(run.stages)} stages, batch {run.batch_size} x seq {run.seq_len}, "
+        self._say(f"run {run.name!r}: {len(run.stages)} stages, batch {run.batch_size} x seq {run.seq_len}, "
               f"{run.precision}, workdir {self.workdir}")
         for k, (stage, cfg) in enumerate(zip(run.stages, self.models)):
             grow = ", ".join(f"{g.op}->{g.size}" for g in stage.growth) or "-"
-            print(f"  stage {k + 1} {stage.name:<10} domains {','.join(stage.domains):<8} grow {grow:<12} "
+            self._say(f"  stage {k + 1} {stage.name:<10} domains {','.join(stage.domains):<8} grow {grow:<12} "
                   f"(h,f,a,L)=({cfg.hidden},{cfg.ffn},{cfg.heads},{cfg.layers}) params {param_count(cfg):>11,} "
                   f"tokens {stage_tokens(run, stage):>9,} teachers "
                   f"{[j + 1 for j in teacher_stages(run, k)] or '-'}")
@@ -299,6 +319,23 @@ class Trainer:
                               global_batch_size=run.batch_size, seed=run.seed * 1000 + k,
                               replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps)
 
+    @staticmethod
+    def _seek(it: Any, batch: int) -> None:
+        """Put a stage's iterator at global batch ``batch``. Each process reads every P-th
+        window of one global stream, so batch n of every process is its share of the same
+        global batch n whatever P is: the position is the step count."""
+        state = dict(it.get_state())
+        if "next_index" not in state:
+            raise RunError(f"this grain version's iterator state {sorted(state)} has no position to move; resume "
+                           "with the process count that saved the checkpoint")
+        state["next_index"] = batch
+        it.set_state(state)
+
+    def _replicated_input(self, host: np.ndarray) -> jax.Array:
+        """A batch every process holds whole (evaluation data), as a global array split
+        over the batch axes: each process contributes the rows its devices hold."""
+        return jax.make_array_from_callback(host.shape, batch_sharding(self.mesh, host.ndim), lambda i: host[i])
+
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, k: int, params: dict[str, Any], point: str, step: int | None = None) -> dict[str, float]:
         """Validation perplexity of stage ``k``'s model on every domain seen so far (PPL_(t),j
@@ -319,8 +356,7 @@ class Trainer:
                 for i, batch in enumerate(it):
                     if run.eval.batches and i >= run.eval.batches:
                         break
-                    args = (params, {"tokens": jax.device_put(batch["tokens"], batch_sharding(self.mesh)),
-                                     "weights": jax.device_put(batch["weights"], batch_sharding(self.mesh))})
+                    args = (params, {key: self._replicated_input(batch[key]) for key in ("tokens", "weights")})
                     if k not in self._eval_fns:
                         fn = jax.jit(make_eval_step(self._exec(self.models[k]), self._loss_chunk))
                         self._eval_fns[k] = self._compile(f"stage {k + 1} ({run.stages[k].name}) evaluation", k,
@@ -332,7 +368,7 @@ class Trainer:
                 self.emit({"kind": "eval", "stage": k + 1, "point": point, "domain": name, "ppl": out[name],
                            "tokens": count, **({"step": step} if step is not None else {})})
         where = f"{point} {step}" if step is not None else point
-        print(f"  [{where}] stage {k + 1} PPL: " + ", ".join(f"{d} {p:.2f}" for d, p in out.items()))
+        self._say(f"  [{where}] stage {k + 1} PPL: " + ", ".join(f"{d} {p:.2f}" for d, p in out.items()))
         return out
 
     # ------------------------------------------------------------------ the stage
@@ -399,21 +435,27 @@ class Trainer:
         it = self._iterator(k, stage_phases)
         self._clock = _StageClock()
         if ck.quarantined:
-            print(f"stage {k + 1}: set aside {len(ck.quarantined)} incomplete checkpoint(s) of a killed save: "
+            self._say(f"stage {k + 1}: set aside {len(ck.quarantined)} incomplete checkpoint(s) of a killed save: "
                   + ", ".join(str(p) for p in ck.quarantined))
             self.emit({"kind": "quarantined", "stage": k + 1, "paths": [str(p) for p in ck.quarantined]})
         start = ck.latest_step()
         if start is not None:  # resume inside this stage
-            check_compatible(ck.read_meta(start)["tokenizer"], tokenizer_identity, "checkpoint")
-            state, _ = ck.restore(self._abstract(k), step=start, data_iterator=it)
-            print(f"stage {k + 1} ({stage.name}): resuming at step {start}/{stage.steps}")
+            saved = ck.read_meta(start)
+            check_compatible(saved["tokenizer"], tokenizer_identity, "checkpoint")
+            same_processes = saved.get("processes", 1) == jax.process_count()
+            state, _ = ck.restore(self._abstract(k), step=start, data_iterator=it if same_processes else None)
+            if not same_processes:
+                self._seek(it, start)
+                self._say(f"stage {k + 1}: saved by {saved.get('processes', 1)} process(es), resumed by "
+                          f"{jax.process_count()}: the data stream continues at global batch {start}")
+            self._say(f"stage {k + 1} ({stage.name}): resuming at step {start}/{stage.steps}")
         else:
             state, start = self._start_state(k), 0
             self.evaluate(k, state.params, "init")
         teacher_params = tuple(self._load_teacher(j) for j in teacher_stages(run, k))
         specs = self._specs(k, stage_phases)
         meta = {"model": cfg.to_dict(), "tokenizer": tokenizer_identity, "stage": k + 1, "name": stage.name,
-                "run": run.to_dict()}
+                "run": run.to_dict(), "processes": jax.process_count()}
         for hook in self.hooks:
             hook.on_stage_start(self, k, start)
         pending = None  # the previous step's (metrics, phase): fetched one step late
@@ -442,17 +484,18 @@ class Trainer:
                 for hook in self.hooks:
                     hook.on_step(self, k, done)
                 final = done == stage.steps
-                if final or self.signals.requested or any(h.wants_checkpoint(self, k, done) for h in self.hooks):
+                stop = self.signals.should_stop()  # agreed by every process (one small all-gather)
+                if final or stop or any(h.wants_checkpoint(self, k, done) for h in self.hooks):
                     since = self._train_record(k, s, *pending, since)
                     pending = None
                     self._save(k, done, state, it, {**meta, "final": final, "step": done})
                 for hook in self.hooks:
                     hook.on_step_end(self, k, done, state)
-                if self.signals.requested and not final:
+                if stop and not final:
                     ck.wait()
                     for hook in self.hooks:
                         hook.on_stage_end(self, k)
-                    print(f"\nstopped ({self.signals.name}) in stage {k + 1} at step {done}: checkpoint saved; "
+                    self._say(f"\nstopped ({self.signals.name}) in stage {k + 1} at step {done}: checkpoint saved; "
                           "run again to resume")
                     return False
         for hook in self.hooks:
@@ -460,8 +503,8 @@ class Trainer:
         ck.wait()
         self.evaluate(k, state.params, "final")
         self.emit(self._clock.lap(k + 1, stage.steps))
-        if self.signals.requested:  # arrived on the stage's last step: the stage is complete and saved
-            print(f"stopped ({self.signals.name}) after stage {k + 1}: run again to resume")
+        if self.signals.should_stop():  # at the stage's end: the stage is complete and saved
+            self._say(f"stopped ({self.signals.name}) after stage {k + 1}: run again to resume")
             return False
         return True
 
@@ -481,8 +524,19 @@ class Trainer:
         from loire_jax.data import load_tokenizer, prepare
 
         run = self.run_config
-        prepare(run.data, progress=self.progress)
+        if jax.process_index() == 0:  # one process prepares; the others then find it ready
+            prepare(run.data, progress=self.progress)
+        self._sync("data prepared")
+        if jax.process_index() != 0:
+            prepare(run.data, progress=False)
         tokenizer = load_tokenizer(run.data)
+        if jax.process_count() > 1:  # every process must tokenize alike
+            from jax.experimental import multihost_utils
+
+            digest = np.frombuffer(hashlib.sha256(json.dumps(tokenizer.identity, sort_keys=True).encode()).digest(),
+                                   np.uint8)
+            multihost_utils.assert_equal(digest, "the processes loaded different tokenizers; give them the same "
+                                                 "data directory")
         if tokenizer.vocab_size > run.model.vocab_size:
             raise RunError(f"the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size is "
                            f"{run.model.vocab_size}")
@@ -495,7 +549,7 @@ class Trainer:
                     if not self._final_evaluated(k, records):  # stopped between its final checkpoint and evaluation
                         params = checkpoints.restore_params(checkpoints.stage_dir(self.workdir, k + 1),
                                                             self._abstract(k).params)
-                        print(f"stage {k + 1}: its final evaluation is missing; evaluating it now")
+                        self._say(f"stage {k + 1}: its final evaluation is missing; evaluating it now")
                         self.evaluate(k, params, "final")
                     continue
                 try:

@@ -7,7 +7,10 @@ setting: ``tests/runs.py`` runs them with x64 off and full optimisation, as user
 them, and its CLI runs are separate processes with the defaults."""
 
 import os
+import sys
+from pathlib import Path
 
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent / "data")]  # runs.py, data_helpers.py
 os.environ["JAX_PLATFORMS"] = "cpu"
 # Room in XLA:CPU's shared pool for every simulated device's in-flight collectives
 # (see launch/devices.py: simulated_cpu_env).
@@ -59,3 +62,38 @@ def highest_precision():
     matmuls would otherwise run in TF32, whose rounding is not a growth error."""
     with jax.default_matmul_precision("highest"):
         yield
+
+
+# --------------------------------------------------------------------------- the trainer's reference run
+# Shared by tests/test_trainer.py and tests/test_multiprocess.py (both in xdist group "engine",
+# so one worker computes it once). Session scope: xdist may interleave modules.
+@pytest.fixture(scope="session")
+def run_config(tmp_path_factory):
+    """A two-stage run on 8 devices: hidden and layer growth, distillation, replay, gate ramp."""
+    import yaml
+    from data_helpers import tiny_config_dict
+    from runs import tiny_run
+
+    base = tmp_path_factory.mktemp("engine")
+    config = tiny_run(tiny_config_dict(base / "data"), "e2e", "8", eval={"every": 3, "batches": 2}, stages=[
+        {"name": "A", "domains": ["SCI"], "steps": 6},
+        {"name": "B", "domains": ["NEWS"], "steps": 6,
+         "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
+         "warmup_steps": 3, "gate_ramp_steps": 3, "teachers": "all", "replay_ratio": 0.2,
+         "beta": 0.1, "beta_steps": 2},
+    ])
+    path = base / "e2e.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="session")
+def reference(run_config, tmp_path_factory):
+    """The run, undisturbed, in this process through the library (with its report)."""
+    from loire_jax.reports import write_report
+    from runs import in_process
+
+    workdir = tmp_path_factory.mktemp("reference")
+    assert in_process(run_config, workdir).complete
+    write_report([workdir])
+    return workdir

@@ -12,40 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from runs import ROOT, cli, final_losses, in_process, records, steps_saved
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
-from data_helpers import tiny_config_dict  # noqa: E402
-from runs import ROOT, cli, final_losses, in_process, records, steps_saved, tiny_run  # noqa: E402
+from loire_jax.errors import RunError
 
-from loire_jax.errors import RunError  # noqa: E402
-
-pytestmark = pytest.mark.xdist_group("engine")  # one worker runs the shared reference once
-
-
-@pytest.fixture(scope="session")  # session: xdist may interleave modules, which tears module fixtures down
-def run_config(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("engine")
-    config = tiny_run(tiny_config_dict(base / "data"), "e2e", "8", eval={"every": 3, "batches": 2}, stages=[
-        {"name": "A", "domains": ["SCI"], "steps": 6},
-        {"name": "B", "domains": ["NEWS"], "steps": 6,
-         "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
-         "warmup_steps": 3, "gate_ramp_steps": 3, "teachers": "all", "replay_ratio": 0.2,
-         "beta": 0.1, "beta_steps": 2},
-    ])
-    path = base / "e2e.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@pytest.fixture(scope="session")
-def reference(run_config, tmp_path_factory) -> Path:
-    from loire_jax.reports import write_report
-
-    workdir = tmp_path_factory.mktemp("reference")
-    assert in_process(run_config, workdir).complete
-    write_report([workdir])
-    return workdir
+pytestmark = pytest.mark.xdist_group("engine")  # one worker runs the shared reference once (conftest.py)
 
 
 def test_two_stage_run_on_8_devices(reference):

@@ -1,0 +1,78 @@
+"""Specification: several processes run one lifelong run. Two local CPU processes with four
+simulated devices each and a loopback coordinator stand in for two hosts: they share one
+global mesh (data across processes, fsdp within), one checkpoint directory and one
+metrics stream, agree on every stop, and a dead process stops the other in bounded time."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from runs import cli, final_losses, in_process, records, steps_saved
+
+pytestmark = pytest.mark.xdist_group("engine")  # shares the reference run (conftest.py)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_processes(config: Path, workdir: Path, *args: str, faults=(None, None), timeout: int = 300):
+    """The CLI as two processes of one run; returns [(returncode, stdout, stderr, seconds)] by process."""
+    port = _free_port()
+    t = time.perf_counter()
+    procs = [cli(config, workdir, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                 "--process-id", str(i), *args, fault=faults[i], wait=False) for i in (0, 1)]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        out.append((p.returncode, stdout, stderr, time.perf_counter() - t))
+    return out
+
+
+def assert_close_to(got: dict, want: dict, rel: float = 1e-5) -> None:
+    """Other reduction orders (data across processes vs. fsdp over 8): float32 rounding only."""
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=rel), key
+
+
+def test_two_processes_train_the_run_one_process_trains(run_config, reference, tmp_path):
+    (rc0, out0, err0, _), (rc1, out1, err1, _) = two_processes(run_config, tmp_path)
+    assert rc0 == 0 and rc1 == 0, (err0[-2000:], err1[-2000:])
+    assert "over 2 processes (4 local each)" in out0
+    assert "PPL" in out0 and "PPL" not in out1  # messages, logs and the report: process 0's
+    train = records(tmp_path, "train")
+    assert len(train) == 12 and len({(r["stage"], r["step"]) for r in train}) == 12  # one stream, no copies
+    assert_close_to(final_losses(tmp_path), final_losses(reference))
+    evals = {(r["stage"], r["point"], r["domain"]): r["ppl"] for r in records(tmp_path, "eval")}
+    want = {(r["stage"], r["point"], r["domain"]): r["ppl"] for r in records(reference, "eval")}
+    assert evals.keys() == want.keys()
+    for key in want:  # every process's evaluation rows summed: the same perplexity
+        assert evals[key] == pytest.approx(want[key], rel=1e-5), key
+    assert steps_saved(tmp_path / "stage_2") == [4, 6] and (tmp_path / "report" / "report.md").exists()
+    assert not list(tmp_path.glob("python.1.log")) or "Traceback" not in (tmp_path / "python.1.log").read_text()
+
+
+def test_sigterm_to_one_process_stops_both_and_one_process_resumes(run_config, reference, tmp_path, capsys):
+    """SIGTERM reaches process 1 only (after its 9th step: stage 2, step 3); both save that
+    step and exit 0. One process then resumes the two-process checkpoint on 8 devices."""
+    (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term:9"))
+    assert rc0 == 0 and rc1 == 0, (err0[-2000:], err1[-2000:])
+    assert "in stage 2 at step 3: checkpoint saved" in out0
+    assert steps_saved(tmp_path / "stage_2") == [2, 3]
+    assert in_process(run_config, tmp_path).complete
+    assert "saved by 2 process(es), resumed by 1" in capsys.readouterr().out
+    assert_close_to(final_losses(tmp_path), final_losses(reference))
+
+
+def test_a_killed_process_stops_the_other_in_bounded_time(run_config, tmp_path):
+    (rc0, _, err0, seconds), (rc1, _, _, _) = two_processes(run_config, tmp_path, "--heartbeat-s", "10",
+                                                            faults=(None, "kill:9"))
+    assert rc1 == -9
+    assert rc0 != 0 and seconds < 120, (rc0, seconds)
+    assert "stopped sending heartbeats" in err0, err0[-2000:]
