@@ -50,11 +50,12 @@ class Processes:
 
 
 def processes_from(coordinator: str | None = None, num_processes: int | None = None,
-                   process_id: int | None = None) -> Processes | None:
+                   process_id: int | None = None, *, detect: bool = False) -> Processes | None:
     """The run's processes from the flags, else JAX's environment variables
     (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), else a cluster JAX
-    detects itself (a SLURM job of several tasks, a multi-host Cloud TPU slice); None: one
-    process. Raises ValueError on an incomplete or inconsistent setting."""
+    detects itself: a SLURM job of several tasks, a multi-host Cloud TPU slice, or any
+    cluster JAX knows when ``detect`` (``--distributed auto``) says so. None: one process.
+    Raises ValueError on an incomplete or inconsistent setting."""
     env = os.environ
     coordinator = coordinator or env.get("JAX_COORDINATOR_ADDRESS") or None
     count = num_processes if num_processes is not None else _int_env("JAX_NUM_PROCESSES")
@@ -69,7 +70,7 @@ def processes_from(coordinator: str | None = None, num_processes: int | None = N
         if count < 1 or not 0 <= index < count:
             raise ValueError(f"--process-id must be in 0..{count - 1} for --num-processes {count}, got {index}")
         return None if count == 1 else Processes(coordinator, count, index)
-    if int(env.get("SLURM_NTASKS", "1") or 1) > 1 or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
+    if detect or int(env.get("SLURM_NTASKS", "1") or 1) > 1 or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
         return Processes(None, None, None)  # jax.distributed finds the coordinator and ranks
     return None
 
@@ -96,18 +97,21 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     sizes = parse_mesh(mesh_spec)
     need = math.prod(sizes.values())
     if processes is not None:
-        if processes.count and str(mesh_spec).strip().isdigit():
-            if need % processes.count:
-                raise ValueError(f"--mesh {need} does not split over {processes.count} processes; pick a multiple")
-            sizes = {"data": processes.count, "fsdp": need // processes.count, "tensor": 1}
-        local = need // processes.count if processes.count else need
-        jax.config.update("jax_num_cpu_devices", max(local, 1))  # only affects the CPU backend
+        # simulated CPU devices are per process, so their count is set from the expected process count
+        expected = processes.count or int(os.environ.get("SLURM_NTASKS", "0") or 0) or 1
+        local = max(need // expected, 1)
+        jax.config.update("jax_num_cpu_devices", local)  # only affects the CPU backend
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        simulated_cpu_env(max(local, 1))
+        simulated_cpu_env(local)
         if enable_x64:
             jax.config.update("jax_enable_x64", True)
         jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
                                    heartbeat_timeout_seconds=heartbeat_s)
+        count = jax.process_count()
+        if count > 1 and str(mesh_spec).strip().isdigit():
+            if need % count:
+                raise ValueError(f"--mesh {need} does not split over {count} processes; pick a multiple")
+            sizes = {"data": count, "fsdp": need // count, "tensor": 1}
     else:
         jax.config.update("jax_num_cpu_devices", max(need, 1))  # only affects the CPU backend
         simulated_cpu_env(max(need, 1))

@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
                              "automatically on Cloud TPU and under SLURM")
     parser.add_argument("--num-processes", type=int, default=None, help="multi-process runs (or JAX_NUM_PROCESSES)")
     parser.add_argument("--process-id", type=int, default=None, help="multi-process runs (or JAX_PROCESS_ID)")
+    parser.add_argument("--distributed", choices=("auto", "detect"), default="detect",
+                        help="auto: always join a multi-process run, finding the coordinator and ranks as JAX does "
+                             "on Cloud TPU, SLURM and other clusters (the launchers pass it); detect (default): only "
+                             "if the flags, JAX_* variables or a SLURM/TPU environment say so")
     parser.add_argument("--heartbeat-s", type=int, default=60, metavar="S",
                         help="multi-process runs: a process silent for S seconds is declared dead and the others "
                              "stop (default 60)")
@@ -58,7 +62,8 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
     try:
         run_config = load_run_config(args.config, args.overrides)
         mesh_spec = args.mesh or run_config.mesh
-        processes = devices.processes_from(args.coordinator, args.num_processes, args.process_id)
+        processes = devices.processes_from(args.coordinator, args.num_processes, args.process_id,
+                                           detect=args.distributed == "auto")
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)
     except (ValueError, FileNotFoundError) as err:

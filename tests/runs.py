@@ -55,11 +55,12 @@ def in_process(config: Path, workdir: Path, *overrides: str, mesh: str | None = 
 
 
 def cli(config: Path, workdir: Path, *args: str, fault: str | None = None, wait: bool = True, preexec=None,
-        timeout: int = 600):
+        timeout: int = 600, env: dict[str, str] | None = None):
     """``python launch/train.py`` as a user runs it. ``fault="kill:N"`` or ``"term:N"`` runs it
-    through ``tests/fault_driver.py``, which sends the process that signal after N steps."""
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64",)}
-    env["JAX_PLATFORMS"] = "cpu"
+    through ``tests/fault_driver.py``, which sends the process that signal after N steps.
+    ``env`` adds environment variables."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64",)}, "JAX_PLATFORMS": "cpu",
+           **(env or {})}
     entry = [str(ROOT / "tests" / "fault_driver.py"), fault] if fault else [str(ROOT / "launch" / "train.py")]
     cmd = [sys.executable, *entry, "--config", str(config), "--workdir", str(workdir), "--no-progress", *args]
     if not wait:

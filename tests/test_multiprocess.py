@@ -21,12 +21,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def two_processes(config: Path, workdir: Path, *args: str, faults=(None, None), timeout: int = 300):
-    """The CLI as two processes of one run; returns [(returncode, stdout, stderr, seconds)] by process."""
+def two_processes(config: Path, workdir: Path, *args: str, faults=(None, None), slurm: bool = False,
+                  timeout: int = 300):
+    """The CLI as two processes of one run, told so by flags, or by the variables a SLURM
+    job step sets (JAX then finds the coordinator itself); returns
+    [(returncode, stdout, stderr, seconds)] by process."""
     port = _free_port()
     t = time.perf_counter()
-    procs = [cli(config, workdir, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                 "--process-id", str(i), *args, fault=faults[i], wait=False) for i in (0, 1)]
+
+    def join(i: int) -> tuple[list[str], dict[str, str]]:
+        if slurm:
+            return [], {"SLURM_JOB_ID": str(port), "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
+                        "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)}
+        return ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)], {}
+
+    procs = [cli(config, workdir, *join(i)[0], *args, fault=faults[i], wait=False, env=join(i)[1]) for i in (0, 1)]
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=timeout)
@@ -42,7 +51,8 @@ def assert_close_to(got: dict, want: dict, rel: float = 1e-5) -> None:
 
 
 def test_two_processes_train_the_run_one_process_trains(run_config, reference, tmp_path):
-    (rc0, out0, err0, _), (rc1, out1, err1, _) = two_processes(run_config, tmp_path)
+    """Started as a SLURM job step would start them: no flags, JAX reads SLURM's variables."""
+    (rc0, out0, err0, _), (rc1, out1, err1, _) = two_processes(run_config, tmp_path, slurm=True)
     assert rc0 == 0 and rc1 == 0, (err0[-2000:], err1[-2000:])
     assert "over 2 processes (4 local each)" in out0
     assert "PPL" in out0 and "PPL" not in out1  # messages, logs and the report: process 0's
