@@ -193,7 +193,9 @@ def _crash_log(workdir: Path) -> Path:
     import traceback
 
     folder = workdir if workdir.is_dir() else Path(tempfile.gettempdir())
-    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    import jax
+
+    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{jax.process_index()}.log"
     try:
         path.write_text(traceback.format_exc())
     except OSError:

@@ -361,6 +361,8 @@ class StageCheckpoints:
             items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
         try:
             out = self._mngr.restore(step, args=ocp.args.Composite(**items))
+        except Stopped:
+            raise  # a signal, not damage: the step must not be set aside
         except Exception as err:  # TensorStore/Orbax errors of a truncated or unreadable file
             raise CheckpointError(f"step {step} in {self.directory} is damaged: it cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
@@ -391,8 +393,19 @@ class StageCheckpoints:
         """The JSON meta saved with ``step`` (latest complete by default)."""
         self.wait()
         step = self._resolve(step)
-        meta = self._mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+        try:
+            meta = self._mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+        except Stopped:
+            raise
+        except Exception as err:
+            raise CheckpointError(f"step {step} in {self.directory} is damaged: its metadata cannot be read "
+                                  f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
         return _user_meta(dict(meta), self.directory, step)
+
+    def reload(self) -> None:
+        """Forget what Orbax listed and list the directory again (after another process
+        moved a step aside)."""
+        self._mngr.reload()
 
     # lifecycle ------------------------------------------------------------------------
     def wait(self) -> None:
@@ -435,6 +448,8 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
         try:
             out = mngr.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params),
                                                                  META: ocp.args.JsonRestore()}))
+        except Stopped:
+            raise
         except Exception as err:
             raise CheckpointError(f"step {step} in {directory} is damaged: it cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None

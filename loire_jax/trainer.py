@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import sys
 import threading
 import time
 from pathlib import Path
@@ -125,12 +126,14 @@ class Trainer:
         return RunResult(self.workdir, True)
 
     def close(self, release: bool = False) -> None:
-        for ck in self._ckpts.values():
-            ck.close()
-        self._ckpts.clear()
-        if release and self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        try:
+            for ck in self._ckpts.values():
+                ck.close()
+        finally:  # a failed save surfacing here must not keep the workdir locked
+            self._ckpts.clear()
+            if release and self._lock is not None:
+                self._lock.release()
+                self._lock = None
 
     def global_step(self, k: int, step: int) -> int:
         """Step ``step`` of stage ``k`` on the run's one step axis."""
@@ -169,6 +172,7 @@ class Trainer:
             raise RunError(f"data_dir {data_root} is a file, not a directory; set data.data_dir to a directory")
         try:
             rundir.check_usable(self.workdir)
+            self._sync("workdir checked")  # every process looked before process 0 changes anything
             if jax.process_index() == 0:  # a multi-process run is one run: process 0 holds the lock
                 self.workdir.mkdir(parents=True, exist_ok=True)
                 self._lock = rundir.WorkdirLock(self.workdir, break_lock)
@@ -184,6 +188,10 @@ class Trainer:
             raise RunError(f"workdir {self.workdir}: {err.strerror or err}") from None
         self._sync("workdir ready")
         self._verify_checkpoints()
+        if jax.process_count() > 1:  # process 0 may have moved steps aside: every process lists again
+            self._sync("checkpoints checked")
+            for ck in self._ckpts.values():
+                ck.reload()
         saved = self._saved_run()
         if saved is not None:
             done = sum(1 for k in range(len(run.stages)) if self._stage_done(k))
@@ -565,9 +573,20 @@ class Trainer:
                                    f"({f'stage {k + 1} step {kept}' if kept is not None else f'the end of stage {k}'});"
                                    " rerun with the new setting to resume") from None
         finally:
-            for hook in self.hooks:
-                hook.on_run_end(self)
+            self._end_hooks()
         return True
+
+    def _end_hooks(self) -> None:
+        """Every hook's ``on_run_end``, even if one of them fails; the first failure is raised
+        afterwards unless another error is already on its way."""
+        failed: Exception | None = None
+        for hook in self.hooks:
+            try:
+                hook.on_run_end(self)
+            except Exception as err:
+                failed = failed or err
+        if failed is not None and sys.exc_info()[0] is None:
+            raise failed
 
     def _final_evaluated(self, k: int, records: list[dict[str, Any]]) -> bool:
         """Whether the records hold stage k's final evaluation on every domain seen by then."""

@@ -64,8 +64,8 @@ def fresh(workdir: Path) -> None:
         return
     check_usable(workdir)  # a foreign directory is refused here, whatever it holds
     for child in workdir.iterdir():
-        if child.name == LOCK:
-            continue  # ours: the caller holds it
+        if child.name in (LOCK, MARKER):
+            continue  # the lock is the caller's; the marker stays, so a cut-off --fresh can be rerun
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
         else:

@@ -6,7 +6,9 @@ metrics stream, agree on every stop, and a dead process stops the other in bound
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,11 +38,17 @@ def two_processes(config: Path, workdir: Path, *args: str, faults=(None, None), 
         return ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)], {}
 
     procs = [cli(config, workdir, *join(i)[0], *args, fault=faults[i], wait=False, env=join(i)[1]) for i in (0, 1)]
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
-        out.append((p.returncode, stdout, stderr, time.perf_counter() - t))
-    return out
+
+    def finish(p) -> tuple:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        return p.returncode, stdout, stderr, time.perf_counter() - t
+
+    with ThreadPoolExecutor(2) as pool:  # both pipes drained at once: neither process blocks on a full pipe
+        return list(pool.map(finish, procs))
 
 
 def assert_close_to(got: dict, want: dict, rel: float = 1e-5) -> None:
