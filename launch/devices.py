@@ -96,27 +96,28 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     """
     sizes = parse_mesh(mesh_spec)
     need = math.prod(sizes.values())
+    # simulated CPU devices are per process, so their count follows the expected process count
+    expected = (processes.count or int(os.environ.get("SLURM_NTASKS", "0") or 0) or 1) if processes else 1
+    local = max(need // expected, 1)
+    jax.config.update("jax_num_cpu_devices", local)  # only affects the CPU backend
+    simulated_cpu_env(local)
+    if enable_x64:
+        jax.config.update("jax_enable_x64", True)
     if processes is not None:
-        # simulated CPU devices are per process, so their count is set from the expected process count
-        expected = processes.count or int(os.environ.get("SLURM_NTASKS", "0") or 0) or 1
-        local = max(need // expected, 1)
-        jax.config.update("jax_num_cpu_devices", local)  # only affects the CPU backend
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        simulated_cpu_env(local)
-        if enable_x64:
-            jax.config.update("jax_enable_x64", True)
-        jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
-                                   heartbeat_timeout_seconds=heartbeat_s)
+        try:
+            jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
+                                       heartbeat_timeout_seconds=heartbeat_s)
+        except ValueError as err:
+            if processes.explicit:
+                raise
+            raise ValueError(f"--distributed auto found no cluster to join ({err}); outside SLURM and Cloud TPU "
+                             "give --coordinator, --num-processes and --process-id") from None
         count = jax.process_count()
         if count > 1 and str(mesh_spec).strip().isdigit():
             if need % count:
                 raise ValueError(f"--mesh {need} does not split over {count} processes; pick a multiple")
             sizes = {"data": count, "fsdp": need // count, "tensor": 1}
-    else:
-        jax.config.update("jax_num_cpu_devices", max(need, 1))  # only affects the CPU backend
-        simulated_cpu_env(max(need, 1))
-        if enable_x64:
-            jax.config.update("jax_enable_x64", True)
     devices = jax.devices()
     per = f" over {jax.process_count()} processes ({jax.local_device_count()} local each)" \
         if jax.process_count() > 1 else ""

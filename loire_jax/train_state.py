@@ -55,11 +55,14 @@ def state_shardings(cfg: ModelConfig, mesh: Mesh, optimizer: optax.GradientTrans
                       step=replicated)
 
 
-def abstract_state(cfg: ModelConfig, mesh: Mesh, optimizer: optax.GradientTransformation) -> TrainState:
-    """ShapeDtypeStructs with shardings: what a restore onto ``mesh`` asks Orbax for."""
+def abstract_state(cfg: ModelConfig, mesh: Mesh, optimizer: optax.GradientTransformation,
+                   shardings: TrainState | None = None) -> TrainState:
+    """ShapeDtypeStructs with shardings (``state_shardings`` unless given): what a restore
+    onto ``mesh`` asks Orbax for."""
     shapes = jax.eval_shape(lambda p: init_state(p, optimizer), abstract_params(cfg))
+    shardings = state_shardings(cfg, mesh, optimizer) if shardings is None else shardings
     return jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
-                                  state_shardings(cfg, mesh, optimizer))
+                                  shardings)
 
 
 def new_train_state(cfg: ModelConfig, optimizer: optax.GradientTransformation, key: jax.Array,

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -100,6 +100,7 @@ class Trainer:
         self.signals = checkpoints.RunSignals()
         self._step_fns: dict[tuple[int, StepSpec], Any] = {}  # compiled once per distinct step of a stage
         self._eval_fns: dict[int, Any] = {}
+        self._layouts: dict[int, _StageLayout] = {}
         self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
         self._lock: rundir.WorkdirLock | None = None
         self._clock = _StageClock()
@@ -278,11 +279,17 @@ class Trainer:
         """``cfg`` as it runs here: attention kernel and remat resolved for the mesh's platform."""
         return for_platform(cfg, self.platform, self.run_config.seq_len)
 
-    def _optimizer(self, k: int):
-        return optimizer_for(self.run_config.optimizer, self.run_config.stages[k].steps)
+    def _layout(self, k: int) -> _StageLayout:
+        """Stage k's optimizer, state shardings and abstract state: built once per session
+        (verification, resume, growth, teachers and the step compilations all need them)."""
+        if k not in self._layouts:
+            opt = optimizer_for(self.run_config.optimizer, self.run_config.stages[k].steps)
+            shardings = state_shardings(self.models[k], self.mesh, opt)
+            self._layouts[k] = _StageLayout(opt, shardings, abstract_state(self.models[k], self.mesh, opt, shardings))
+        return self._layouts[k]
 
     def _abstract(self, k: int) -> TrainState:
-        return abstract_state(self.models[k], self.mesh, self._optimizer(k))
+        return self._layout(k).abstract
 
     def _load_teacher(self, j: int) -> dict[str, Any]:
         params = checkpoints.restore_params(checkpoints.stage_dir(self.workdir, j + 1), self._abstract(j).params)
@@ -382,8 +389,7 @@ class Trainer:
     # ------------------------------------------------------------------ the stage
     def _start_state(self, k: int) -> TrainState:
         """Stage 1: a fresh M1. Later: the previous stage's final state, grown (Algorithm 1 l.1-21)."""
-        opt = self._optimizer(k)
-        shardings = state_shardings(self.models[k], self.mesh, opt)
+        opt, shardings, _ = self._layout(k)
         key = jax.random.key(self.run_config.seed)
         if k == 0:
             return new_train_state(self.models[0], opt, jax.random.fold_in(key, 0), shardings)
@@ -395,8 +401,7 @@ class Trainer:
     def _step_fn(self, k: int, spec: StepSpec, phase: Phase, args: tuple):
         """The compiled step of ``spec``: phases with the same step (warmup, train) share one."""
         if (k, spec) not in self._step_fns:
-            opt = self._optimizer(k)
-            shardings = state_shardings(self.models[k], self.mesh, opt)
+            opt, shardings, _ = self._layout(k)
             teacher_sh = tuple(param_shardings(t, self.mesh) for t in self._teacher_models(k)) if phase.distill else ()
             fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
                          in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
@@ -593,6 +598,12 @@ class Trainer:
         got = {r.get("domain") for r in records if r.get("kind") == "eval" and r.get("stage") == k + 1
                and r.get("point") == "final"}
         return set(seen_domains_at(self.run_config, k)) <= got
+
+
+class _StageLayout(NamedTuple):
+    optimizer: Any
+    shardings: TrainState
+    abstract: TrainState
 
 
 class _StageClock:

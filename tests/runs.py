@@ -7,7 +7,6 @@ Both run with the numerics users get (``users_numerics``), whatever the test ses
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -79,16 +78,10 @@ def one_line_error(result, code: int = 2) -> str:
 
 
 def records(workdir: Path, kind: str | None = None) -> list[dict]:
-    """The run's metrics.jsonl records (of one kind), skipping a torn line."""
-    out = []
-    for line in (workdir / "metrics.jsonl").read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(r, dict) and (kind is None or r.get("kind") == kind):
-            out.append(r)
-    return out
+    """The run's metrics.jsonl records (of one kind), as the trainer and the report read them."""
+    from loire_jax.hooks import read_records
+
+    return [r for r in read_records(workdir)[0] if kind is None or r["kind"] == kind]
 
 
 def final_losses(workdir: Path) -> dict[tuple[int, int], float]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import sys
 from pathlib import Path
 
 import jax
@@ -24,8 +23,7 @@ from loire_jax.model import init_params
 from loire_jax.sharding import make_mesh, param_shardings
 from loire_jax.train_state import TrainState
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
-from data_helpers import tiny_config_dict  # noqa: E402
+from data_helpers import tiny_config_dict  # noqa: E402  (tests/data is on the path: conftest.py)
 
 CFG = ModelConfig(vocab_size=64, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=2)
 MESHES = {8: {"data": 2, "fsdp": 2, "tensor": 2}, 4: {"data": 1, "fsdp": 2, "tensor": 2},

@@ -25,8 +25,7 @@ import numpy as np
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
-from data_helpers import tiny_config_dict  # noqa: E402
+from data_helpers import tiny_config_dict  # noqa: E402  (tests/data is on the path: conftest.py)
 from runs import cli, final_losses, in_process, one_line_error, records, snapshot, tiny_run  # noqa: E402
 
 from loire_jax.data import DataError  # noqa: E402
