@@ -26,8 +26,8 @@ from loire_jax.reports import PLOTS  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workdirs", nargs="+", type=Path, help="run workdirs; the first is compared to the others")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("workdirs", nargs="+", help="run workdirs; the first is compared to the others")
+    parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
     from loire_jax.reports import ReportError, write_report
 

@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
 
     import jax
 
-    workdir = Path(args.workdir or os.path.join("runs", run_config.name)).expanduser()
+    from loire_jax import paths
+
+    workdir = paths.as_path(args.workdir or os.path.join("runs", run_config.name))
     early = Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log"  # library logs until the workdir is ours
     _library_logs_to(early)
     lead = jax.process_index() == 0
@@ -134,37 +136,77 @@ class _LogsToWorkdir(Hook):
 
     def __init__(self, early: Path) -> None:
         self.early = early
+        self.stream: _LogStream | None = None
 
     def on_run_start(self, trainer) -> None:
         import jax
 
         name = "python.log" if jax.process_index() == 0 else f"python.{jax.process_index()}.log"
-        _library_logs_to(trainer.workdir / name, carry_over=self.early)
+        self.stream = _library_logs_to(trainer.workdir / name, carry_over=self.early)
+
+    def on_stage_end(self, trainer, k: int) -> None:
+        if self.stream is not None:
+            self.stream.flush()
+
+    def on_run_end(self, trainer) -> None:
+        if self.stream is not None:
+            self.stream.flush()
 
 
-def _library_logs_to(path: Path, carry_over: Path | None = None) -> None:
+class _LogStream:
+    """A text stream onto ``paths.AppendLog``, so a gs:// workdir gets its log too."""
+
+    def __init__(self, path) -> None:
+        from loire_jax import paths
+
+        self.log = paths.AppendLog(path)
+
+    def write(self, text: str) -> None:
+        try:
+            for line in text.splitlines():
+                self.log.write(line)
+        except OSError:
+            pass  # the disk is full: the one-line error still reaches the console
+
+    def flush(self) -> None:
+        try:
+            self.log.flush()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            self.log.close()
+        except OSError:
+            pass
+
+
+def _library_logs_to(path, carry_over: Path | None = None) -> _LogStream:
     """Send the libraries' logs, and tracebacks of their background threads, to a file.
 
     Orbax and asyncio log the tracebacks of a failed background write (a full disk, say)
     to the console, although the error also reaches us and is reported in one line."""
+    import atexit
     import logging
     import threading
     import traceback
 
-    handler = logging.FileHandler(path)
-    if carry_over is not None and carry_over.exists():  # the start-up log joins the workdir's, no litter
-        try:
-            handler.stream.write(carry_over.read_text())
-            carry_over.unlink()
-        except OSError:
-            pass
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-        if isinstance(old, logging.FileHandler):
-            old.close()
+        if isinstance(old, logging.StreamHandler) and isinstance(old.stream, _LogStream):
+            old.stream.close()
+    stream = _LogStream(path)
+    if carry_over is not None and carry_over.exists():  # the start-up log joins the workdir's, no litter
+        try:
+            stream.write(carry_over.read_text())
+            carry_over.unlink()
+        except OSError:
+            pass
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
+    atexit.register(stream.flush)
     try:
         from absl import logging as absl_logging
 
@@ -175,31 +217,30 @@ def _library_logs_to(path: Path, carry_over: Path | None = None) -> None:
     logging.raiseExceptions = False  # a full disk must not turn a log write into console noise
 
     def to_file(text: str) -> None:
-        try:
-            with open(path, "a") as f:
-                f.write(text)
-        except OSError:
-            pass  # the disk is full: the one-line error still reaches the console
+        stream.write(text)
+        stream.flush()
 
     threading.excepthook = lambda a: to_file("".join(traceback.format_exception(a.exc_type, a.exc_value,
                                                                                 a.exc_traceback)))
     sys.unraisablehook = lambda u: to_file("".join(traceback.format_exception(u.exc_type, u.exc_value,
                                                                               u.exc_traceback)))
+    return stream
 
 
-def _crash_log(workdir: Path) -> Path:
+def _crash_log(workdir):
     import tempfile
     import time
     import traceback
 
-    folder = workdir if workdir.is_dir() else Path(tempfile.gettempdir())
     import jax
+    from loire_jax import paths
 
-    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{jax.process_index()}.log"
     try:
-        path.write_text(traceback.format_exc())
+        folder = workdir if workdir.is_dir() else paths.as_path(tempfile.gettempdir())
+        path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{jax.process_index()}.log"
+        paths.write_atomic(path, traceback.format_exc())
     except OSError:
-        path = Path("(could not be written)")
+        path = "(could not be written)"
     return path
 
 

@@ -17,11 +17,9 @@ here and the rest of the project sees ``TrainState``s, plain pytrees and dicts.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import threading
 import time
-from pathlib import Path
 from types import FrameType
 from typing import Any, Iterable, Mapping
 
@@ -30,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from loire_jax import paths
+from loire_jax.paths import Path
 from loire_jax.train_state import TrainState
 
 PARAMS, TRAIN, DATA, META = "params", "train", "data", "meta"  # item names on disk
@@ -58,7 +58,7 @@ def stage_dir(workdir: str | Path, stage: int) -> Path:
     """``<workdir>/stage_<k>``: one checkpoint directory per LOIRE stage (k = 1..T)."""
     if not isinstance(stage, (int, np.integer)) or isinstance(stage, bool) or stage < 1:
         raise ValueError(f"stage must be an integer >= 1, got {stage!r}")
-    return Path(workdir) / f"stage_{int(stage)}"
+    return paths.as_path(workdir) / f"stage_{int(stage)}"
 
 
 def _complete_steps(directory: Path) -> list[int]:
@@ -88,7 +88,7 @@ def _quarantine_incomplete(directory: Path) -> list[Path]:
     moved = []
     for child in sorted(directory.iterdir()):
         if child.is_dir() and child.name.split(".")[0].isdigit() and ".orbax-checkpoint-tmp" in child.name:
-            shutil.rmtree(child)
+            child.rmtree()
             continue
         if child.is_dir() and child.name.isdigit() and not (child / _COMMIT_MARKER).exists():
             target = directory / f"{child.name}.incomplete-{time.time_ns()}"
@@ -205,10 +205,10 @@ def _integrity(tree: Any) -> tuple[dict[str, int], list[str]]:
         sharding = getattr(x, "sharding", None)
         key = frozenset(d.id for d in sharding.device_set) if sharding is not None else None
         groups.setdefault(key, []).append(path)
-    results = jax.device_get({key: _integrity_program(tuple(flat[p] for p in paths)) for key, paths in groups.items()})
+    results = jax.device_get({key: _integrity_program(tuple(flat[p] for p in names)) for key, names in groups.items()})
     sums, bad = {}, []
-    for key, paths in groups.items():
-        for path, total, ok in zip(paths, *results[key]):
+    for key, names in groups.items():
+        for path, total, ok in zip(names, *results[key]):
             sums[path] = int(total)
             if not bool(ok):
                 bad.append(path)
@@ -273,7 +273,7 @@ class StageCheckpoints:
                  async_save: bool = True) -> None:
         if save_every < 1 or keep < 1:
             raise ValueError(f"save_every and keep must be >= 1, got {save_every}, {keep}")
-        self.directory = Path(directory).absolute()
+        self.directory = paths.absolute(directory)
         self.quarantined = _quarantine_incomplete(self.directory)
         options = ocp.CheckpointManagerOptions(
             save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(save_every),
@@ -431,7 +431,7 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
     Only the ``params`` item is read, so no optimizer state is ever loaded; leaves land
     with the shardings of ``abstract_params`` (ShapeDtypeStructs).
     """
-    directory = Path(directory).absolute()
+    directory = paths.absolute(directory)
     steps = _complete_steps(directory)
     if not steps:
         raise CheckpointError(f"no complete checkpoint in {directory}")
@@ -474,8 +474,10 @@ class PreemptionGuard:
         self._signals = tuple(signals)
         self._event = threading.Event()
         self._previous: dict[int, Any] = {}
+        self.signum: int | None = None
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
         self._event.set()  # only a flag: no I/O inside a signal handler
 
     def __enter__(self) -> "PreemptionGuard":
@@ -497,19 +499,30 @@ class PreemptionGuard:
 
     def should_stop(self) -> bool:
         """``requested`` on any process; one collective per call when multi-process."""
+        return self.agreed_signal() is not None
+
+    def agreed_signal(self) -> int | None:
+        """The signal any process received (the highest number if several did), or None.
+
+        Every process gets the same answer from the same call, so all of them stop at the
+        same point; the ones not signalled adopt the signal, and exit as if they got it."""
         if jax.process_count() == 1:
-            return self.requested
+            return self.signum if self.requested else None
         from jax.experimental import multihost_utils
 
-        flags = multihost_utils.process_allgather(np.array(self.requested, dtype=np.int32))
-        return bool(np.any(flags))
+        mine = (self.signum or signal.SIGTERM) if self.requested else 0
+        got = int(np.max(multihost_utils.process_allgather(np.array(mine, dtype=np.int32))))
+        if got:
+            self.signum = self.signum or got
+            self._event.set()
+        return got or None
 
 
 class Stopped(Exception):
     """A SIGTERM or SIGINT outside the step loop: nothing in flight to save, stop now."""
 
-    def __init__(self, signum: int):
-        self.signum = signum
+    def __init__(self, signum: int, where: str | None = None):
+        self.signum, self.where = signum, where
         super().__init__(signal.Signals(signum).name)
 
 
@@ -526,7 +539,6 @@ class RunSignals(PreemptionGuard):
     def __init__(self) -> None:
         super().__init__((signal.SIGTERM, signal.SIGINT))
         self._defer = 0
-        self.signum: int | None = None
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum

@@ -163,8 +163,8 @@ def _model(raw: Mapping[str, Any], precision: Any) -> tuple[Any, dict[str, Any]]
 
 def _resolve(path: Any, base: Path | None) -> Any:
     """``~`` expanded; relative paths made relative to the YAML that names them."""
-    if not isinstance(path, str):
-        return path  # validation names the type it expected
+    if not isinstance(path, str) or "://" in path:
+        return path  # validation names the type it expected; a URI is absolute
     p = Path(os.path.expanduser(path))
     return str(base / p if base is not None and not p.is_absolute() else p)
 

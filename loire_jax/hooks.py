@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loire_jax import paths
 from loire_jax.errors import RunError
+from loire_jax.paths import Path
 
 if TYPE_CHECKING:  # the trainer imports this module
     from loire_jax.run_config import RunConfig
@@ -57,11 +59,11 @@ def read_records(workdir: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The records of ``workdir/metrics.jsonl`` (none if there is no such file), and the
     numbers of malformed lines. A torn last line is a killed writer's, expected, and not
     counted as malformed."""
-    path = Path(workdir) / METRICS_FILE
+    path = paths.as_path(workdir) / METRICS_FILE
     if not path.exists():
         return [], []
     records, bad = [], []
-    lines = path.read_text(errors="replace").splitlines()
+    lines = path.read_bytes().decode(errors="replace").splitlines()
     for i, line in enumerate(lines):
         try:
             record = json.loads(line)
@@ -88,17 +90,25 @@ class StopOnNonFinite(Hook):
 
 class JsonlLog(Hook):
     """Every record, one JSON line each, appended to ``workdir/metrics.jsonl``: a resumed
-    run continues the same file, and the report reads it."""
+    run continues the same file, and the report reads it. On an object store (no append)
+    the file is rewritten at most every ``every_s`` seconds and at every stage end and
+    checkpoint (:class:`loire_jax.paths.AppendLog`)."""
 
-    def __init__(self) -> None:
-        self._file = None
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self._file: paths.AppendLog | None = None
 
     def on_run_start(self, trainer: "Trainer") -> None:
-        self._file = (trainer.workdir / METRICS_FILE).open("a")
+        self._file = paths.AppendLog(trainer.workdir / METRICS_FILE, every_s=self.every_s)
 
     def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
+            self._file.write(json.dumps(record))
+            if record.get("kind") == "wall":  # emitted at each checkpoint save
+                self._file.flush()
+
+    def on_stage_end(self, trainer: "Trainer", k: int) -> None:
+        if self._file is not None:
             self._file.flush()
 
     def on_run_end(self, trainer: "Trainer") -> None:
@@ -119,7 +129,7 @@ class TensorBoard(Hook):
             from tensorboardX import SummaryWriter
         except ImportError as err:  # a declared dependency: a broken install, not an option
             raise RunError(f"tensorboardX cannot be imported ({err}); reinstall with pip install -e .") from None
-        self._writer = SummaryWriter(str(trainer.workdir / "tb"))
+        self._writer = SummaryWriter(os.fspath(trainer.workdir / "tb"))  # writes gs:// itself
 
     def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None:
         if self._writer is None:

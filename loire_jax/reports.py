@@ -14,13 +14,15 @@ checkpoints hold.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import statistics
 import sys
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from loire_jax import paths
+from loire_jax.paths import Path
 from loire_jax.config_loader import run_config_from_dict
 from loire_jax.hooks import METRICS_FILE, read_records
 from loire_jax.layout import param_count
@@ -318,6 +320,7 @@ class ReportError(Exception):
 
 def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
     """(RunConfig, records) of one workdir; malformed lines are left out with a warning."""
+    workdir = paths.as_path(workdir)
     config, metrics = workdir / "config.json", workdir / METRICS_FILE
     if not config.exists() or not metrics.exists():
         raise ReportError(f"{workdir} is not a run workdir: it needs config.json and {METRICS_FILE} "
@@ -332,7 +335,7 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
 
 def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
     """Writes report.md, report.json and the PNG plots; returns the output directory."""
-    workdirs = [Path(w) for w in workdirs]
+    workdirs = [paths.as_path(w) for w in workdirs]
     summaries = []
     for w in workdirs:
         run, records = load_run(w)
@@ -345,14 +348,17 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
             s["name"] = f"{s['name']}@{w.name}"
     if out is None:
         out = workdirs[0] / "report" if len(workdirs) == 1 else \
-            Path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
+            paths.as_path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
+    out = paths.as_path(out)
     out.mkdir(parents=True, exist_ok=True)
     comparisons = compare(summaries) if len(summaries) > 1 else []
-    (out / "report.md").write_text(markdown(summaries, comparisons))
-    (out / "report.json").write_text(json.dumps({"runs": summaries, "comparisons": comparisons}, indent=1))
+    paths.write_atomic(out / "report.md", markdown(summaries, comparisons))
+    paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons}, indent=1))
     import matplotlib.pyplot as plt
 
     for stem, fig in figures(summaries).items():
-        fig.savefig(out / f"{stem}.png", dpi=110)
+        png = io.BytesIO()  # matplotlib writes a buffer; the path layer writes it anywhere
+        fig.savefig(png, format="png", dpi=110)
         plt.close(fig)
+        paths.write_atomic(out / f"{stem}.png", png.getvalue())
     return out

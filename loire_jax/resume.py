@@ -16,7 +16,7 @@ from loire_jax.run_config import RunConfig
 # cadence, evaluation, name), and the stages that have not started yet.
 # Execution choices change how a step runs, not what it computes: a resume may change them
 # (e.g. more microbatches after running out of memory).
-RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir", "microbatches", "loss_chunk",
+RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir", "data.cache_dir", "microbatches", "loss_chunk",
                   "model.attention", "model.remat")
 
 

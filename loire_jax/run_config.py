@@ -233,9 +233,14 @@ class CheckpointConfig:
 
     save_every: int = 1000  # steps; 0 saves at stage ends only
     keep: int = 2  # most recent periodic checkpoints kept
+    # With several processes: steps between the processes' agreement on a stop (one small
+    # all-gather, which also waits for the step); one process checks every step for free.
+    stop_check_every: int = 10
 
     def __post_init__(self) -> None:
         problems = []
+        if not (_is_int(self.stop_check_every) and self.stop_check_every >= 1):
+            problems.append(f"stop_check_every must be a positive integer, got {self.stop_check_every!r}")
         if not (_is_int(self.save_every) and self.save_every >= 0):
             problems.append(f"save_every must be a non-negative integer, got {self.save_every!r}")
         if not (_is_int(self.keep) and self.keep >= 1):

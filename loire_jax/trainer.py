@@ -27,7 +27,6 @@ import math
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import jax
@@ -38,8 +37,10 @@ from jax.sharding import Mesh
 from loire_jax import checkpoints
 from loire_jax.config_loader import run_config_from_dict
 from loire_jax import memory
+from loire_jax import paths
 from loire_jax import workdir as rundir
 from loire_jax.errors import RunError
+from loire_jax.paths import Path
 from loire_jax.flops import peak_flops, train_flops_per_token
 from loire_jax.hooks import Hook, default_hooks, read_records
 from loire_jax.kernels import for_platform, loss_chunk_for
@@ -79,7 +80,7 @@ def run(run_config: RunConfig, workdir: str | Path, *, mesh: Mesh | str | None =
     SIGINT stop the run cleanly and resumably; the result says so.
     """
     hooks = default_hooks(run_config, progress=progress) if hooks is None else list(hooks)
-    trainer = Trainer(run_config, Path(workdir).expanduser(), mesh, hooks, progress=progress)
+    trainer = Trainer(run_config, paths.as_path(workdir), mesh, hooks, progress=progress)
     return trainer.run(fresh=fresh, break_lock=break_lock)
 
 
@@ -104,6 +105,7 @@ class Trainer:
         self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
         self._lock: rundir.WorkdirLock | None = None
         self._clock = _StageClock()
+        self._in_loop = False
 
     # ------------------------------------------------------------------ the session
     def run(self, *, fresh: bool = False, break_lock: bool = False) -> RunResult:
@@ -117,7 +119,8 @@ class Trainer:
                 self.summary()
                 complete = self._run_stages()
         except checkpoints.Stopped as stop:
-            self._say(f"\nstopped ({stop}) outside a training step: everything finished is on disk; run again to resume")
+            where = f" during {stop.where}" if stop.where else " outside a training step"
+            self._say(f"\nstopped ({stop}){where}: everything finished is on disk; run again to resume")
             return RunResult(self.workdir, False, str(stop), self.signals.exit_code)
         finally:
             self.close(release=True)
@@ -152,6 +155,19 @@ class Trainer:
 
             multihost_utils.sync_global_devices(what)
 
+    def stop_point(self, where: str) -> None:
+        """A place outside the step loop where a multi-process run may stop (evaluation,
+        growth, compilation, data preparation): every process reaches it in the same order,
+        agrees (``agreed_signal``) and, if any was signalled, all raise ``Stopped`` together.
+        What is finished is on disk; the next run redoes the rest. One process needs none:
+        its handler stops it at once outside the loop. Inside the step loop this is a no-op:
+        the loop saves and stops at its own agreed checks."""
+        if jax.process_count() == 1 or self._in_loop:
+            return
+        signum = self.signals.agreed_signal()
+        if signum is not None:
+            raise checkpoints.Stopped(signum, where)
+
     def emit(self, record: dict[str, Any]) -> None:
         """Hand one record to every hook (the JSONL log writes it)."""
         for hook in self.hooks:
@@ -168,9 +184,9 @@ class Trainer:
         for cfg in self.models:
             param_shardings(cfg, self.mesh)
             self._exec(cfg)  # an attention kernel this platform cannot run is refused here
-        data_root = Path(run.data.root)
-        if data_root.exists() and not data_root.is_dir():
-            raise RunError(f"data_dir {data_root} is a file, not a directory; set data.data_dir to a directory")
+        for what, where in (("data_dir", run.data.data_dir), ("cache_dir", run.data.cache_dir)):
+            if where and paths.as_path(where).exists() and not paths.as_path(where).is_dir():
+                raise RunError(f"{what} {where} is a file, not a directory; set data.{what} to a directory")
         try:
             rundir.check_usable(self.workdir)
             self._sync("workdir checked")  # every process looked before process 0 changes anything
@@ -210,7 +226,7 @@ class Trainer:
                                f"missing: it is the model stage {k + 1} grew from and a teacher. Restore it, or "
                                f"start over with --fresh")
         if jax.process_index() == 0:
-            (self.workdir / "config.json").write_text(json.dumps(run.to_dict(), indent=1))
+            paths.write_atomic(self.workdir / "config.json", json.dumps(run.to_dict(), indent=1))
 
     def _verify_checkpoints(self) -> None:
         """Read back the newest step of every stage and check its checksums; a damaged step is
@@ -313,6 +329,7 @@ class Trainer:
         with jax.set_mesh(self.mesh), jax.default_matmul_precision(precision) if precision else contextlib.nullcontext():
             compiled = fn.lower(*args).compile()
         seconds = time.perf_counter() - t
+        self.stop_point(f"compiling {what}")
         need = memory.step_memory(compiled)
         self.emit({"kind": "compile", "stage": k + 1, "phase": phase, "seconds": seconds,
                    **({"peak_bytes": need.peak, "temp_bytes": need.temporaries} if need else {})})
@@ -382,6 +399,7 @@ class Trainer:
                 out[name] = math.exp(mean) if mean < 709.0 else math.inf  # exp overflows a float past ~709
                 self.emit({"kind": "eval", "stage": k + 1, "point": point, "domain": name, "ppl": out[name],
                            "tokens": count, **({"step": step} if step is not None else {})})
+                self.stop_point(f"stage {k + 1} {point} evaluation")
         where = f"{point} {step}" if step is not None else point
         self._say(f"  [{where}] stage {k + 1} PPL: " + ", ".join(f"{d} {p:.2f}" for d, p in out.items()))
         return out
@@ -395,8 +413,10 @@ class Trainer:
             return new_train_state(self.models[0], opt, jax.random.fold_in(key, 0), shardings)
         prev, _ = self._ckpt(k - 1).restore(self._abstract(k - 1))
         reset = opt if self.run_config.stages[k].reset_optimizer else None
-        return grow_train_state(self.plans[k], prev, jax.random.fold_in(key, 1000 * (k + 1)), shardings,
-                                reset_optimizer=reset)
+        grown = grow_train_state(self.plans[k], prev, jax.random.fold_in(key, 1000 * (k + 1)), shardings,
+                                 reset_optimizer=reset)
+        self.stop_point(f"growing into stage {k + 1}")
+        return grown
 
     def _step_fn(self, k: int, spec: StepSpec, phase: Phase, args: tuple):
         """The compiled step of ``spec``: phases with the same step (warmup, train) share one."""
@@ -473,7 +493,10 @@ class Trainer:
             hook.on_stage_start(self, k, start)
         pending = None  # the previous step's (metrics, phase): fetched one step late
         since = time.perf_counter()
-        with self.signals.deferred():
+        every = 1 if jax.process_count() == 1 else run.checkpoint.stop_check_every
+        self.stop_point(f"the start of stage {k + 1}")
+        with self.signals.deferred(), self._looping():
+            check_now = False
             for s in range(start, stage.steps):
                 phase = phase_at(stage_phases, s)
                 # Host batches from grain's threads; placed on the mesh here, on the main thread:
@@ -490,6 +513,7 @@ class Trainer:
                         pending = None
                     self._step_fn(k, specs[phase.name], phase, args)
                     since = time.perf_counter()  # compilation is not step time
+                    check_now = True  # a signal during compilation is acted on after this step
                 state, metrics = self._step_fns[k, specs[phase.name]](*args)
                 if pending is not None:
                     since = self._train_record(k, s - 1, *pending, since)
@@ -497,8 +521,12 @@ class Trainer:
                 for hook in self.hooks:
                     hook.on_step(self, k, done)
                 final = done == stage.steps
-                stop = self.signals.should_stop()  # agreed by every process (one small all-gather)
-                if final or stop or any(h.wants_checkpoint(self, k, done) for h in self.hooks):
+                save = final or any(h.wants_checkpoint(self, k, done) for h in self.hooks)
+                # Agreed by every process (one small all-gather) every `every` steps, and where
+                # all of them stop anyway (saves, the end, after a compilation): the same steps on each.
+                stop = (check_now or save or done % every == 0) and self.signals.should_stop()
+                check_now = False
+                if save or stop:
                     since = self._train_record(k, s, *pending, since)
                     pending = None
                     self._save(k, done, state, it, {**meta, "final": final, "step": done})
@@ -532,6 +560,14 @@ class Trainer:
                            "); lower the learning rate or check the data") from None
         self.emit(self._clock.lap(k + 1, done))
 
+    @contextlib.contextmanager
+    def _looping(self):
+        self._in_loop = True
+        try:
+            yield
+        finally:
+            self._in_loop = False
+
     # ------------------------------------------------------------------ the run
     def _run_stages(self) -> bool:
         from loire_jax.data import load_tokenizer, prepare
@@ -540,9 +576,10 @@ class Trainer:
         if jax.process_index() == 0:  # one process prepares; the others then find it ready
             prepare(run.data, progress=self.progress)
         self._sync("data prepared")
-        if jax.process_index() != 0:
-            prepare(run.data, progress=False)
+        if jax.process_index() != 0:  # pulls what process 0 pushed, if the store is shared
+            prepare(run.data, progress=False, publish=False)
         tokenizer = load_tokenizer(run.data)
+        self.stop_point("data preparation")
         if jax.process_count() > 1:  # every process must tokenize alike
             from jax.experimental import multihost_utils
 

@@ -141,3 +141,19 @@ def test_a_non_finite_loss_stops_the_run_naming_stage_and_step(run_config, tmp_p
     assert found, str(stopped.value)
     bad_step = int(found.group(4))
     assert all(step < bad_step for step in steps_saved(tmp_path / f"stage_{found.group(2)}"))  # the last good checkpoint stays, nothing after it
+
+
+def test_on_an_object_store_with_a_mirrored_data_store_the_run_is_the_same(run_config, reference, tmp_path,
+                                                                            monkeypatch):
+    """A gs:// workdir and data store, as far as this machine can: the path layer is told no
+    path is local (no append, no rename; tests/test_paths.py), and the data is read from a
+    fresh per-host cache pulled from the reference's data directory."""
+    from loire_jax import paths
+
+    monkeypatch.setattr(paths, "is_local", lambda path: False)
+    cache = tmp_path / "host_cache"
+    assert in_process(run_config, tmp_path / "run", f"data.cache_dir={cache}").complete
+    assert final_losses(tmp_path / "run") == final_losses(reference)  # bitwise: same mesh, same programs
+    evals = {(r["stage"], r["point"], r["domain"], r.get("step")): r["ppl"] for r in records(tmp_path / "run", "eval")}
+    assert evals == {(r["stage"], r["point"], r["domain"], r.get("step")): r["ppl"] for r in records(reference, "eval")}
+    assert (cache / "summary.json").exists() and not (tmp_path / "run" / ".lock").exists()

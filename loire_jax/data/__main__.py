@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_table(summary))
-    print(f"summary written to {Path(cfg.data_dir) / 'summary.json'}")
+    print(f"summary written to {cfg.root / 'summary.json'}" + (f" and {cfg.store}" if cfg.store else ""))
     return 0
 
 

@@ -110,10 +110,19 @@ class TokenizerSpec:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    """The whole data stream: domains in order, cache location, tokenizer and splits."""
+    """The whole data stream: domains in order, cache location, tokenizer and splits.
+
+    ``data_dir`` is where the prepared stream is kept: a local path, or a ``gs://`` (any
+    ``etils.epath``) URI that every host of a pod slice can reach. ArrayRecord and memory
+    maps read local files only, so a remote ``data_dir`` is mirrored into ``cache_dir`` on
+    each host (default ``~/.cache/loire_jax/mirror/<hash of data_dir>``). Setting
+    ``cache_dir`` for a local ``data_dir`` mirrors it too: a shared NFS store read from a
+    fast local disk.
+    """
 
     domains: tuple[DomainSpec, ...]
     data_dir: str = DEFAULT_DATA_DIR
+    cache_dir: str = ""
     tokenizer: TokenizerSpec = TokenizerSpec()
     validation_docs: int = 200  # fixed-size held-out split per domain
     split_seed: int = 0
@@ -131,10 +140,21 @@ class DataConfig:
         _require(0.0 < self.recovery_fraction < 1.0, "recovery_fraction must be in (0, 1)")
         _require(self.min_doc_chars >= 1, "min_doc_chars must be >= 1")
         object.__setattr__(self, "data_dir", os.path.expanduser(str(self.data_dir)))
+        object.__setattr__(self, "cache_dir", os.path.expanduser(str(self.cache_dir)))
+        _require("://" not in self.cache_dir, f"cache_dir must be a local path, got {self.cache_dir!r}")
+        if "://" in self.data_dir and not self.cache_dir:
+            key = hashlib.sha256(self.data_dir.encode()).hexdigest()[:12]
+            object.__setattr__(self, "cache_dir", os.path.expanduser(f"~/.cache/loire_jax/mirror/{key}"))
 
     @property
     def root(self) -> Path:
-        return Path(self.data_dir)
+        """The local directory the stream is built in and read from."""
+        return Path(self.cache_dir or self.data_dir)
+
+    @property
+    def store(self) -> str | None:
+        """The shared copy that ``root`` mirrors (None when ``data_dir`` is read directly)."""
+        return self.data_dir if self.cache_dir else None
 
     def with_data_dir(self, data_dir: str) -> "DataConfig":
         return dataclasses.replace(self, data_dir=data_dir)

@@ -242,15 +242,33 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def prepare(cfg: DataConfig, *, progress: bool = True) -> dict:
-    """Build or verify the whole stream; write and return ``summary.json``. Idempotent."""
+def prepare(cfg: DataConfig, *, progress: bool = True, publish: bool = True) -> dict:
+    """Build or verify the whole stream; write and return ``summary.json``. Idempotent.
+
+    With a shared store (``cfg.store``), what it holds is pulled into the local cache first
+    and, if ``publish``, what was built here is pushed back (see ``mirror``)."""
+    from loire_jax.data import mirror
+
     t0 = time.time()
+    try:
+        pulled = mirror.pull(cfg)
+    except OSError as err:
+        raise DataError(f"cannot read the data store {cfg.store}: {err}") from None
+    if pulled:
+        _log(progress, f"pulled {pulled} file(s) from {cfg.store} into {cfg.root}")
     prep = load_prepared(cfg, progress=progress, verify=True)
     text = json.dumps(summarize(prep), indent=1, sort_keys=True)
     summary = json.loads(text)  # the returned dict equals the file (tuples → lists)
     tmp = cfg.root / "summary.json.tmp"
     tmp.write_text(text)
     os.replace(tmp, cfg.root / "summary.json")
+    if publish and cfg.store is not None:
+        try:
+            pushed = mirror.push(cfg)
+        except OSError as err:
+            raise DataError(f"cannot write the data store {cfg.store}: {err}") from None
+        if pushed:
+            _log(progress, f"pushed {pushed} file(s) to {cfg.store}")
     _log(progress, f"ready in {time.time() - t0:.1f}s: {cfg.root}")
     return summary
 

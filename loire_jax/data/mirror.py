@@ -1,0 +1,40 @@
+"""Keep a host's local data cache and the shared data store (``gs://``, NFS) in step.
+
+ArrayRecord readers and ``np.memmap`` read local files only (ArrayRecord has no Cloud
+Storage reader in its open-source build), so the stream is always built and read under
+``DataConfig.root``. When ``data_dir`` is a shared store, the process that prepares pushes
+what it built there and every other host pulls it before reading. Completion markers travel
+last in both directions: whoever trusts a marker finds its files already in place, and a
+copy cut short leaves no marker, so the next preparation verifies and rebuilds it.
+"""
+
+from __future__ import annotations
+
+from loire_jax import paths
+from loire_jax.data.config import DataConfig
+
+# The markers the cache trusts (storage.MARKER, prepare.TOKENS_META, the summary).
+_MARKERS = ("LOIRE_COMPLETE.json", "tokens_meta.json", "summary.json")
+
+
+def _skip(rel: str) -> bool:
+    return rel.split("/", 1)[0] == "downloads"  # raw sources: only the host that builds needs them
+
+
+def _last(rel: str) -> bool:
+    return rel.rsplit("/", 1)[-1] in _MARKERS
+
+
+def pull(cfg: DataConfig) -> int:
+    """Copy what the store holds and the local cache lacks; returns the number of files."""
+    if cfg.store is None or not paths.as_path(cfg.store).is_dir():
+        return 0
+    return paths.sync_tree(cfg.store, cfg.root, skip=_skip, last=_last)
+
+
+def push(cfg: DataConfig) -> int:
+    """Copy what the local cache built and the store lacks; returns the number of files."""
+    if cfg.store is None:
+        return 0
+    paths.as_path(cfg.store).mkdir(parents=True, exist_ok=True)
+    return paths.sync_tree(cfg.root, cfg.store, skip=_skip, last=_last)

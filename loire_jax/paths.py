@@ -1,0 +1,228 @@
+"""One path abstraction for every file a run reads or writes: a local disk or an object store.
+
+TPU VMs share no disk, so a multi-host run keeps its workdir, checkpoints and data on
+Cloud Storage. Every file operation of the project goes through ``etils.epath`` paths
+(``gs://``, ``s3://`` and local paths alike), and the three things an object store does
+differently from a POSIX disk are handled here, once:
+
+- **no append**: :class:`AppendLog` rewrites the whole object when it flushes;
+- **no atomic rename**: a single object write is already all-or-nothing, so
+  :func:`write_atomic` writes it directly there (and via a rename on a local disk);
+- **no O_EXCL**: :func:`create_exclusive` uses Cloud Storage's create-if-absent
+  precondition (``ifGenerationMatch=0``) for ``gs://`` and ``O_CREAT|O_EXCL`` locally; other
+  schemes have no atomic create that loire_jax relies on, and are refused for the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from typing import Callable, Iterator, Union
+
+from etils import epath
+
+Path = epath.Path
+PathLike = Union[str, os.PathLike]
+
+# Names that are another writer's unfinished work, never copied between stores.
+_PARTIAL = (".tmp", ".partial")
+
+
+class PathError(OSError):
+    """A storage operation this path's filesystem cannot do; the message says what to use."""
+
+
+def as_path(path: PathLike) -> epath.Path:
+    """An ``epath.Path`` for a local path (``~`` expanded) or a ``scheme://`` URI."""
+    text = os.fspath(path)
+    return epath.Path(text if "://" in text else os.path.expanduser(text))
+
+
+def absolute(path: PathLike) -> epath.Path:
+    """The absolute form of a local path; a URI as it is (``epath``'s ``absolute()`` would
+    prefix the working directory to ``gs://...``)."""
+    path = as_path(path)
+    return path.absolute() if is_local(path) else path
+
+
+def scheme(path: PathLike) -> str | None:
+    """``"gs"`` for ``gs://bucket/x``; None for a local path."""
+    text = os.fspath(path)
+    return text.split("://", 1)[0] if "://" in text else None
+
+
+def is_local(path: PathLike) -> bool:
+    """Whether the path is on a POSIX filesystem (append, rename and O_EXCL work)."""
+    return scheme(path) is None
+
+
+def write_atomic(path: PathLike, data: str | bytes) -> None:
+    """Write the whole file so that a reader sees the old content or the new, never a part.
+
+    Locally: a temporary file in the same directory, then ``os.replace``. On an object store
+    one object write is already atomic (the object appears when the upload completes).
+    """
+    path = as_path(path)
+    if not is_local(path):
+        (path.write_bytes if isinstance(data, bytes) else path.write_text)(data)
+        return
+    fd, tmp = tempfile.mkstemp(dir=os.fspath(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        os.replace(tmp, os.fspath(path))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def create_exclusive(path: PathLike, text: str) -> bool:
+    """Create ``path`` holding ``text`` only if nothing is there; False if something was.
+
+    Two writers racing for the same name: exactly one gets True. This is what the workdir
+    lock is built on.
+    """
+    path = as_path(path)
+    kind = scheme(path)
+    if kind is None:
+        try:
+            fd = os.open(os.fspath(path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return True
+    if kind == "gs":
+        return _gcs_create_if_absent(os.fspath(path), text)
+    raise PathError(f"{kind}:// has no create-if-absent operation that loire_jax uses, so the workdir cannot be "
+                    "locked there; use a local, NFS or gs:// workdir")
+
+
+def _gcs_create_if_absent(uri: str, text: str) -> bool:
+    """Cloud Storage's precondition ``ifGenerationMatch=0``: the upload succeeds only if no
+    live object has this name, decided by the service, so it is atomic across hosts."""
+    try:
+        from google.api_core import exceptions as gexc
+        from google.cloud import storage
+    except ImportError:
+        raise PathError("a gs:// workdir needs google-cloud-storage: pip install 'loire_jax[gcs]'") from None
+    bucket, _, name = uri[len("gs://"):].partition("/")
+    blob = storage.Client().bucket(bucket).blob(name)
+    try:
+        blob.upload_from_string(text, if_generation_match=0)
+    except gexc.PreconditionFailed:
+        return False
+    return True
+
+
+class AppendLog:
+    """A text file that grows by lines (metrics, logs), on any filesystem.
+
+    Locally each line is appended and flushed at once. An object store cannot append, so
+    the lines are kept and the whole object is rewritten at most every ``every_s`` seconds
+    and on :meth:`flush`/:meth:`close`. What a kill loses there is at most the last
+    ``every_s`` seconds of lines; a resumed run writes them again from its checkpoint.
+    """
+
+    def __init__(self, path: PathLike, *, every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.every_s, self._clock = as_path(path), every_s, clock
+        self._local = is_local(self.path)
+        if self._local:
+            self._file = open(os.fspath(self.path), "a")
+        else:
+            self._text = self.path.read_text() if self.path.exists() else ""
+            if self._text and not self._text.endswith("\n"):
+                self._text += "\n"  # a torn last line stays its own line
+            self._dirty, self._last = False, self._clock()
+
+    def write(self, line: str) -> None:
+        """Add one line (the newline is added here)."""
+        if self._local:
+            self._file.write(line + "\n")
+            self._file.flush()
+            return
+        self._text += line + "\n"
+        self._dirty = True
+        if self._clock() - self._last >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._local:
+            if not self._file.closed:
+                self._file.flush()
+        elif self._dirty:
+            self.path.write_text(self._text)
+            self._dirty, self._last = False, self._clock()
+
+    def close(self) -> None:
+        if self._local:
+            self._file.close()
+        else:
+            self.flush()
+
+
+def size(path: PathLike) -> int:
+    return int(as_path(path).stat().length)
+
+
+def files(root: PathLike) -> Iterator[tuple[str, epath.Path]]:
+    """Every finished file under ``root`` as (posix path relative to root, path), sorted;
+    another writer's temporaries (dot-names, ``*.tmp``) are skipped."""
+    root = as_path(root)
+    if not root.is_dir():
+        return
+    found = []
+    for folder, _, names in root.walk():
+        folder = as_path(folder)
+        rel_folder = os.fspath(folder)[len(os.fspath(root)):].strip("/")
+        if any(part.startswith(".") for part in rel_folder.split("/") if part):
+            continue
+        for name in names:
+            if name.startswith(".") or name.endswith(_PARTIAL):
+                continue
+            found.append((f"{rel_folder}/{name}" if rel_folder else name, folder / name))
+    yield from sorted(found)
+
+
+def copy_file(src: PathLike, dst: PathLike) -> None:
+    """Copy one file between any two filesystems; the destination appears complete or not at all."""
+    src, dst = as_path(src), as_path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if is_local(dst):
+        fd, tmp = tempfile.mkstemp(dir=os.fspath(dst.parent), prefix=f".{dst.name}.", suffix=".tmp")
+        try:
+            with src.open("rb") as fin, os.fdopen(fd, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 22)
+            os.replace(tmp, os.fspath(dst))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    else:
+        with src.open("rb") as fin, dst.open("wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 22)
+
+
+def sync_tree(src: PathLike, dst: PathLike, *, skip: Callable[[str], bool] = lambda rel: False,
+              last: Callable[[str], bool] = lambda rel: False) -> int:
+    """Copy every file of ``src`` that ``dst`` lacks or holds at another size; returns how many.
+
+    Files for which ``last`` is true (completion markers) are copied after all others, so a
+    reader that trusts a marker never finds its files missing. Nothing in ``dst`` is deleted.
+    """
+    dst = as_path(dst)
+    todo = [(rel, p) for rel, p in files(src) if not skip(rel)]
+    todo.sort(key=lambda item: (last(item[0]), item[0]))
+    copied = 0
+    for rel, p in todo:
+        target = dst / rel
+        if target.exists() and size(target) == size(p):
+            continue
+        copy_file(p, target)
+        copied += 1
+    return copied
+

@@ -1,0 +1,42 @@
+"""Specification: a shared data store (gs://, NFS) is mirrored into each host's local cache.
+
+The host that prepares pushes what it built (markers last, raw downloads never); every
+other host pulls it and builds nothing. Tested with a local directory as the store: the
+store side goes through the same path layer as gs:// (loire_jax.paths)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+
+def test_one_host_publishes_and_another_reads_it_without_building(tiny_cfg, tmp_path, monkeypatch, capsys):
+    from loire_jax.data import prepare, storage, tokenizers
+
+    store = tmp_path / "store"
+    builder = dataclasses.replace(tiny_cfg, data_dir=str(store), cache_dir=str(tiny_cfg.root))
+    assert builder.store == str(store) and builder.root == tiny_cfg.root
+    built = prepare(builder, progress=False)
+    assert (store / "summary.json").exists() and not (store / "downloads").exists()
+    markers = sorted(p.name for p in store.rglob("*.json"))
+    assert "LOIRE_COMPLETE.json" in markers and "tokens_meta.json" in markers
+
+    def no_building(*args, **kwargs):
+        raise AssertionError("a host that pulls must not build")
+
+    monkeypatch.setattr(storage, "write_domain", no_building)
+    monkeypatch.setattr(tokenizers, "train_bpe", no_building)
+    reader = dataclasses.replace(builder, cache_dir=str(tmp_path / "other_host"))
+    assert prepare(reader, progress=True, publish=False) == {**built, "data_dir": str(tmp_path / "other_host")}
+    assert "pulled" in capsys.readouterr().err
+
+
+def test_a_remote_data_dir_gets_a_local_cache_and_a_remote_cache_is_refused():
+    from loire_jax.data import ConfigError, DataConfig
+
+    base = {"domains": [{"name": "SCI", "source": {"kind": "builtin", "corpus": "wb"}}]}
+    cfg = DataConfig.from_dict({**base, "data_dir": "gs://bucket/loire"})
+    assert cfg.store == "gs://bucket/loire" and "://" not in str(cfg.root) and "mirror" in str(cfg.root)
+    with pytest.raises(ConfigError, match="cache_dir must be a local path"):
+        DataConfig.from_dict({**base, "cache_dir": "gs://bucket/cache"})
