@@ -3,10 +3,11 @@
 # one process per worker.
 #
 #   launch/tpu_pod.sh TPU_NAME ZONE WORKDIR [train.py arguments ...]
-#   e.g. launch/tpu_pod.sh my-v5p-32 us-east5-a /mnt/shared/runs/paper --config configs/gpt_paper.yaml
+#   e.g. launch/tpu_pod.sh my-v5p-32 us-east5-a gs://my-bucket/runs/paper \
+#          --config configs/gpt_paper.yaml data.data_dir=gs://my-bucket/loire_data
 #
-# TPU VMs share no disk: WORKDIR and the config's data.data_dir must be on a filesystem every
-# worker mounts (e.g. Filestore over NFS). JAX finds the coordinator and the ranks itself on
+# TPU VMs share no disk: WORKDIR and the config's data.data_dir must be gs:// URIs (or on a
+# filesystem every worker mounts, such as Filestore over NFS). JAX finds the coordinator and the ranks itself on
 # Cloud TPU (--distributed auto). Output goes to ~/loire_jax/train.log on each worker;
 # process 0's holds the progress. Rerunning the same command resumes the run.
 set -euo pipefail
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 tar czf /tmp/loire_jax.tgz --exclude=.git --exclude='.venv*' --exclude='.ci-venv' --exclude=runs .
 gcloud compute tpus tpu-vm scp /tmp/loire_jax.tgz "$TPU":/tmp/loire_jax.tgz --zone "$ZONE" --worker=all
 on_all "mkdir -p ~/loire_jax && tar xzf /tmp/loire_jax.tgz -C ~/loire_jax && cd ~/loire_jax && \
-        python3 -m venv .venv && . .venv/bin/activate && pip install -q -e . 'jax[tpu]'"
+        python3 -m venv .venv && . .venv/bin/activate && pip install -q -e '.[gcs]' 'jax[tpu]'"
 args=$(printf ' %q' "$@")
 on_all "cd ~/loire_jax && . .venv/bin/activate && \
         nohup python launch/train.py --distributed auto --workdir $(printf %q "$WORKDIR") --no-progress$args \

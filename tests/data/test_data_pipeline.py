@@ -52,8 +52,8 @@ def test_config_errors_are_one_line_naming_the_key_and_the_valid_ones(tmp_path):
     bad_source = {**good, "domains": [{"name": "A", "source": {"kind": "local", "paths": ["a"], "fromat": "text"}}]}
     for load, needle in (
         (lambda: DataConfig.from_dict({**good, "typo_field": 1}),
-         "unknown key 'typo_field' in the data config; valid keys are ['data_dir', 'domains', 'min_doc_chars', "
-         "'recovery_fraction', 'split_seed', 'tokenizer', 'validation_docs']"),
+         "unknown key 'typo_field' in the data config; valid keys are ['cache_dir', 'data_dir', 'domains', "
+         "'min_doc_chars', 'recovery_fraction', 'split_seed', 'tokenizer', 'validation_docs']"),
         (lambda: DataConfig.from_dict(bad_source), "unknown key 'fromat' in domains.0.source; valid keys are ["),
         (lambda: DataConfig.from_dict({**good, "validation_docs": "ten"}),
          "validation_docs: Input should be a valid integer"),
