@@ -1,8 +1,10 @@
-"""The CLI with a fault: ``python tests/fault_driver.py kill:N|term:N <launch/train.py args>``.
+"""The CLI with a fault: ``python tests/fault_driver.py kill:N|term:N|term-stage-end:K <launch/train.py args>``.
 
 A test-only hook sends this process a real SIGKILL or SIGTERM right after the N-th step
 of the session is dispatched, a reproducible point inside the step loop (before that
-step's checkpoint, if it has one). Production code knows nothing of it.
+step's checkpoint, if it has one), or, for ``term-stage-end:K``, a SIGTERM when stage K's
+step loop has ended, before its final evaluation: a point outside the loop. Production
+code knows nothing of it.
 """
 
 import os
@@ -26,7 +28,19 @@ class SignalAfter(Hook):
             os.kill(os.getpid(), self.signum)
 
 
+class SignalAtStageEnd(Hook):
+    def __init__(self, stage: int) -> None:
+        self.stage = stage
+
+    def on_stage_end(self, trainer, k: int) -> None:
+        if k + 1 == self.stage:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 if __name__ == "__main__":
     kind, _, n = sys.argv[1].partition(":")
-    signum = {"kill": signal.SIGKILL, "term": signal.SIGTERM}[kind]
-    sys.exit(main(sys.argv[2:], extra_hooks=[SignalAfter(signum, int(n))]))
+    if kind == "term-stage-end":
+        hook = SignalAtStageEnd(int(n))
+    else:
+        hook = SignalAfter({"kill": signal.SIGKILL, "term": signal.SIGTERM}[kind], int(n))
+    sys.exit(main(sys.argv[2:], extra_hooks=[hook]))

@@ -88,6 +88,18 @@ def test_sigterm_to_one_process_stops_both_and_one_process_resumes(run_config, r
     assert_close_to(final_losses(tmp_path), final_losses(reference))
 
 
+def test_a_signal_outside_the_step_loop_stops_both_at_the_same_point(run_config, tmp_path):
+    """SIGTERM reaches process 1 only, after stage 1's step loop: both stop together at the
+    next agreed stop point (after the final evaluation's first domain), exit 0, and keep
+    what is finished; stage 2 never starts. (Resuming such a stop: tests/test_faults.py.)"""
+    (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term-stage-end:1"))
+    assert rc0 == 0 and rc1 == 0, (err0[-2000:], err1[-2000:])
+    assert "stopped (SIGTERM) during stage 1 final evaluation" in out0
+    assert steps_saved(tmp_path / "stage_1")[-1] == 6
+    assert not (tmp_path / "stage_2").exists() or not steps_saved(tmp_path / "stage_2")
+    assert [(r["stage"], r["domain"]) for r in records(tmp_path, "eval") if r["point"] == "final"] == [(1, "SCI")]
+
+
 def test_a_killed_process_stops_the_other_in_bounded_time(run_config, tmp_path):
     (rc0, _, err0, seconds), (rc1, _, _, _) = two_processes(run_config, tmp_path, "--heartbeat-s", "10",
                                                             faults=(None, "kill:9"))

@@ -12,12 +12,23 @@ import pytest
 
 
 def test_one_host_publishes_and_another_reads_it_without_building(tiny_cfg, tmp_path, monkeypatch, capsys):
+    from loire_jax import paths
     from loire_jax.data import prepare, storage, tokenizers
 
     store = tmp_path / "store"
     builder = dataclasses.replace(tiny_cfg, data_dir=str(store), cache_dir=str(tiny_cfg.root))
     assert builder.store == str(store) and builder.root == tiny_cfg.root
-    built = prepare(builder, progress=False)
+    raw = tiny_cfg.root / "downloads" / "mirror-test-source.tar.gz"  # what a registry source leaves
+    raw.parent.mkdir(exist_ok=True)
+    raw.write_bytes(b"raw")
+    order, copy = [], paths.copy_file
+    monkeypatch.setattr(paths, "copy_file", lambda src, dst: (order.append(paths.as_path(dst).name), copy(src, dst)))
+    try:
+        built = prepare(builder, progress=False)
+    finally:
+        raw.unlink()
+    marker = [name in ("LOIRE_COMPLETE.json", "tokens_meta.json", "summary.json") for name in order]
+    assert any(marker) and marker == sorted(marker)  # every completion marker after every file it vouches for
     assert (store / "summary.json").exists() and not (store / "downloads").exists()
     markers = sorted(p.name for p in store.rglob("*.json"))
     assert "LOIRE_COMPLETE.json" in markers and "tokens_meta.json" in markers
