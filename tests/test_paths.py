@@ -36,6 +36,14 @@ def test_uris_keep_their_scheme_and_local_paths_expand():
     assert str(paths.as_path("~/x")) == str(Path("~/x").expanduser()) and paths.is_local("~/x")
 
 
+def test_relative_paths_ignore_the_scheme_fsspec_drops_when_it_walks():
+    assert paths.relative("bucket/runs/a/stage_1", "gs://bucket/runs/a") == "stage_1"
+    assert paths.relative("gs://bucket/runs/a/", "gs://bucket/runs/a") == ""
+    assert paths.relative("/data/tokens/x", "/data") == "tokens/x"
+    with pytest.raises(ValueError, match="not under"):
+        paths.relative("bucket/runs/ab", "gs://bucket/runs/a")
+
+
 # --------------------------------------------------------------------------- create-if-absent
 def test_exactly_one_of_many_racing_writers_creates_the_file(tmp_path):
     target, start = tmp_path / "lock", threading.Barrier(16)

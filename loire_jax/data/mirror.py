@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from loire_jax import paths
 from loire_jax.data.config import DataConfig
+from loire_jax.data.errors import DataError
 
 # The markers the cache trusts (storage.MARKER, prepare.TOKENS_META, the summary).
 _MARKERS = ("LOIRE_COMPLETE.json", "tokens_meta.json", "summary.json")
@@ -27,14 +28,23 @@ def _last(rel: str) -> bool:
 
 def pull(cfg: DataConfig) -> int:
     """Copy what the store holds and the local cache lacks; returns the number of files."""
-    if cfg.store is None or not paths.as_path(cfg.store).is_dir():
-        return 0
-    return paths.sync_tree(cfg.store, cfg.root, skip=_skip, last=_last)
+    return _sync(cfg, to_store=False)
 
 
 def push(cfg: DataConfig) -> int:
     """Copy what the local cache built and the store lacks; returns the number of files."""
+    return _sync(cfg, to_store=True)
+
+
+def _sync(cfg: DataConfig, *, to_store: bool) -> int:
     if cfg.store is None:
         return 0
-    paths.as_path(cfg.store).mkdir(parents=True, exist_ok=True)
-    return paths.sync_tree(cfg.root, cfg.store, skip=_skip, last=_last)
+    store = paths.as_path(cfg.store)
+    try:
+        if to_store:
+            store.mkdir(parents=True, exist_ok=True)
+            return paths.sync_tree(cfg.root, store, skip=_skip, last=_last)
+        return paths.sync_tree(store, cfg.root, skip=_skip, last=_last) if store.is_dir() else 0
+    except OSError as err:  # a vanished mount, missing credentials, a full disk: one line
+        raise DataError(f"cannot {'write' if to_store else 'read'} the data store {cfg.store}: "
+                        f"{err.strerror or err}") from None

@@ -250,11 +250,7 @@ def prepare(cfg: DataConfig, *, progress: bool = True, publish: bool = True) -> 
     from loire_jax.data import mirror
 
     t0 = time.time()
-    try:
-        pulled = mirror.pull(cfg)
-    except OSError as err:
-        raise DataError(f"cannot read the data store {cfg.store}: {err}") from None
-    if pulled:
+    if pulled := mirror.pull(cfg):
         _log(progress, f"pulled {pulled} file(s) from {cfg.store} into {cfg.root}")
     prep = load_prepared(cfg, progress=progress, verify=True)
     text = json.dumps(summarize(prep), indent=1, sort_keys=True)
@@ -262,13 +258,8 @@ def prepare(cfg: DataConfig, *, progress: bool = True, publish: bool = True) -> 
     tmp = cfg.root / "summary.json.tmp"
     tmp.write_text(text)
     os.replace(tmp, cfg.root / "summary.json")
-    if publish and cfg.store is not None:
-        try:
-            pushed = mirror.push(cfg)
-        except OSError as err:
-            raise DataError(f"cannot write the data store {cfg.store}: {err}") from None
-        if pushed:
-            _log(progress, f"pushed {pushed} file(s) to {cfg.store}")
+    if publish and (pushed := mirror.push(cfg)):
+        _log(progress, f"pushed {pushed} file(s) to {cfg.store}")
     _log(progress, f"ready in {time.time() - t0:.1f}s: {cfg.root}")
     return summary
 
