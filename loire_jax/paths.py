@@ -177,15 +177,28 @@ def files(root: PathLike) -> Iterator[tuple[str, epath.Path]]:
         return
     found = []
     for folder, _, names in root.walk():
-        folder = as_path(folder)
-        rel_folder = os.fspath(folder)[len(os.fspath(root)):].strip("/")
+        rel_folder = relative(folder, root)
         if any(part.startswith(".") for part in rel_folder.split("/") if part):
             continue
         for name in names:
             if name.startswith(".") or name.endswith(_PARTIAL):
                 continue
-            found.append((f"{rel_folder}/{name}" if rel_folder else name, folder / name))
+            rel = f"{rel_folder}/{name}" if rel_folder else name
+            found.append((rel, root / rel))
     yield from sorted(found)
+
+
+def relative(path: PathLike, root: PathLike) -> str:
+    """``path`` relative to ``root`` as a posix string. fsspec's walk yields folders without
+    their ``gs://`` prefix, so both are compared without it."""
+    def bare(p: PathLike) -> str:
+        text = os.fspath(p)
+        return (text.split("://", 1)[1] if "://" in text else text).rstrip("/")
+
+    inner, outer = bare(path), bare(root)
+    if inner != outer and not inner.startswith(outer + "/"):
+        raise ValueError(f"{path} is not under {root}")
+    return inner[len(outer):].strip("/")
 
 
 def copy_file(src: PathLike, dst: PathLike) -> None:
