@@ -101,17 +101,14 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
                      hooks=[_LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
                             *extra_hooks])
     except (RunError, DataError, WorkdirError, CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _failed(f"error: {err}", 2)
     except OSError as err:  # the environment: a full disk, a vanished mount, permissions
         where = f" ({err.filename})" if err.filename else ""
-        print(f"error: {err.strerror or err}{where}; the last complete checkpoint is intact, so fix this and rerun "
-              "the same command to resume", file=sys.stderr)
-        return 1
+        return _failed(f"error: {err.strerror or err}{where}; the last complete checkpoint is intact, so fix this "
+                       "and rerun the same command to resume", 1)
     except Exception as err:  # a bug: one line here, the traceback in a file
         log = _crash_log(workdir)
-        print(f"error: internal error {type(err).__name__}: {err}; traceback in {log}", file=sys.stderr)
-        return 1
+        return _failed(f"error: internal error {type(err).__name__}: {err}; traceback in {log}", 1)
     finally:
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
@@ -129,6 +126,19 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
         return 1
     print(f"report: {out / 'report.md'} and plots in {out}")
     return 0
+
+
+def _failed(message: str, code: int) -> int:
+    """Print the one-line error. A process of a multi-process run then leaves at once
+    (``peers.leave``): the others were told, and JAX's shutdown barrier would wait for them."""
+    import jax
+
+    print(message, file=sys.stderr)
+    if jax.process_count() > 1:
+        from loire_jax import peers
+
+        peers.leave(code)
+    return code
 
 
 class _LogsToWorkdir(Hook):

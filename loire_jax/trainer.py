@@ -38,6 +38,7 @@ from loire_jax import checkpoints
 from loire_jax.config_loader import run_config_from_dict
 from loire_jax import memory
 from loire_jax import paths
+from loire_jax import peers
 from loire_jax import workdir as rundir
 from loire_jax.errors import RunError
 from loire_jax.paths import Path
@@ -112,9 +113,13 @@ class Trainer:
         main = threading.current_thread() is threading.main_thread()
         # With several processes a signal only sets a flag, acted on where all processes agree
         # (step and stage boundaries): a process stopping alone would leave the others in a collective.
-        agreed = self.signals.deferred() if jax.process_count() > 1 else contextlib.nullcontext()
+        several = jax.process_count() > 1
+        agreed = self.signals.deferred() if several else contextlib.nullcontext()
+        # A peer's failure ends this process within seconds, rather than in a collective's hang.
+        watch = peers.PeerWatch() if several else contextlib.nullcontext()
+        alone = False
         try:
-            with self.signals if main else contextlib.nullcontext(), agreed:
+            with self.signals if main else contextlib.nullcontext(), agreed, watch:
                 self.preflight(fresh, break_lock)
                 self.summary()
                 complete = self._run_stages()
@@ -122,16 +127,23 @@ class Trainer:
             where = f" during {stop.where}" if stop.where else " outside a training step"
             self._say(f"\nstopped ({stop}){where}: everything finished is on disk; run again to resume")
             return RunResult(self.workdir, False, str(stop), self.signals.exit_code)
+        except BaseException as err:
+            if several:  # failed alone: tell the others, and skip the collective parts of closing
+                peers.post_failure(str(err) or type(err).__name__)
+                alone = True
+            raise
         finally:
-            self.close(release=True)
+            self.close(release=True, collective=not alone)
         if not complete:
             return RunResult(self.workdir, False, self.signals.name, self.signals.exit_code)
         self._say(f"run complete: {len(self.run_config.stages)} stages; workdir {self.workdir}")
         return RunResult(self.workdir, True)
 
-    def close(self, release: bool = False) -> None:
+    def close(self, release: bool = False, collective: bool = True) -> None:
+        """Close the checkpoint managers (all processes together, unless ``collective`` is
+        False: a process that failed alone must not wait for the others) and release the lock."""
         try:
-            for ck in self._ckpts.values():
+            for ck in self._ckpts.values() if collective else ():
                 ck.close()
         finally:  # a failed save surfacing here must not keep the workdir locked
             self._ckpts.clear()

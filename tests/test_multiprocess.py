@@ -100,6 +100,19 @@ def test_a_signal_outside_the_step_loop_stops_both_at_the_same_point(run_config,
     assert [(r["stage"], r["domain"]) for r in records(tmp_path, "eval") if r["point"] == "final"] == [(1, "SCI")]
 
 
+def test_a_process_that_fails_alone_stops_the_other_at_once_naming_it(run_config, tmp_path):
+    """Process 1 fails with an error of its own mid-stage: it prints its one-line error and
+    the other stops within seconds, naming process 1 and the reason, long before the
+    heartbeat timeout (60 s), with no traceback on either side."""
+    (rc0, _, err0, end0), (rc1, _, err1, end1) = two_processes(run_config, tmp_path, faults=(None, "raise:9"))
+    assert rc1 == 2 and "error: injected fault after step 3 of stage 2" in err1, err1[-2000:]
+    assert rc0 == 1 and "error: process 1 failed: injected fault after step 3 of stage 2" in err0, err0[-2000:]
+    assert "Traceback" not in err0 + err1
+    assert abs(end0 - end1) < 15, (end0, end1)  # the failing one waits 2 s for the others to read its reason
+    assert steps_saved(tmp_path / "stage_2") == [2]  # the last checkpoint before the fault is intact
+    print(f"process 0 ended {end0 - end1:+.1f} s after process 1")
+
+
 def test_a_killed_process_stops_the_other_in_bounded_time(run_config, tmp_path):
     (rc0, _, err0, seconds), (rc1, _, _, _) = two_processes(run_config, tmp_path, "--heartbeat-s", "10",
                                                             faults=(None, "kill:9"))
