@@ -30,6 +30,10 @@ class ModelConfig:
     ``head_dim`` is independent of ``hidden``: the paper's head operator (eqs 6-7) adds
     heads of a fixed width, and its hidden operator (eqs 9-11) leaves the heads alone, so
     ``heads * head_dim`` need not equal ``hidden``.
+
+    ``kv_heads`` > 0 makes the attention grouped-query (GQA, as in Llama-family models):
+    ``kv_heads`` key/value heads, each shared by ``heads // kv_heads`` consecutive query
+    heads. 0 means one key/value head per query head (multi-head attention).
     """
 
     vocab_size: int = 256
@@ -37,6 +41,7 @@ class ModelConfig:
     hidden: int = 64
     ffn: int = 256
     heads: int = 4
+    kv_heads: int = 0  # 0: as many as ``heads`` (MHA); else GQA groups
     head_dim: int = 16
     layers: int = 2
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
@@ -78,12 +83,26 @@ class ModelConfig:
             problems.append(f"norm_eps must be a positive float, got {self.norm_eps!r}")
         if not self.init_std > 0.0:
             problems.append(f"init_std must be positive, got {self.init_std!r}")
+        if not isinstance(self.kv_heads, int) or isinstance(self.kv_heads, bool) or self.kv_heads < 0:
+            problems.append(f"kv_heads must be 0 (one per query head) or a positive integer, got {self.kv_heads!r}")
+        elif self.kv_heads and isinstance(self.heads, int) and self.heads % self.kv_heads:
+            problems.append(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): each key/value "
+                            "head serves an equal group of query heads")
         if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
             problems.append(f"rope needs an even head_dim, got {self.head_dim}")
         if problems:
             raise ValueError("invalid ModelConfig: " + "; ".join(problems))
 
     # -- derived ---------------------------------------------------------------------
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads: ``kv_heads``, or ``heads`` for multi-head attention."""
+        return self.kv_heads or self.heads
+
+    @property
+    def gqa(self) -> bool:
+        return 0 < self.kv_heads < self.heads
+
     @property
     def compute_dtype(self) -> jnp.dtype:
         return jnp.dtype(self.dtype)

@@ -40,6 +40,9 @@ from loire_jax.layout import GATES, leaf_axes, validate_params
 OPS = ("hidden", "ffn", "heads", "layers")
 INITS = ("loire", "random", "zero")
 HIDDEN_METHODS = ("auto", "zero_pad", "mean_expand", "duplicate", "paper")
+# Heads growth under grouped-query attention: whole groups (new key/value heads, each with a
+# group of new query heads) or new query heads within the existing groups.
+HEADS_METHODS = ("auto", "groups", "within")
 MODES = ("plugin", "stack")
 SPLIT_NOISE = 0.1  # relative spread of the random reader split in `duplicate` (breaks symmetry)
 
@@ -56,7 +59,7 @@ class GrowthPlan:
     old: ModelConfig
     new: ModelConfig
     init: str
-    method: str | None = None  # hidden only
+    method: str | None = None  # hidden; heads under GQA ("groups" or "within")
     positions: tuple[int, ...] = ()  # layers only: source layer of each copy
     mode: str | None = None  # layers only
     tied_rescale: str | None = None  # hidden duplicate with tied embeddings: norm scaled by 1/m
@@ -128,10 +131,11 @@ def plan_growth(
         raise ValueError(f"unknown growth operator {op!r}; choose one of {OPS}")
     if init not in INITS:
         raise ValueError(f"unknown init {init!r}; choose one of {INITS}")
-    if method not in HIDDEN_METHODS:
-        raise ValueError(f"unknown hidden method {method!r}; choose one of {HIDDEN_METHODS}")
-    if op != "hidden" and method != "auto":
-        raise ValueError(f"method={method!r} applies to hidden growth only, not {op!r}")
+    allowed = {"hidden": HIDDEN_METHODS, "heads": HEADS_METHODS}.get(op, ("auto",))
+    if method not in allowed:
+        if op in ("hidden", "heads"):
+            raise ValueError(f"unknown {op} method {method!r}; choose one of {allowed}")
+        raise ValueError(f"method={method!r} applies to hidden and heads growth only, not {op!r}")
     if op != "layers" and (positions is not None or mode != "plugin"):
         raise ValueError(f"positions and mode apply to layer growth only, not {op!r}")
 
@@ -140,9 +144,7 @@ def plan_growth(
         return GrowthPlan("ffn", cfg, new, init, function_preserving=init == "loire",
                           reason="" if init == "loire" else f"init={init!r}")
     if op == "heads":
-        new = cfg.replace(heads=_check_size("heads", cfg.heads, size))
-        return GrowthPlan("heads", cfg, new, init, function_preserving=init == "loire",
-                          reason="" if init == "loire" else f"init={init!r}")
+        return _plan_heads(cfg, _check_size("heads", cfg.heads, size), init, method)
     if op == "layers":
         return _plan_layers(cfg, size, init, positions, mode)
 
@@ -168,6 +170,33 @@ def plan_growth(
         tied_rescale = "final_norm" if cfg.has_final_norm else "layers/norm_mlp"
     return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2, norm_eps=eps), init, method=chosen,
                       tied_rescale=tied_rescale, function_preserving=obstacle is None, reason=obstacle or "")
+
+
+def _plan_heads(cfg: ModelConfig, h2: int, init: str, method: str) -> GrowthPlan:
+    """Eqs 6-7; under GQA the new query heads need key/value heads to read. ``groups`` adds
+    whole groups (``(h2 - heads) / group`` new key/value heads, each with ``group`` new query
+    heads); ``within`` widens every group (``h2 / kv_heads`` query heads each) and keeps the
+    key/value heads. ``auto`` keeps the group size when it can."""
+    why = "" if init == "loire" else f"init={init!r}"
+    if not cfg.kv_heads:
+        if method == "within":
+            raise ValueError("method='within' applies to grouped-query attention (kv_heads > 0); this model has one "
+                             "key/value head per query head")
+        return GrowthPlan("heads", cfg, cfg.replace(heads=h2), init, function_preserving=not why, reason=why)
+    kv, group, add = cfg.kv_heads, cfg.heads // cfg.kv_heads, h2 - cfg.heads
+    chosen = method if method != "auto" else ("groups" if add % group == 0 else "within")
+    if chosen == "groups":
+        if add % group:
+            raise ValueError(f"heads growth {cfg.heads}->{h2} by whole groups needs a multiple of the group size "
+                             f"{group} more heads; use method='within' (needs a multiple of kv_heads={kv}) or "
+                             f"another size")
+        new = cfg.replace(heads=h2, kv_heads=kv + add // group)
+    else:
+        if h2 % kv:
+            raise ValueError(f"heads growth {cfg.heads}->{h2} within the {kv} groups needs a multiple of "
+                             f"kv_heads={kv}; use method='groups' (a multiple of {group} more heads) or another size")
+        new = cfg.replace(heads=h2)
+    return GrowthPlan("heads", cfg, new, init, method=chosen, function_preserving=not why, reason=why)
 
 
 def _alternatives(cfg: ModelConfig, h2: int) -> str:
@@ -278,6 +307,26 @@ def _grow_width(ctx: _Ctx, flat: dict[str, Any], base: str, old: int, new: int) 
                 ax = axes.index(name)
                 loire = "random" if (role == "o" and path.endswith("kernel")) else "zero"
                 out[path] = _append(x, ax, ctx.fresh(path, x, ax, _block_shape(x, ax, new - old), loire))
+    return out
+
+
+def _grow_heads(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
+    """Eqs 6-7: new query heads (and under GQA ``groups``, their key/value heads) with free
+    Q/K/V and zero W^O rows. Under GQA ``within`` the new query heads are appended and then
+    moved into place, ``group`` old heads followed by the group's new ones, so that query
+    head i keeps reading key/value head i // group."""
+    old, new = ctx.plan.old, ctx.plan.new
+    out = _grow_width(ctx, flat, "heads", old.heads, new.heads)
+    if old.kv_heads and new.n_kv_heads != old.n_kv_heads:
+        out = _grow_width(ctx, out, "kv_heads", old.n_kv_heads, new.n_kv_heads)
+    if ctx.plan.method == "within" and new.heads != old.heads:
+        r, r2, kv = old.heads // old.kv_heads, new.heads // new.kv_heads, old.kv_heads
+        order = np.concatenate([np.r_[g * r:(g + 1) * r, old.heads + g * (r2 - r):old.heads + (g + 1) * (r2 - r)]
+                                for g in range(kv)])
+        for path, axes in leaf_axes(old).items():
+            names = [a for a in axes if a in ("heads:o", "heads:i")]
+            if names and _is_array(out.get(path)):
+                out[path] = jnp.take(out[path], order, axis=axes.index(names[0]))
     return out
 
 
@@ -419,9 +468,10 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
                          f"(known paths: {sorted(known)[:4]} ...)")
     if plan.op == "hidden":
         flat = _grow_hidden(ctx, flat)
-    elif plan.op in ("ffn", "heads"):
-        old = getattr(plan.old, plan.op)
-        flat = _grow_width(ctx, flat, plan.op, old, getattr(plan.new, plan.op))
+    elif plan.op == "ffn":
+        flat = _grow_width(ctx, flat, "ffn", plan.old.ffn, plan.new.ffn)
+    elif plan.op == "heads":
+        flat = _grow_heads(ctx, flat)
     else:
         flat = _grow_layers(ctx, flat)
     return unflatten_dict(flat, sep="/")

@@ -9,7 +9,8 @@ shapes. Axis names are ``base`` or ``base:role``; the role says how growth treat
 - ``hidden:r`` a *reader* of the normalised stream (W^Q/K/V, W1, gate, LM head);
 - ``hidden:g`` / ``hidden:b`` a norm's gain / bias;
 - ``ffn:o`` / ``heads:o`` produced by the layer (W1 columns, new heads' Q/K/V), ``:i``
-  consumed (W2 rows, W^O rows): eqs 6-8 fill ``:o`` slots freely and ``:i`` slots with 0.
+  consumed (W2 rows, W^O rows): eqs 6-8 fill ``:o`` slots freely and ``:i`` slots with 0;
+  ``kv_heads:o`` the key/value heads of grouped-query attention (K/V only).
 
 Paths are '/'-joined keys of the plain nested parameter dict, as
 ``flax.traverse_util.flatten_dict(params, sep="/")`` writes them.
@@ -35,9 +36,10 @@ def leaf_axes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
     if cfg.position == "learned":
         axes["pos_embed/embedding"] = ("seq", "hidden:w")
     for name in ("query", "key", "value"):
-        axes[f"layers/attn/{name}/kernel"] = ("layers", "hidden:r", "heads:o", "head_dim")
+        heads = "heads:o" if name == "query" or not cfg.kv_heads else "kv_heads:o"
+        axes[f"layers/attn/{name}/kernel"] = ("layers", "hidden:r", heads, "head_dim")
         if cfg.use_bias:
-            axes[f"layers/attn/{name}/bias"] = ("layers", "heads:o", "head_dim")
+            axes[f"layers/attn/{name}/bias"] = ("layers", heads, "head_dim")
     axes["layers/attn/out/kernel"] = ("layers", "heads:i", "head_dim", "hidden:w")
     if cfg.use_bias:
         axes["layers/attn/out/bias"] = ("layers", "hidden:w")
@@ -87,6 +89,7 @@ def axis_size(cfg: ModelConfig, name: str) -> int:
         "layers": cfg.layers,
         "hidden": cfg.hidden,
         "heads": cfg.heads,
+        "kv_heads": cfg.n_kv_heads,
         "head_dim": cfg.head_dim,
         "ffn": cfg.ffn,
     }[base]
@@ -105,11 +108,12 @@ def param_count(cfg: ModelConfig, *, padded: bool = False) -> int:
     other in the tests.
     """
     h, f, H, d, L = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers
+    K = cfg.kv_heads or H
     V = cfg.padded_vocab if padded else cfg.vocab_size
     bias = 1 if cfg.use_bias else 0
     n_ffn_in = 2 if cfg.activation == "swiglu" else 1
     norm_params = h * (2 if cfg.norm_has_bias else 1)
-    attn = 4 * h * H * d + bias * (3 * H * d + h)
+    attn = 2 * h * H * d + 2 * h * K * d + bias * (H * d + 2 * K * d + h)  # Q and O, then K and V
     mlp = n_ffn_in * (h * f + bias * f) + f * h + bias * h
     per_layer = attn + mlp + 2 * norm_params
     total = V * h + L * per_layer

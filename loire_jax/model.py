@@ -58,7 +58,8 @@ def _kernel_init(cfg: ModelConfig) -> Any:
 
 
 class Attention(nn.Module):
-    """Causal multi-head attention, eq. 1, with ``heads`` heads of width ``head_dim``."""
+    """Causal multi-head attention, eq. 1, with ``heads`` heads of width ``head_dim``; with
+    ``kv_heads``, grouped-query attention (each key/value head serves a group of query heads)."""
 
     cfg: ModelConfig
 
@@ -66,13 +67,17 @@ class Attention(nn.Module):
     def __call__(self, x: jax.Array, rope: tuple[jax.Array, jax.Array] | None) -> jax.Array:
         cfg = self.cfg
 
-        def proj(name: str) -> jax.Array:
-            return nn.DenseGeneral((cfg.heads, cfg.head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+        def proj(name: str, heads: int) -> jax.Array:
+            return nn.DenseGeneral((heads, cfg.head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                                    param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name=name)(x)
 
-        q, k, v = proj("query"), proj("key"), proj("value")
+        q = proj("query", cfg.heads)
+        k, v = proj("key", cfg.n_kv_heads), proj("value", cfg.n_kv_heads)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if cfg.gqa:  # query head i reads key/value head i // group: consecutive query heads share one
+            group = cfg.heads // cfg.n_kv_heads
+            k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
         out = causal_attention(q, k, v, cfg.attention)
         return nn.DenseGeneral(cfg.hidden, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                                param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="out")(out)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from loire_jax.config import ModelConfig
 from loire_jax.data.config import DataConfig, TokenizerSpec
-from loire_jax.growth import HIDDEN_METHODS, INITS, MODES, OPS
+from loire_jax.growth import HEADS_METHODS, HIDDEN_METHODS, INITS, MODES, OPS
 from loire_jax.sharding import parse_mesh
 
 PRESETS = ("paper", "modern")
@@ -76,7 +76,7 @@ class GrowthSpec:
     op: str
     size: int
     init: str = "loire"
-    method: str = "auto"  # hidden only
+    method: str = "auto"  # hidden; heads under GQA: "groups" or "within"
     positions: tuple[int, ...] | None = None  # layers only: source layer of each copy
     mode: str = "plugin"  # layers only: "plugin" (LOIRE) or "stack" (Fig. 6 ablation)
     exact: bool = True
@@ -89,7 +89,8 @@ class GrowthSpec:
             problems.append(f"op must be one of {OPS}, got {self.op!r}")
         if not (_is_int(self.size) and self.size > 0):
             problems.append(f"size must be a positive integer, got {self.size!r}")
-        for name, allowed in (("init", INITS), ("method", HIDDEN_METHODS), ("mode", MODES)):
+        for name, allowed in (("init", INITS), ("method", tuple(dict.fromkeys(HIDDEN_METHODS + HEADS_METHODS))),
+                              ("mode", MODES)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.positions is not None and not all(_is_int(p) for p in self.positions):

@@ -33,6 +33,7 @@ BATCH_AXES = ("data", "fsdp")
 AXIS_RULES: dict[str, str | None] = {
     "hidden": "fsdp",
     "heads": "tensor",
+    "kv_heads": "tensor",
     "ffn": "tensor",
     "vocab": "tensor",
     "layers": None,  # the scanned layer axis: each device runs every layer

@@ -12,17 +12,21 @@ OPS = ("hidden", "ffn", "heads", "layers")
 
 @st.composite
 def model_configs(draw, dtype: str = "float64", even: bool = False) -> ModelConfig:
-    """Small configs covering every (norm, position, activation, positions, tying, bias) cell.
+    """Small configs covering every (norm, position, activation, positions, tying, bias) cell,
+    with multi-head or grouped-query attention (``kv_heads`` a divisor of ``heads``).
 
     ``even`` keeps every shardable size a multiple of 2 for a (2, 2, 2) mesh.
     """
     unit = 2 if even else 1
+    heads = draw(st.integers(1, 4)) * unit
+    kv_heads = draw(st.sampled_from([0] + [k for k in range(unit, heads + 1, unit) if heads % k == 0]))
     return ModelConfig(
         vocab_size=draw(st.integers(5, 24)) * unit,
         max_seq_len=draw(st.integers(4, 10)),
         hidden=draw(st.integers(2, 8)) * unit,
         ffn=draw(st.integers(2, 10)) * unit,
-        heads=draw(st.integers(1, 3)) * unit,
+        heads=heads,
+        kv_heads=kv_heads,
         head_dim=draw(st.integers(1, 4)) * 2,
         layers=draw(st.integers(1, 3)),
         norm=draw(st.sampled_from(NORMS)),
@@ -47,7 +51,12 @@ def target_size(draw, cfg: ModelConfig, op: str, even: bool = False) -> int:
     if op == "ffn":
         return cfg.ffn + unit * draw(st.integers(1, 6))
     if op == "heads":
-        return cfg.heads + unit * draw(st.integers(1, 2))
+        if not cfg.kv_heads:
+            return cfg.heads + unit * draw(st.integers(1, 2))
+        group = cfg.heads // cfg.kv_heads
+        if draw(st.booleans()):  # whole groups (unit of them, so kv_heads stays even)
+            return cfg.heads + group * unit * draw(st.integers(1, 2))
+        return cfg.kv_heads * (group + draw(st.integers(1, 2)))  # within the groups
     return cfg.layers + draw(st.integers(1, cfg.layers))
 
 

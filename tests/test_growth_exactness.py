@@ -137,6 +137,50 @@ def test_every_operator_on_every_architecture(arch, schedule, dtype):
     assert (cur_cfg.layers, cur_cfg.heads) == (cfg.layers + 1, cfg.heads + 2)
 
 
+GQA_ARCHS = [("rmsnorm", "pre", "swiglu", "rope", False), ("layernorm", "post", "gelu", "learned", True),
+             ("layernorm", "pre", "swiglu", "rope", True)]
+
+
+GQA_METHODS = [("groups", 9, 3), ("within", 9, 1), ("auto", 12, 4)]
+GQA_CELLS = [(a, m, "float64") for a in GQA_ARCHS for m in GQA_METHODS] + [(GQA_ARCHS[0], m, "float32")
+                                                                           for m in GQA_METHODS]
+
+
+@pytest.mark.parametrize("arch,method,dtype", GQA_CELLS,
+                         ids=lambda v: "-".join(str(x) for x in v) if isinstance(v, tuple) else str(v))
+def test_grouped_query_attention_grows_exactly_both_ways(arch, method, dtype):
+    """GQA with 6 query heads over 2 key/value heads (groups of 3): heads growth by whole
+    groups (a new key/value head with its query heads) or within the groups, then the
+    paper's schedule; the function is kept after every step."""
+    method, size, kv_after = method
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 31, (2, 9)), jnp.int32)
+    cfg = _arch_cfg(arch, dtype, heads=6, kv_heads=2, head_dim=2)
+    params = init_params(cfg, jax.random.key(3))
+    bound = F64_TOL if dtype == "float64" else f32_tolerance(cfg, params, tokens)
+    if method == "within":  # 6 -> 9 within 2 groups does not divide: refused, naming the alternative
+        with pytest.raises(ValueError, match="within the 2 groups needs a multiple of kv_heads=2.*groups"):
+            grow(cfg, params, "heads", size, jax.random.key(0), method=method)
+        size, kv_after = 10, 2
+    cur_cfg, cur = grow(cfg, params, "heads", size, jax.random.key(0), method=method)
+    assert (cur_cfg.heads, cur_cfg.kv_heads) == (size, kv_after)
+    assert param_count(cur_cfg, padded=True) == count_leaves(cur)
+    assert max_delta(cfg, params, cur_cfg, cur, tokens) <= bound
+    for i, op in enumerate(SCHEDULES["paper"]):
+        if op == "hidden" and cfg.norm_position == "post" and cfg.tie_embeddings:
+            continue  # the tied post-norm duplicate is covered by the cell table
+        group = cur_cfg.heads // cur_cfg.kv_heads
+        size = cur_cfg.heads + group if op == "heads" else SIZES[op](cur_cfg)  # heads: one more whole group
+        cur_cfg, cur = grow(cur_cfg, cur, op, size, jax.random.key(i + 1))
+        assert max_delta(cfg, params, cur_cfg, cur, tokens) <= bound, op
+
+
+def test_gqa_configs_are_validated():
+    with pytest.raises(ValueError, match="heads \\(6\\) must be a multiple of kv_heads \\(4\\)"):
+        ModelConfig(heads=6, kv_heads=4)
+    with pytest.raises(ValueError, match="'within' applies to grouped-query attention"):
+        plan_growth(ModelConfig(heads=4), "heads", 6, method="within")
+
+
 @pytest.mark.parametrize("method,norm,position", [
     ("zero_pad", "rmsnorm", "pre"), ("zero_pad", "rmsnorm", "post"),
     ("mean_expand", "layernorm", "pre"),
