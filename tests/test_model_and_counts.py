@@ -79,3 +79,26 @@ def test_gate_zero_layer_is_bitwise_identity():
     tokens = jnp.array([[1, 2, 3, 4]], jnp.int32)
     np.testing.assert_array_equal(np.asarray(grown["gates"]), [1, 1, 0, 0])
     np.testing.assert_array_equal(apply_model(cfg, params, tokens), apply_model(cfg2, grown, tokens))
+
+
+@pytest.mark.parametrize("position", ["rope", "learned"])
+def test_grouped_query_attention_is_mha_with_shared_key_value_heads(position):
+    """GQA (6 query heads, 2 key/value heads) computes what multi-head attention computes
+    when each key/value head is copied to its group of 3 consecutive query heads: query
+    head i reads key/value head i // 3, the convention of Llama-family checkpoints."""
+    gqa = ModelConfig(vocab_size=40, max_seq_len=8, hidden=12, ffn=16, heads=6, kv_heads=2, head_dim=4, layers=2,
+                      norm="rmsnorm", norm_position="pre", activation="swiglu", position=position,
+                      use_bias=True, init_std=0.3)
+    mha = gqa.replace(kv_heads=0)
+    params = init_params(gqa, jax.random.key(0))
+    flat = flatten_dict(params, sep="/")
+    for name in ("key", "value"):
+        for leaf, axis in (("kernel", 2), ("bias", 1)):
+            path = f"layers/attn/{name}/{leaf}"
+            flat[path] = jnp.repeat(flat[path], 3, axis=axis)
+    from flax.traverse_util import unflatten_dict
+
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 40, (2, 8)), jnp.int32)
+    want = apply_model(mha, unflatten_dict(flat, sep="/"), tokens)
+    np.testing.assert_allclose(apply_model(gqa, params, tokens), want, rtol=1e-5, atol=1e-6)
+    assert param_count(gqa) == param_count(mha) - 2 * 2 * 12 * 4 * 4 - 2 * 2 * 4 * 4  # K and V: 4 fewer heads
