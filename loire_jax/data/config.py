@@ -142,19 +142,23 @@ class DataConfig:
         object.__setattr__(self, "data_dir", os.path.expanduser(str(self.data_dir)))
         object.__setattr__(self, "cache_dir", os.path.expanduser(str(self.cache_dir)))
         _require("://" not in self.cache_dir, f"cache_dir must be a local path, got {self.cache_dir!r}")
-        if "://" in self.data_dir and not self.cache_dir:
-            key = hashlib.sha256(self.data_dir.encode()).hexdigest()[:12]
-            object.__setattr__(self, "cache_dir", os.path.expanduser(f"~/.cache/loire_jax/mirror/{key}"))
 
     @property
     def root(self) -> Path:
-        """The local directory the stream is built in and read from."""
-        return Path(self.cache_dir or self.data_dir)
+        """The local directory the stream is built in and read from: ``cache_dir``; for a
+        remote ``data_dir`` without one, a folder named by the hash of ``data_dir`` (derived
+        here, never stored, so a changed ``data_dir`` never reuses another store's cache)."""
+        if self.cache_dir:
+            return Path(self.cache_dir)
+        if "://" in self.data_dir:
+            key = hashlib.sha256(self.data_dir.encode()).hexdigest()[:12]
+            return Path(os.path.expanduser(f"~/.cache/loire_jax/mirror/{key}"))
+        return Path(self.data_dir)
 
     @property
     def store(self) -> str | None:
         """The shared copy that ``root`` mirrors (None when ``data_dir`` is read directly)."""
-        return self.data_dir if self.cache_dir else None
+        return self.data_dir if self.cache_dir or "://" in self.data_dir else None
 
     def with_data_dir(self, data_dir: str) -> "DataConfig":
         return dataclasses.replace(self, data_dir=data_dir)

@@ -49,5 +49,9 @@ def test_a_remote_data_dir_gets_a_local_cache_and_a_remote_cache_is_refused():
     base = {"domains": [{"name": "SCI", "source": {"kind": "builtin", "corpus": "wb"}}]}
     cfg = DataConfig.from_dict({**base, "data_dir": "gs://bucket/loire"})
     assert cfg.store == "gs://bucket/loire" and "://" not in str(cfg.root) and "mirror" in str(cfg.root)
+    other = cfg.with_data_dir("gs://bucket/other")  # another store never shares a derived cache
+    assert other.store == "gs://bucket/other" and "mirror" in str(other.root) and other.root != cfg.root
+    local = cfg.with_data_dir("/data/loire")
+    assert local.store is None and str(local.root) == "/data/loire" and cfg.to_dict()["cache_dir"] == ""
     with pytest.raises(ConfigError, match="cache_dir must be a local path"):
         DataConfig.from_dict({**base, "cache_dir": "gs://bucket/cache"})
