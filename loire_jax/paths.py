@@ -20,13 +20,15 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Iterator, Union
+from typing import IO, Callable, Iterator, Union
 
 from etils import epath
 
 Path = epath.Path
 PathLike = Union[str, os.PathLike]
 
+_UMASK = os.umask(0)  # read once, at import (setting it is the only way to read it)
+os.umask(_UMASK)
 # Names that are another writer's unfinished work, never copied between stores.
 _PARTIAL = (".tmp", ".partial")
 
@@ -69,10 +71,20 @@ def write_atomic(path: PathLike, data: str | bytes) -> None:
     if not is_local(path):
         (path.write_bytes if isinstance(data, bytes) else path.write_text)(data)
         return
+    with _replacing(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def _replacing(path: epath.Path, mode: str) -> Iterator[IO]:
+    """A file object for a temporary next to local ``path`` that replaces it on success and
+    is removed on failure. The file gets the permissions a plain ``open`` would give
+    (``mkstemp`` makes it owner-only)."""
     fd, tmp = tempfile.mkstemp(dir=os.fspath(path.parent), prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, mode) as f:
+            yield f
         os.replace(tmp, os.fspath(path))
     except BaseException:
         with contextlib.suppress(OSError):
@@ -205,19 +217,8 @@ def copy_file(src: PathLike, dst: PathLike) -> None:
     """Copy one file between any two filesystems; the destination appears complete or not at all."""
     src, dst = as_path(src), as_path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if is_local(dst):
-        fd, tmp = tempfile.mkstemp(dir=os.fspath(dst.parent), prefix=f".{dst.name}.", suffix=".tmp")
-        try:
-            with src.open("rb") as fin, os.fdopen(fd, "wb") as fout:
-                shutil.copyfileobj(fin, fout, 1 << 22)
-            os.replace(tmp, os.fspath(dst))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    else:
-        with src.open("rb") as fin, dst.open("wb") as fout:
-            shutil.copyfileobj(fin, fout, 1 << 22)
+    with src.open("rb") as fin, (_replacing(dst, "wb") if is_local(dst) else dst.open("wb")) as fout:
+        shutil.copyfileobj(fin, fout, 1 << 22)
 
 
 def sync_tree(src: PathLike, dst: PathLike, *, skip: Callable[[str], bool] = lambda rel: False,

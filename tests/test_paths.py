@@ -113,6 +113,9 @@ def test_an_atomic_write_leaves_the_old_or_the_new_file_and_no_temporaries(tmp_p
     paths.write_atomic(target, "old")
     paths.write_atomic(target, b"new")
     assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    plain = tmp_path / "plain.json"
+    plain.write_text("x")  # what open() gives under this umask: the same for an atomic write
+    assert target.stat().st_mode == plain.stat().st_mode
 
 
 def test_on_an_object_store_the_log_is_rewritten_whole_at_most_every_period(tmp_path, object_store):

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from loire_jax import paths
 from loire_jax.data import builtin, cleaning, splits, storage, tokenizers
 from loire_jax.data.config import DataConfig, DomainSpec, fingerprint
 from loire_jax.data.errors import DataError
@@ -255,9 +256,7 @@ def prepare(cfg: DataConfig, *, progress: bool = True, publish: bool = True) -> 
     prep = load_prepared(cfg, progress=progress, verify=True)
     text = json.dumps(summarize(prep), indent=1, sort_keys=True)
     summary = json.loads(text)  # the returned dict equals the file (tuples → lists)
-    tmp = cfg.root / "summary.json.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, cfg.root / "summary.json")
+    paths.write_atomic(cfg.root / "summary.json", text)
     if publish and (pushed := mirror.push(cfg)):
         _log(progress, f"pushed {pushed} file(s) to {cfg.store}")
     _log(progress, f"ready in {time.time() - t0:.1f}s: {cfg.root}")
