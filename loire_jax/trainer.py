@@ -562,6 +562,8 @@ class Trainer:
         return True
 
     def _save(self, k: int, done: int, state: TrainState, it: Any, meta: dict[str, Any]) -> None:
+        if self._lock is not None:  # one small read per checkpoint: is the workdir still ours?
+            self._lock.verify()
         ck = self._ckpt(k)
         try:
             ck.save(done, state, data_iterator=it, meta=meta, force=True)

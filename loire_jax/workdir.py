@@ -162,6 +162,15 @@ class WorkdirLock:
         self._renewer = threading.Thread(target=renew, name="loire-lock-lease", daemon=True)
         self._renewer.start()
 
+    def verify(self) -> None:
+        """Refuse to go on writing if another run took the lock (``--break-lock``, or a lease
+        that ran out while this host was cut off): its checkpoints must not be overwritten."""
+        holder = self._holder()
+        if self.held and holder.get("token") != self.token:
+            raise WorkdirError(
+                f"the lock of workdir {self.path.parent} was taken over by pid {holder.get('pid')} on host "
+                f"{holder.get('host')}; this run stops without saving, so as not to overwrite that run's work")
+
     def release(self) -> None:
         if self.held:
             self._stop.set()

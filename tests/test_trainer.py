@@ -157,3 +157,22 @@ def test_on_an_object_store_with_a_mirrored_data_store_the_run_is_the_same(run_c
     evals = {(r["stage"], r["point"], r["domain"], r.get("step")): r["ppl"] for r in records(tmp_path / "run", "eval")}
     assert evals == {(r["stage"], r["point"], r["domain"], r.get("step")): r["ppl"] for r in records(reference, "eval")}
     assert (cache / "summary.json").exists() and not (tmp_path / "run" / ".lock").exists()
+
+
+def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(run_config, tmp_path):
+    """Another run broke this run's lock (``--break-lock``) after step 1: the checkpoint of
+    step 2 is not written over that run's work; the message names the new holder."""
+    from loire_jax import load_run_config
+    from loire_jax.hooks import Hook, default_hooks
+    from loire_jax.workdir import LOCK, WorkdirError
+
+    class BreakLockAfterStep1(Hook):
+        def on_step(self, trainer, k, done):
+            if done == 1:
+                (tmp_path / LOCK).write_text(json.dumps({"pid": 4242, "host": "other-host", "token": "theirs"}))
+
+    hooks = [*default_hooks(load_run_config(run_config), progress=False), BreakLockAfterStep1()]
+    with pytest.raises(WorkdirError, match="taken over by pid 4242 on host other-host; this run stops without saving"):
+        in_process(run_config, tmp_path, hooks=hooks)
+    assert not (tmp_path / "stage_1").exists() or not steps_saved(tmp_path / "stage_1")
+    assert json.loads((tmp_path / LOCK).read_text())["token"] == "theirs"  # the new owner's lock is left alone
