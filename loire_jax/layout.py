@@ -108,7 +108,7 @@ def param_count(cfg: ModelConfig, *, padded: bool = False) -> int:
     other in the tests.
     """
     h, f, H, d, L = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers
-    K = cfg.kv_heads or H
+    K = cfg.n_kv_heads
     V = cfg.padded_vocab if padded else cfg.vocab_size
     bias = 1 if cfg.use_bias else 0
     n_ffn_in = 2 if cfg.activation == "swiglu" else 1
