@@ -21,7 +21,6 @@ import os
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pydantic
@@ -29,9 +28,11 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from loire_jax import paths
 from loire_jax.config import preset
 from loire_jax.data.config import DataConfig
 from loire_jax.data.errors import ConfigError
+from loire_jax.paths import Path
 from loire_jax.run_config import DERIVED_MODEL_FIELDS, PRECISIONS, RunConfig, StageConfig
 
 __all__ = ["apply_overrides", "data_config_from_dict", "load_data_config", "load_run_config",
@@ -59,13 +60,9 @@ def load_run_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfi
 
     Relative paths in it (``data``, local sources) resolve against the YAML's folder.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"run config file not found: {p}")
-    base = p.resolve().parent
-    cfg = _load_yaml(p, ValueError)
+    cfg, base = _yaml_file(path, ValueError, "run config")
     _apply_overrides(cfg, overrides, base)
-    return run_config_from_dict(_plain(cfg, ValueError, str(p)), base_dir=base)
+    return run_config_from_dict(_plain(cfg, ValueError, str(path)), base_dir=base)
 
 
 def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None) -> RunConfig:
@@ -76,7 +73,7 @@ def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None
     """
     if not isinstance(mapping, Mapping):
         raise ValueError(f"run config must be a mapping, got {type(mapping).__name__}")
-    base = Path(base_dir) if base_dir is not None else None
+    base = paths.as_path(base_dir) if base_dir is not None else None
     raw = dict(mapping)
     if "model_preset" in raw:  # RunConfig's field, spelled model.preset in the document
         raise ValueError(_unknown_message(RunConfig, (), ["model_preset"], "the top level"))
@@ -117,16 +114,14 @@ def data_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | Non
     """A data config from a mapping; relative source and tokenizer paths resolve against ``base_dir``."""
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"data config must be a mapping, got {type(mapping).__name__}")
-    base = Path(base_dir) if base_dir is not None else None
+    base = paths.as_path(base_dir) if base_dir is not None else None
     return _validate(DataConfig, _with_data_paths(mapping, base), ConfigError, top="the data config")
 
 
 def load_data_config(path: str | Path) -> DataConfig:
     """A domains YAML; relative paths in it resolve against its folder."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"data config file not found: {p}")
-    return data_config_from_dict(_plain(_load_yaml(p, ConfigError), ConfigError, str(p)), p.resolve().parent)
+    cfg, base = _yaml_file(path, ConfigError, "data config")
+    return data_config_from_dict(_plain(cfg, ConfigError, str(path)), base)
 
 
 # --------------------------------------------------------------------------- the document
@@ -165,7 +160,7 @@ def _resolve(path: Any, base: Path | None) -> Any:
     """``~`` expanded; relative paths made relative to the YAML that names them."""
     if not isinstance(path, str) or "://" in path:
         return path  # validation names the type it expected; a URI is absolute
-    p = Path(os.path.expanduser(path))
+    p = paths.as_path(path)
     return str(base / p if base is not None and not p.is_absolute() else p)
 
 
@@ -195,10 +190,9 @@ def _with_data_paths(raw: Mapping[str, Any], base: Path | None) -> dict[str, Any
 
 def _data_file(path: str, base: Path | None, error: type[Exception]) -> dict[str, Any]:
     """A domains YAML named by the run config, inlined with its paths resolved against its own folder."""
-    p = Path(_resolve(path, base))
-    if not p.is_file():
-        raise error(f"data config file not found: {p}")
-    return _with_data_paths(_plain(_load_yaml(p, error), error, str(p)), p.resolve().parent)
+    where = _resolve(path, base)
+    cfg, folder = _yaml_file(where, error, "data config")
+    return _with_data_paths(_plain(cfg, error, str(where)), folder)
 
 
 # --------------------------------------------------------------------------- OmegaConf
@@ -208,10 +202,23 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def _yaml_file(path: str | os.PathLike, error: type[Exception], what: str) -> tuple[DictConfig, Path]:
+    """A YAML file, local or a ``gs://`` (any epath) URI, and the folder its relative paths
+    resolve against."""
+    try:
+        p = paths.as_path(path)
+    except paths.PathError as err:
+        raise error(str(err)) from None
+    if not p.is_file():
+        raise error(f"{what} file not found: {p}")
+    return _load_yaml(p, error), (p.resolve() if paths.is_local(p) else p).parent
+
+
 def _load_yaml(path: Path, error: type[Exception]) -> DictConfig:
     """A YAML file as an OmegaConf mapping; a syntax error names the line."""
     try:
-        cfg = OmegaConf.load(path)
+        with path.open() as f:
+            cfg = OmegaConf.load(f)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -232,7 +239,7 @@ def _plain(cfg: DictConfig, error: type[Exception], where: str) -> dict[str, Any
 
 
 def _apply_overrides(cfg: DictConfig, overrides: Sequence[str], base_dir: str | Path | None) -> None:
-    base = Path(base_dir) if base_dir is not None else None
+    base = paths.as_path(base_dir) if base_dir is not None else None
     for item in overrides:
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():

@@ -16,6 +16,7 @@ differently from a POSIX disk are handled here, once:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -38,9 +39,24 @@ class PathError(OSError):
 
 
 def as_path(path: PathLike) -> epath.Path:
-    """An ``epath.Path`` for a local path (``~`` expanded) or a ``scheme://`` URI."""
+    """An ``epath.Path`` for a local path (``~`` expanded) or a ``scheme://`` URI; a URI
+    whose filesystem library is missing is refused here, in one line."""
     text = os.fspath(path)
-    return epath.Path(text if "://" in text else os.path.expanduser(text))
+    if "://" in text:
+        _check_backend(text.split("://", 1)[0])
+        return epath.Path(text)
+    return epath.Path(os.path.expanduser(text))
+
+
+@functools.lru_cache(maxsize=None)
+def _check_backend(kind: str) -> None:
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(kind)
+    except (ImportError, ValueError) as err:
+        hint = "pip install 'loire_jax[gcs]'" if kind == "gs" else "install its fsspec filesystem"
+        raise PathError(f"{kind}:// paths cannot be used here ({err}); {hint}") from None
 
 
 def absolute(path: PathLike) -> epath.Path:

@@ -23,13 +23,38 @@ from loire_jax import workdir as rundir
 
 
 @pytest.fixture
+def gs_backend(monkeypatch):
+    """gcsfs stands installed (these tests touch no bucket; CI does not install the extra)."""
+    paths._check_backend.cache_clear()
+    monkeypatch.setattr(paths, "_check_backend", lambda kind: None)
+
+
+@pytest.fixture
 def object_store(monkeypatch):
     """Every path behaves as on an object store: appends and renames are not used."""
     monkeypatch.setattr(paths, "is_local", lambda path: False)
 
 
 # --------------------------------------------------------------------------- URIs
-def test_uris_keep_their_scheme_and_local_paths_expand():
+def test_a_uri_without_its_filesystem_library_is_refused_in_one_line(monkeypatch):
+    import fsspec
+
+    def missing(kind):
+        raise ImportError("Please install gcsfs to access Google Storage")
+
+    paths._check_backend.cache_clear()
+    monkeypatch.setattr(fsspec, "get_filesystem_class", missing)
+    with pytest.raises(paths.PathError, match=r"gs:// paths cannot be used here .*pip install 'loire_jax\[gcs\]'"):
+        paths.as_path("gs://bucket/run")
+    from loire_jax.config_loader import load_data_config
+    from loire_jax.data import ConfigError
+
+    with pytest.raises(ConfigError, match="gs:// paths cannot be used here"):  # a config file named by URI too
+        load_data_config("gs://bucket/domains.yaml")
+    paths._check_backend.cache_clear()
+
+
+def test_uris_keep_their_scheme_and_local_paths_expand(gs_backend):
     uri = paths.as_path("gs://bucket/runs/a") / "stage_1"
     assert str(uri) == "gs://bucket/runs/a/stage_1" and paths.scheme(uri) == "gs" and not paths.is_local(uri)
     assert str(paths.absolute("gs://bucket/x")) == "gs://bucket/x"  # epath's absolute() would prefix the cwd
@@ -89,7 +114,7 @@ class _FakeGcs:
         self.exceptions = types.SimpleNamespace(PreconditionFailed=PreconditionFailed)
 
 
-def test_gs_create_if_absent_uses_the_generation_precondition(monkeypatch):
+def test_gs_create_if_absent_uses_the_generation_precondition(monkeypatch, gs_backend):
     fake = _FakeGcs()
     google = types.ModuleType("google")
     cloud, api_core = types.ModuleType("google.cloud"), types.ModuleType("google.api_core")
@@ -102,7 +127,8 @@ def test_gs_create_if_absent_uses_the_generation_precondition(monkeypatch):
     assert fake.objects == {("bkt", "runs/a/.lock"): "first"}
 
 
-def test_a_store_without_atomic_create_is_refused_with_what_to_use():
+def test_a_store_without_atomic_create_is_refused_with_what_to_use(monkeypatch):
+    monkeypatch.setattr(paths, "_check_backend", lambda kind: None)
     with pytest.raises(paths.PathError, match="s3:// has no create-if-absent.*gs://"):
         paths.create_exclusive("s3://bucket/run/.lock", "x")
 
