@@ -43,6 +43,12 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete, damaged or does not match what the caller expects."""
 
 
+class DamagedCheckpoint(CheckpointError):
+    """A step that cannot be read or fails its checksums: the only error that sets a step
+    aside. A step that does not match the run (another config, an older format) is refused
+    as a plain ``CheckpointError`` and left as it is."""
+
+
 class NonFiniteStateError(CheckpointError):
     """The state to save holds NaN or infinity: it is not written."""
 
@@ -254,7 +260,7 @@ def _verify(item: str, tree: Any, expected: Mapping[str, int] | None, directory:
     got = tree_checksums(tree)
     bad = sorted(p for p in set(got) | set(expected) if got.get(p) != expected.get(p))
     if bad:
-        raise CheckpointError(f"step {step} in {directory} is damaged: the checksums of {item} leaves {bad[:4]}"
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: the checksums of {item} leaves {bad[:4]}"
                               f"{' ...' if len(bad) > 4 else ''} do not match the ones written at save")
 
 
@@ -364,7 +370,7 @@ class StageCheckpoints:
         except Stopped:
             raise  # a signal, not damage: the step must not be set aside
         except Exception as err:  # TensorStore/Orbax errors of a truncated or unreadable file
-            raise CheckpointError(f"step {step} in {self.directory} is damaged: it cannot be read "
+            raise DamagedCheckpoint(f"step {step} in {self.directory} is damaged: it cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
         meta = dict(out[META])
         sums = meta.get("checksums", {})
@@ -381,7 +387,7 @@ class StageCheckpoints:
             try:
                 self.restore(abstract_state, step=step)
                 return step, notes
-            except CheckpointError as err:
+            except DamagedCheckpoint as err:
                 target = self.directory / f"{step}.damaged-{time.time_ns()}"
                 if jax.process_index() == 0:  # every process found the same damage; one renames
                     (self.directory / str(step)).rename(target)
@@ -398,7 +404,7 @@ class StageCheckpoints:
         except Stopped:
             raise
         except Exception as err:
-            raise CheckpointError(f"step {step} in {self.directory} is damaged: its metadata cannot be read "
+            raise DamagedCheckpoint(f"step {step} in {self.directory} is damaged: its metadata cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
         return _user_meta(dict(meta), self.directory, step)
 
@@ -451,7 +457,7 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
         except Stopped:
             raise
         except Exception as err:
-            raise CheckpointError(f"step {step} in {directory} is damaged: it cannot be read "
+            raise DamagedCheckpoint(f"step {step} in {directory} is damaged: it cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
     _verify(PARAMS, out[PARAMS], dict(out[META]).get("checksums", {}).get(PARAMS), directory, step)
     return out[PARAMS]

@@ -176,3 +176,18 @@ def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(run_config, 
         in_process(run_config, tmp_path, hooks=hooks)
     assert not (tmp_path / "stage_1").exists() or not steps_saved(tmp_path / "stage_1")
     assert json.loads((tmp_path / LOCK).read_text())["token"] == "theirs"  # the new owner's lock is left alone
+
+
+def test_a_resume_with_another_model_is_refused_and_sets_nothing_aside(run_config, reference, tmp_path):
+    """A changed model no longer matches the saved trees: that is a refusal, not damage, so
+    no checkpoint is renamed (it used to be set aside as damaged, stranding the run)."""
+    import shutil
+
+    workdir = tmp_path / "other_model"
+    shutil.copytree(reference, workdir)
+    before = sorted(p.name for p in workdir.glob("stage_*/*"))
+    with pytest.raises(RunError) as refused:
+        in_process(run_config, workdir, "model.ffn=64")
+    assert "\n" not in str(refused.value) and "damaged" not in str(refused.value), str(refused.value)
+    assert sorted(p.name for p in workdir.glob("stage_*/*")) == before
+    print(refused.value)
