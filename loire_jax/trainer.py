@@ -216,18 +216,16 @@ class Trainer:
         except OSError as err:
             raise RunError(f"workdir {self.workdir}: {err.strerror or err}") from None
         self._sync("workdir ready")
+        # A different run is refused before verification, which could set steps aside; only if a
+        # step's meta is unreadable does the check wait until that step has been set aside.
+        checked = self._check_history(tolerate_damage=True)
         self._verify_checkpoints()
         if jax.process_count() > 1:  # process 0 may have moved steps aside: every process lists again
             self._sync("checkpoints checked")
             for ck in self._ckpts.values():
                 ck.reload()
-        saved = self._saved_run()
-        if saved is not None:
-            done = sum(1 for k in range(len(run.stages)) if self._stage_done(k))
-            started = self._ckpt(done).latest_step() is not None if done < len(run.stages) else False
-            reason = history_compatible(saved, run, min(done, len(saved.stages)), stage_started=started)
-            if reason:
-                raise RunError(f"workdir {self.workdir} holds a different run: {reason}")
+        if not checked:
+            self._check_history(tolerate_damage=False)
         # A stage that has started needs every earlier stage's final checkpoint (its base and teachers).
         for k in range(len(run.stages)):
             if self._ckpt(k).latest_step() is None:
@@ -239,6 +237,25 @@ class Trainer:
                                f"start over with --fresh")
         if jax.process_index() == 0:
             paths.write_atomic(self.workdir / "config.json", json.dumps(run.to_dict(), indent=1))
+
+    def _check_history(self, *, tolerate_damage: bool) -> bool:
+        """Refuse a config that would rewrite what the workdir holds; False if a damaged meta
+        kept it from deciding (and ``tolerate_damage``)."""
+        run = self.run_config
+        try:
+            saved = self._saved_run()
+            if saved is None:
+                return True
+            done = sum(1 for k in range(len(run.stages)) if self._stage_done(k))
+            started = self._ckpt(done).latest_step() is not None if done < len(run.stages) else False
+        except checkpoints.DamagedCheckpoint:
+            if tolerate_damage:
+                return False
+            raise
+        reason = history_compatible(saved, run, min(done, len(saved.stages)), stage_started=started)
+        if reason:
+            raise RunError(f"workdir {self.workdir} holds a different run: {reason}")
+        return True
 
     def _verify_checkpoints(self) -> None:
         """Read back the newest step of every stage and check its checksums; a damaged step is
