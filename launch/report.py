@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from loire_jax.reports import PLOTS  # noqa: E402
+from loire_jax.reports import PLOTS, ReportError, write_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,13 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("workdirs", nargs="+", help="run workdirs; the first is compared to the others")
     parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
-    from loire_jax.reports import ReportError, write_report
-
     try:
         out = write_report(args.workdirs, args.out)
     except (ReportError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # an unwritable --out, a vanished workdir, a missing gs:// library
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
 

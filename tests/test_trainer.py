@@ -191,3 +191,12 @@ def test_a_resume_with_another_model_is_refused_and_sets_nothing_aside(run_confi
     assert "holds a different run" in str(refused.value) and "model.ffn" in str(refused.value), str(refused.value)
     assert "\n" not in str(refused.value)
     assert sorted(p.name for p in workdir.glob("stage_*/*")) == before
+
+
+def test_the_report_command_refuses_an_unwritable_out_in_one_line(reference, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    result = subprocess.run([sys.executable, str(ROOT / "launch" / "report.py"), str(reference),
+                             "--out", str(blocker / "report")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
