@@ -367,8 +367,6 @@ class StageCheckpoints:
             items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
         try:
             out = self._mngr.restore(step, args=ocp.args.Composite(**items))
-        except Stopped:
-            raise  # a signal, not damage: the step must not be set aside
         except Exception as err:  # TensorStore/Orbax errors of a truncated or unreadable file
             raise DamagedCheckpoint(f"step {step} in {self.directory} is damaged: it cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
@@ -401,8 +399,6 @@ class StageCheckpoints:
         step = self._resolve(step)
         try:
             meta = self._mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
-        except Stopped:
-            raise
         except Exception as err:
             raise DamagedCheckpoint(f"step {step} in {self.directory} is damaged: its metadata cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
@@ -454,8 +450,6 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
         try:
             out = mngr.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params),
                                                                  META: ocp.args.JsonRestore()}))
-        except Stopped:
-            raise
         except Exception as err:
             raise DamagedCheckpoint(f"step {step} in {directory} is damaged: it cannot be read "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
@@ -524,8 +518,11 @@ class PreemptionGuard:
         return got or None
 
 
-class Stopped(Exception):
-    """A SIGTERM or SIGINT outside the step loop: nothing in flight to save, stop now."""
+class Stopped(BaseException):
+    """A SIGTERM or SIGINT outside the step loop: nothing in flight to save, stop now.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: the ``except Exception`` blocks that map
+    library errors (a damaged step, an unavailable dataset) must never swallow a stop."""
 
     def __init__(self, signum: int, where: str | None = None):
         self.signum, self.where = signum, where
