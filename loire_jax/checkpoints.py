@@ -418,7 +418,11 @@ class StageCheckpoints:
             raise _write_error(err, None, self.directory) from None
 
     def close(self) -> None:
-        self._mngr.close()  # waits for in-flight saves
+        """Wait for in-flight saves (a failed one is reported as ``wait`` reports it), then close."""
+        try:
+            self.wait()
+        finally:
+            self._mngr.close()
 
     def __enter__(self) -> "StageCheckpoints":
         return self

@@ -193,8 +193,7 @@ class Trainer:
         ``fresh`` empties anything, so a run that cannot start never destroys the old one."""
         run = self.run_config
         validate(run, dict(self.mesh.shape), known_domains=set(self.domain_index))
-        for cfg in self.models:
-            param_shardings(cfg, self.mesh)
+        for cfg in self.models:  # validate() has checked every stage model against the mesh
             self._exec(cfg)  # an attention kernel this platform cannot run is refused here
         for what, where in (("data_dir", run.data.data_dir), ("cache_dir", run.data.cache_dir)):
             if where and paths.as_path(where).exists() and not paths.as_path(where).is_dir():
