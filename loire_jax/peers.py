@@ -142,6 +142,7 @@ class PeerWatch:
                 print(f"error: process {index} failed: {reason}. Process {jax.process_index()} stops too, without "
                       "saving; the last checkpoint is intact, so fix that and rerun to resume", file=sys.stderr)
                 _post("seen")
-                if jax.process_index() == 0:  # the coordinator goes last
+                if jax.process_index() == 0:  # the coordinator goes last, after the failed ones have gone
                     _wait_for(lambda p: set(failed) <= set(p["left"]))
+                    time.sleep(0.5)  # "left" is posted just before os._exit: let that exit happen first
                 _flush_and_exit(1)
