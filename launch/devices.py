@@ -133,6 +133,20 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     return sizes, cpus[:need], note
 
 
+CACHE_LIMIT_BYTES = 8 << 30
+
+
+def cache_limit() -> int:
+    """The compilation cache's size limit in bytes: $JAX_COMPILATION_CACHE_MAX_SIZE where it
+    is positive, else 8 GiB. Never unlimited, since JAX locks entries only under a limit;
+    beyond it, the least recently used programs are evicted."""
+    try:
+        size = int(os.environ.get("JAX_COMPILATION_CACHE_MAX_SIZE", ""))
+    except ValueError:
+        size = 0
+    return size if size > 0 else CACHE_LIMIT_BYTES
+
+
 def compile_cache(setting: str) -> str | None:
     """Turn on JAX's persistent compilation cache; returns its directory (None: off).
 
@@ -149,6 +163,10 @@ def compile_cache(setting: str) -> str | None:
     if os.path.exists(setting) and not os.path.isdir(setting):
         raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory", setting)
     os.makedirs(setting, exist_ok=True)
+    # JAX writes cache entries in place and locks them only when the cache has a size limit:
+    # without one, a process reading an entry another is still writing (two runs, or the
+    # processes of one multi-process run on a host) loads a torn executable, which can crash.
+    jax.config.update("jax_compilation_cache_max_size", cache_limit())
     jax.config.update("jax_compilation_cache_dir", setting)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

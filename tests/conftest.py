@@ -24,6 +24,9 @@ for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_collective_
 import tempfile  # noqa: E402
 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
+# A size limit is what makes JAX lock cache entries: xdist workers and CLI runs share this
+# cache, and an unlocked entry can be read while another process is still writing it.
+os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(4 << 30)
 
 import jax  # noqa: E402
 

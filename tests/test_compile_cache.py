@@ -1,0 +1,47 @@
+"""Specification: the CLI's persistent compilation cache is safe to share between processes.
+
+JAX writes cache entries in place and takes its file lock only when the cache has a size
+limit. Two runs on one host, or the processes of one multi-process run, compile the same
+programs at the same moment; without the lock one of them can load an entry the other is
+still writing."""
+
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from launch.devices import CACHE_LIMIT_BYTES, compile_cache  # noqa: E402
+
+
+@pytest.fixture
+def restore_cache_config():
+    keys = ("jax_compilation_cache_dir", "jax_compilation_cache_max_size",
+            "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+    saved = {key: getattr(jax.config, key) for key in keys}
+    yield
+    for key, value in saved.items():
+        jax.config.update(key, value)
+
+
+@pytest.mark.parametrize("env, limit", [(None, CACHE_LIMIT_BYTES), ("-1", CACHE_LIMIT_BYTES),
+                                        ("0", CACHE_LIMIT_BYTES), ("12345678", 12345678)])
+def test_the_cache_always_has_a_size_limit_so_jax_locks_its_entries(env, limit, tmp_path, monkeypatch,
+                                                                   restore_cache_config):
+    if env is None:
+        monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", env)
+    assert compile_cache(str(tmp_path / "xla")) == str(tmp_path / "xla")
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")
+    assert jax.config.jax_compilation_cache_max_size == limit
+    from jax._src.lru_cache import LRUCache  # the class JAX stores entries with
+    assert LRUCache(str(tmp_path / "xla"), max_size=jax.config.jax_compilation_cache_max_size).eviction_enabled
+
+
+def test_off_leaves_the_cache_off(restore_cache_config):
+    before = jax.config.jax_compilation_cache_dir
+    assert compile_cache("off") is None
+    assert jax.config.jax_compilation_cache_dir == before
