@@ -19,16 +19,15 @@ for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_collective_
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
-# One persistent compilation cache for the session's CLI runs (they compile the same programs
-# again and again), kept out of the user's ~/.cache.
+import jax  # noqa: E402
+
+# One persistent compilation cache for the session's CLI runs (separate processes that compile
+# the same programs again and again), kept out of the user's ~/.cache. Set after JAX is
+# imported, so that it reaches only those processes: the test workers compile in memory.
 import tempfile  # noqa: E402
 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
-# A size limit is what makes JAX lock cache entries: xdist workers and CLI runs share this
-# cache, and an unlocked entry can be read while another process is still writing it.
-os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(4 << 30)
-
-import jax  # noqa: E402
+jax.config.update("jax_compilation_cache_dir", None)
 
 jax.config.update("jax_disable_most_optimizations", True)  # see the docstring; tests/runs.py undoes it
 
