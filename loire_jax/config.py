@@ -15,7 +15,8 @@ import jax.numpy as jnp
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
-ACTIVATIONS = ("gelu", "swiglu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's tanh approximation
+ROPE_SCALINGS = ("none", "llama3")
 POSITIONS = ("learned", "rope")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Execution choices: they change how the model runs, never what it computes (up to rounding).
@@ -46,12 +47,18 @@ class ModelConfig:
     layers: int = 2
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     norm_position: Literal["pre", "post"] = "post"
-    activation: Literal["gelu", "swiglu"] = "gelu"
+    activation: Literal["gelu", "gelu_tanh", "swiglu"] = "gelu"
     position: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
     use_bias: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # Llama 3.1's rope scaling: a fixed transform of the frequencies (see model.rope_frequencies).
+    rope_scaling: str = "none"  # none | llama3
+    rope_factor: float = 8.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_len: int = 8192
     init_std: float = 0.02
     dtype: str = "float32"
     param_dtype: str = "float32"
@@ -76,6 +83,7 @@ class ModelConfig:
             ("param_dtype", DTYPES),
             ("attention", ATTENTIONS),
             ("remat", REMATS),
+            ("rope_scaling", ROPE_SCALINGS),
         ):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -88,6 +96,15 @@ class ModelConfig:
         elif self.kv_heads and isinstance(self.heads, int) and self.heads % self.kv_heads:
             problems.append(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): each key/value "
                             "head serves an equal group of query heads")
+        if self.rope_scaling != "none" and self.position != "rope":
+            problems.append(f"rope_scaling {self.rope_scaling!r} needs position 'rope', got {self.position!r}")
+        if self.rope_scaling == "llama3":
+            if not (self.rope_factor > 0 and 0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+                problems.append("llama3 rope scaling needs rope_factor > 0 and 0 < rope_low_freq_factor < "
+                                f"rope_high_freq_factor, got {self.rope_factor}, {self.rope_low_freq_factor}, "
+                                f"{self.rope_high_freq_factor}")
+            if not isinstance(self.rope_original_max_len, int) or self.rope_original_max_len < 1:
+                problems.append(f"rope_original_max_len must be a positive integer, got {self.rope_original_max_len!r}")
         if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
             problems.append(f"rope needs an even head_dim, got {self.head_dim}")
         if problems:

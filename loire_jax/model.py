@@ -30,12 +30,29 @@ def _softmax_dtype(dtype: jnp.dtype) -> jnp.dtype:
     return jnp.promote_types(dtype, jnp.float32)
 
 
+def rope_frequencies(cfg: ModelConfig, dtype: Any) -> jax.Array:
+    """RoPE's angular frequencies [head_dim/2]: theta^(-2i/head_dim).
+
+    With ``rope_scaling="llama3"`` (Llama 3.1 and later), wavelengths longer than
+    ``original_max_len / low_freq_factor`` are stretched by ``factor``, those shorter than
+    ``original_max_len / high_freq_factor`` are kept, and the band between interpolates
+    linearly in ``original_max_len / wavelength``: a fixed function of the config, so the
+    model stays an ordinary RoPE model with other frequencies."""
+    half = cfg.head_dim // 2
+    freq = 1.0 / (cfg.rope_theta ** (jnp.arange(half, dtype=dtype) / half))
+    if cfg.rope_scaling == "llama3":
+        wavelength = 2 * jnp.pi / freq
+        ratio = cfg.rope_original_max_len / wavelength  # context windows per wavelength
+        low, high = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+        smooth = jnp.clip((ratio - low) / (high - low), 0.0, 1.0)  # 0: long waves, 1: short ones
+        freq = (1 - smooth) * freq / cfg.rope_factor + smooth * freq
+    return freq
+
+
 def rope_tables(cfg: ModelConfig, length: int) -> tuple[jax.Array, jax.Array]:
     """Sine/cosine tables [length, head_dim/2]; RoPE rotates within one head, so head growth keeps it exact."""
     dt = _softmax_dtype(cfg.compute_dtype)
-    half = cfg.head_dim // 2
-    inv_freq = 1.0 / (cfg.rope_theta ** (jnp.arange(half, dtype=dt) / half))
-    angles = jnp.arange(length, dtype=dt)[:, None] * inv_freq[None, :]
+    angles = jnp.arange(length, dtype=dt)[:, None] * rope_frequencies(cfg, dt)[None, :]
     return jnp.sin(angles), jnp.cos(angles)
 
 
@@ -84,7 +101,8 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    """The FFN of eq. 2 (GELU, as in the paper) or its SwiGLU variant."""
+    """The FFN of eq. 2 (GELU, as in the paper; ``gelu_tanh``: GPT-2's approximation of it) or
+    its SwiGLU variant."""
 
     cfg: ModelConfig
 
@@ -99,7 +117,7 @@ class Mlp(nn.Module):
         if cfg.activation == "swiglu":
             hidden = jax.nn.silu(dense(cfg.ffn, "gate")(x)) * dense(cfg.ffn, "up")(x)
         else:
-            hidden = jax.nn.gelu(dense(cfg.ffn, "up")(x), approximate=False)
+            hidden = jax.nn.gelu(dense(cfg.ffn, "up")(x), approximate=cfg.activation == "gelu_tanh")
         return dense(cfg.hidden, "down")(hidden)
 
 
