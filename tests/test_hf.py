@@ -24,8 +24,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 MODELS = ("gpt2", "llama_gqa", "llama_tied")
 TOKENS = jnp.asarray(np.load(FIXTURES / "tokens.npy"))
 F64_TOL = 1e-9
-# float32 import: transformers and XLA order their float32 sums differently; relative to the
-# largest logit, they agree to about 1e-7 (measured); the bound leaves room for other CPUs.
+# float32 import: transformers and XLA order their float32 sums differently. Relative to the
+# largest logit they agree to 6e-7..9e-7 on these fixtures (measured on x86 CPU); the bound
+# leaves room for other CPUs and accelerators at "highest" matmul precision.
 IMPORT_RTOL = 1e-5
 
 pytestmark = pytest.mark.usefixtures("highest_precision")
@@ -131,15 +132,31 @@ def test_transformers_loads_the_export_and_computes_the_same(tmp_path):
 
 # --------------------------------------------------------------------------- onto a mesh
 def test_a_checkpoint_loads_onto_a_mesh_reading_only_each_devices_blocks(monkeypatch):
+    """Every read from a safetensors file (the library's slice object) is recorded: a matrix
+    sharded over fsdp=4 must never be read whole, only in blocks of at most a quarter."""
     reads = []
-    original = hf._Checkpoint.read
+    original = hf._Checkpoint.file
 
-    def spy(self, name, block):
-        out = original(self, name, block)
-        reads.append((name, out.size, int(np.prod(self.shape(name)))))
-        return out
+    class Slice:
+        def __init__(self, name, inner):
+            self.name, self.inner = name, inner
 
-    monkeypatch.setattr(hf._Checkpoint, "read", spy)
+        def __getitem__(self, block):
+            out = self.inner[block]
+            reads.append((self.name, out.size, int(np.prod(self.inner.get_shape()))))
+            return out
+
+        def __getattr__(self, attr):
+            return getattr(self.inner, attr)
+
+    class File:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def get_slice(self, name):
+            return Slice(name, self.inner.get_slice(name))
+
+    monkeypatch.setattr(hf._Checkpoint, "file", lambda self, name: File(original(self, name)))
     mesh = make_mesh({"data": 1, "fsdp": 4, "tensor": 2})
     for name in ("gpt2", "llama_gqa"):
         reads.clear()

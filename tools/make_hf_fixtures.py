@@ -56,10 +56,15 @@ def main() -> int:
     OUT.mkdir(parents=True)
     np.save(OUT / "tokens.npy", TOKENS.astype(np.int32))
     for name, model, shard in _models():
-        with torch.no_grad():  # nonzero biases and gains, so that no mapping error hides behind a 0 or a 1
+        with torch.no_grad():
             for pname, p in model.named_parameters():
                 if pname.endswith("bias") or "ln" in pname or "norm" in pname:
+                    # nonzero biases and gains, so that no mapping error hides behind a 0 or a 1
                     p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "weight" in pname else 0.0))
+                else:
+                    # weights large enough that activations leave GELU's and softmax's near-linear
+                    # range: an exact GELU in place of GPT-2's tanh form must show in the logits
+                    p.normal_(0.0, 0.25)
         model.eval()
         folder = OUT / name
         model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
