@@ -148,7 +148,8 @@ def cache_limit() -> int:
 
 
 def compile_cache(setting: str) -> str | None:
-    """Turn on JAX's persistent compilation cache; returns its directory (None: off).
+    """Turn on JAX's persistent compilation cache; returns its directory (None: off). Call it
+    after ``configure``: the directory depends on the process layout.
 
     ``auto``: $JAX_COMPILATION_CACHE_DIR if set, else the user cache
     (``$XDG_CACHE_HOME/loire_jax/xla``, default ``~/.cache/loire_jax/xla``), so that a resumed
@@ -162,6 +163,10 @@ def compile_cache(setting: str) -> str | None:
             os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "loire_jax", "xla")
     if os.path.exists(setting) and not os.path.isdir(setting):
         raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory", setting)
+    # One subdirectory per process layout: JAX's cache key does not include the process count,
+    # so a program compiled by a single process would otherwise be loaded by each process of a
+    # multi-process run over the same devices, whose collectives it does not make.
+    setting = os.path.join(setting, f"{jax.process_count()}proc-{jax.local_device_count()}dev")
     os.makedirs(setting, exist_ok=True)
     # JAX writes cache entries in place and locks them only when the cache has a size limit:
     # without one, a process reading an entry another is still writing (two runs, or the

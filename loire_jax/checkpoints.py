@@ -445,10 +445,7 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
         step = steps[-1]
     elif step not in steps:
         raise CheckpointError(f"step {step} is not a complete checkpoint in {directory}; complete steps: {steps}")
-    handlers = {PARAMS: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()}
-    # read-only: no save policy, and create=False so a wrong path is not silently made
-    with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True),
-                               item_handlers=handlers) as mngr:
+    with _read_only(directory) as mngr:
         metadata = mngr.item_metadata(step)
         _check_matches(PARAMS, abstract_params, metadata[PARAMS], directory, step)
         try:
@@ -459,6 +456,35 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
     _verify(PARAMS, out[PARAMS], dict(out[META]).get("checksums", {}).get(PARAMS), directory, step)
     return out[PARAMS]
+
+
+def _read_only(directory: Path) -> ocp.CheckpointManager:
+    handlers = {PARAMS: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()}
+    # read-only: no save policy, and create=False so a wrong path is not silently made
+    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True),
+                                 item_handlers=handlers)
+
+
+def latest_complete_step(directory: str | Path) -> int | None:
+    """The newest step of ``directory`` that Orbax committed, or None."""
+    steps = _complete_steps(paths.absolute(directory))
+    return steps[-1] if steps else None
+
+
+def read_latest_meta(directory: str | Path) -> dict[str, Any]:
+    """The JSON meta (model, tokenizer identity, ...) of ``directory``'s newest complete step,
+    read without touching the arrays: what ``init_from`` checks before loading anything."""
+    directory = paths.absolute(directory)
+    step = latest_complete_step(directory)
+    if step is None:
+        raise CheckpointError(f"no complete checkpoint in {directory}")
+    with _read_only(directory) as mngr:
+        try:
+            meta = mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+        except Exception as err:
+            raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its metadata cannot be read "
+                                    f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+    return _user_meta(dict(meta), directory, step)
 
 
 # -- preemption ------------------------------------------------------------------------

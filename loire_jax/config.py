@@ -170,16 +170,22 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
 
     - ``paper``: the paper's GPT (eqs 1-3): post-norm LayerNorm, GELU FFN with biases,
       learned positions, tied embeddings.
-    - ``modern``: pre-norm RMSNorm, SwiGLU, RoPE, untied head, no biases.
+    - ``gpt2``: GPT-2's layout (``GPT2LMHeadModel``): pre-norm LayerNorm with a final norm,
+      GELU in its tanh form, learned positions, tied embeddings, biases. LOIRE-GPT2 (§3.1)
+      grows a pretrained model of this kind.
+    - ``modern``: pre-norm RMSNorm, SwiGLU, RoPE, untied head, no biases (Llama's layout).
     """
     base: dict[str, Any]
     if name == "paper":
         base = dict(norm="layernorm", norm_position="post", activation="gelu", position="learned",
                     tie_embeddings=True, use_bias=True)
+    elif name == "gpt2":
+        base = dict(norm="layernorm", norm_position="pre", activation="gelu_tanh", position="learned",
+                    tie_embeddings=True, use_bias=True)
     elif name == "modern":
         base = dict(norm="rmsnorm", norm_position="pre", activation="swiglu", position="rope",
                     tie_embeddings=False, use_bias=False, norm_eps=1e-6)
     else:
-        raise ValueError(f"unknown preset {name!r}; choose 'paper' or 'modern'")
+        raise ValueError(f"unknown preset {name!r}; choose 'paper', 'gpt2' or 'modern'")
     base.update(overrides)
     return ModelConfig(**base)

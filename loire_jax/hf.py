@@ -38,6 +38,9 @@ from loire_jax.layout import GATES, leaf_shapes
 
 ARCHITECTURES = ("GPT2LMHeadModel", "LlamaForCausalLM")
 INDEX = "model.safetensors.index.json"
+# The identity of the tokenizer the weights were trained with (kind, vocabulary size, EOS id,
+# hash), written by ``save`` and checked by ``init_from`` (loire_jax.pretrained).
+TOKENIZER_IDENTITY = "loire_tokenizer.json"
 SINGLE = "model.safetensors"
 
 
@@ -471,7 +474,8 @@ def _ignorable(name: str, cfg: ModelConfig, arch: str) -> bool:
 
 # --------------------------------------------------------------------------- writing
 def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *,
-         max_shard_bytes: int = 2 << 30, tokenizer_files: Mapping[str, str | os.PathLike] | None = None) -> Path:
+         max_shard_bytes: int = 2 << 30, tokenizer_files: Mapping[str, str | os.PathLike] | None = None,
+         tokenizer_identity: Mapping[str, Any] | None = None) -> Path:
     """Write ``params`` as a transformers checkpoint directory at ``path`` (created; an
     existing non-empty directory is refused, never overwritten).
 
@@ -480,7 +484,9 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` (``config_to_hf`` says why not). The padded
     vocabulary rows are dropped. Tensors go in shards of at most ``max_shard_bytes`` with
     an index when there is more than one. ``tokenizer_files`` (name → file) are copied in
-    beside the weights.
+    beside the weights, and ``tokenizer_identity`` (``Tokenizer.identity``) is written to
+    ``loire_tokenizer.json``, so that a later run starting from this directory can prove it
+    uses the same tokenizer.
     """
     from safetensors.numpy import save_file
 
@@ -528,6 +534,8 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
     for name, file in (tokenizer_files or {}).items():
         (folder / name).write_bytes(Path(file).read_bytes())
+    if tokenizer_identity is not None:
+        (folder / TOKENIZER_IDENTITY).write_text(json.dumps(dict(tokenizer_identity), sort_keys=True) + "\n")
     return folder
 
 

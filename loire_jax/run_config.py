@@ -24,7 +24,7 @@ from loire_jax.data.config import DataConfig, TokenizerSpec
 from loire_jax.growth import HEADS_METHODS, HIDDEN_METHODS, INITS, MODES, OPS
 from loire_jax.sharding import parse_mesh
 
-PRESETS = ("paper", "modern")
+PRESETS = ("paper", "gpt2", "modern")
 TEACHERS = ("all", "last", "none")
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("constant", "cosine", "linear")
@@ -117,6 +117,9 @@ class StageConfig:
       from 0 to 1 over this many steps (the paper's lambda, 5k steps in App. D.1). It only
       acts in stages that grow layers.
     - ``reset_optimizer``: start Adam afresh instead of growing its moments with the plan.
+    - ``init_from`` (first stage only): M1's weights from a Hugging Face checkpoint directory
+      or another run's Orbax stage directory instead of a random init (LOIRE-GPT2, §3.1);
+      the architecture and the tokenizer must be the run's (``loire_jax.pretrained``).
     """
 
     name: str
@@ -130,6 +133,7 @@ class StageConfig:
     beta: float = 0.0
     beta_steps: int = 0
     reset_optimizer: bool = False
+    init_from: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.domains, str):
@@ -160,6 +164,8 @@ class StageConfig:
             problems.append(f"replay_ratio must be in [0, 1), got {self.replay_ratio!r}")
         if not (_is_num(self.beta) and self.beta >= 0.0):
             problems.append(f"beta must be a non-negative number, got {self.beta!r}")
+        if not isinstance(self.init_from, str):
+            problems.append(f"init_from must be a path, got {self.init_from!r}")
         if not isinstance(self.reset_optimizer, bool):
             problems.append(f"reset_optimizer must be true or false, got {self.reset_optimizer!r}")
         if not problems:
@@ -385,7 +391,8 @@ def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:
 def _stage_order_problems(stages: Sequence[StageConfig]) -> list[str]:
     """Stage 1 trains M1 from scratch (App. D.1): nothing to grow, distil from or replay."""
     first = stages[0]
-    problems = []
+    problems = [f"stage {s.name!r} is not the first stage: only M1 starts from init_from weights; later "
+                "models grow from their predecessor" for s in stages[1:] if s.init_from]
     if first.growth:
         problems.append(f"stage {first.name!r} is the first stage: it trains M1 from scratch, so it cannot grow; "
                         "set M1's sizes under model instead")

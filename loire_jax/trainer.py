@@ -39,6 +39,7 @@ from loire_jax.config_loader import run_config_from_dict
 from loire_jax import memory
 from loire_jax import paths
 from loire_jax import peers
+from loire_jax import pretrained
 from loire_jax import workdir as rundir
 from loire_jax.errors import RunError
 from loire_jax.paths import Path
@@ -51,7 +52,8 @@ from loire_jax.run_config import RunConfig
 from loire_jax.sharding import BATCH_AXES, batch_sharding, make_mesh, param_shardings, parse_mesh
 from loire_jax.stages import (Phase, global_step, growth_plans, optimizer_for, phase_at, phases, ramp_layers,
                               seen_domains_at, stage_models, stage_tokens, teacher_stages, validate)
-from loire_jax.train_state import TrainState, abstract_state, grow_train_state, new_train_state, state_shardings
+from loire_jax.train_state import (TrainState, abstract_state, grow_train_state, init_state, new_train_state,
+                                   state_shardings)
 from loire_jax.train_step import StepSpec, frozen_teacher, make_eval_step, make_train_step
 
 
@@ -195,6 +197,9 @@ class Trainer:
         validate(run, dict(self.mesh.shape), known_domains=set(self.domain_index))
         for cfg in self.models:  # validate() has checked every stage model against the mesh
             self._exec(cfg)  # an attention kernel this platform cannot run is refused here
+        started = checkpoints.latest_complete_step(checkpoints.stage_dir(self.workdir, 1)) is not None
+        if run.stages[0].init_from and (fresh or not started):  # configs only: cheap
+            pretrained.check_architecture(run.stages[0].init_from, self.models[0])
         for what, where in (("data_dir", run.data.data_dir), ("cache_dir", run.data.cache_dir)):
             if where and paths.as_path(where).exists() and not paths.as_path(where).is_dir():
                 raise RunError(f"{what} {where} is a file, not a directory; set data.{what} to a directory")
@@ -437,6 +442,11 @@ class Trainer:
         """Stage 1: a fresh M1. Later: the previous stage's final state, grown (Algorithm 1 l.1-21)."""
         opt, shardings, _ = self._layout(k)
         key = jax.random.key(self.run_config.seed)
+        if k == 0 and self.run_config.stages[0].init_from:
+            params = pretrained.load(self.run_config.stages[0].init_from, self.models[0], self._abstract(0).params,
+                                     self.mesh)
+            self.stop_point("loading M1's weights")
+            return jax.jit(lambda p: init_state(p, opt), out_shardings=shardings)(params)
         if k == 0:
             return new_train_state(self.models[0], opt, jax.random.fold_in(key, 0), shardings)
         prev, _ = self._ckpt(k - 1).restore(self._abstract(k - 1))
@@ -511,6 +521,8 @@ class Trainer:
                           f"{jax.process_count()}: the data stream continues at global batch {start}")
             self._say(f"stage {k + 1} ({stage.name}): resuming at step {start}/{stage.steps}")
         else:
+            if k == 0 and stage.init_from:
+                pretrained.check_tokenizer(stage.init_from, tokenizer_identity)
             state, start = self._start_state(k), 0
             self.evaluate(k, state.params, "init")
         teacher_params = tuple(self._load_teacher(j) for j in teacher_stages(run, k))

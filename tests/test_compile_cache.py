@@ -34,11 +34,12 @@ def test_the_cache_always_has_a_size_limit_so_jax_locks_its_entries(env, limit, 
         monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
     else:
         monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", env)
-    assert compile_cache(str(tmp_path / "xla")) == str(tmp_path / "xla")
-    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")
+    where = compile_cache(str(tmp_path / "xla"))
+    assert where == str(tmp_path / "xla" / f"1proc-{jax.local_device_count()}dev")
+    assert jax.config.jax_compilation_cache_dir == where
     assert jax.config.jax_compilation_cache_max_size == limit
     from jax._src.lru_cache import LRUCache  # the class JAX stores entries with
-    assert LRUCache(str(tmp_path / "xla"), max_size=jax.config.jax_compilation_cache_max_size).eviction_enabled
+    assert LRUCache(where, max_size=jax.config.jax_compilation_cache_max_size).eviction_enabled
 
 
 def test_off_leaves_the_cache_off(restore_cache_config):

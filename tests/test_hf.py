@@ -261,3 +261,40 @@ def test_a_large_export_is_sharded_with_an_index_that_loads_back(tmp_path):
     assert len(set(index["weight_map"].values())) > 2
     back_cfg, back = hf.load(tmp_path / "out")
     assert _delta(cfg, params, back_cfg, back) == 0.0
+
+
+# --------------------------------------------------------------------------- init_from a Hugging Face directory
+def test_init_from_checks_the_tokenizer_it_can_prove_and_refuses_one_it_cannot(tmp_path):
+    from loire_jax import pretrained
+    from loire_jax.data.fetch import sha256_file
+    from loire_jax.errors import RunError
+
+    mine = {"kind": "trained_bpe", "vocab_size": 100, "eos_id": 2, "sha256": "ab" * 32}
+    with pytest.raises(RunError, match="no tokenizer to check the run's against"):
+        pretrained.check_tokenizer(str(FIXTURES / "gpt2"), mine)
+    cfg, params = hf.load(FIXTURES / "gpt2")
+    hf.save(cfg, params, tmp_path / "exported", tokenizer_identity=mine)
+    pretrained.check_tokenizer(str(tmp_path / "exported"), mine)
+    with pytest.raises(RunError, match="tokenizer mismatch"):
+        pretrained.check_tokenizer(str(tmp_path / "exported"), {**mine, "sha256": "cd" * 32})
+    foreign = _copy("gpt2", tmp_path)
+    (foreign / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')
+    theirs = {"kind": "tokenizer_json", "vocab_size": 100, "eos_id": 99, "sha256": sha256_file(foreign / "tokenizer.json")}
+    pretrained.check_tokenizer(str(foreign), theirs)
+    with pytest.raises(RunError, match="set data.tokenizer to kind tokenizer_json, path .*tokenizer.json"):
+        pretrained.check_tokenizer(str(foreign), mine)
+
+
+def test_init_from_loads_the_weights_onto_the_mesh_only_for_the_same_architecture():
+    from loire_jax import pretrained
+    from loire_jax.errors import RunError
+    from loire_jax.layout import abstract_params
+
+    mesh = make_mesh({"data": 1, "fsdp": 4, "tensor": 2})
+    cfg, params = hf.load(FIXTURES / "llama_gqa")
+    loaded = pretrained.load(str(FIXTURES / "llama_gqa"), cfg, abstract_params(cfg), mesh)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), loaded, params)
+    with pytest.raises(RunError, match=r"another architecture than the run's model \(kv_heads: checkpoint 2, run 0\)"):
+        pretrained.load(str(FIXTURES / "llama_gqa"), cfg.replace(kv_heads=0), abstract_params(cfg), mesh)
+    with pytest.raises(RunError, match="neither a Hugging Face checkpoint directory"):
+        pretrained.check_architecture(str(FIXTURES), cfg)

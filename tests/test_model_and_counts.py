@@ -51,6 +51,25 @@ def test_paper_table1_sizes():
     assert [round(n / 1e6, 2) for n in ours] == [27.98, 55.94, 65.38, 72.47, 105.55]
 
 
+def test_loire_gpt2_table1_row_and_which_stages_export_as_gpt2():
+    """LOIRE-GPT2 grows a GPT-2-layout model (a final LayerNorm more than the paper's GPT):
+    GPT2LMHeadModel needs heads x head_dim = hidden, so M2 and M3 (hidden 768 over 6 heads
+    of 64) have no GPT-2 form; M1, M4 and M5 do."""
+    from loire_jax.hf import HFError, config_to_hf
+
+    sizes, exportable = [], []
+    for h, f, a, layers in TABLE1:
+        cfg = preset("gpt2", vocab_size=50257, max_seq_len=1024, hidden=h, ffn=f, heads=a, head_dim=64,
+                     layers=layers)
+        sizes.append(round(param_count(cfg) / 1e6, 2))
+        try:
+            exportable.append(config_to_hf(cfg)["architectures"] == ["GPT2LMHeadModel"])
+        except HFError:
+            exportable.append(False)
+    assert sizes == [27.98, 55.94, 65.38, 72.47, 105.55]
+    assert exportable == [True, False, False, True, True]
+
+
 def test_float64_needs_x64_and_apply_checks_tokens():
     cfg = ModelConfig(vocab_size=8, max_seq_len=4, hidden=4, ffn=4, heads=1, head_dim=2, layers=1)
     with pytest.raises(ValueError, match="x64 disabled"):  # the session leaves x64 off, as users have it

@@ -200,3 +200,23 @@ def test_the_report_command_refuses_an_unwritable_out_in_one_line(reference, tmp
                              "--out", str(blocker / "report")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_stage_one_starts_from_another_runs_checkpoint_with_its_checks(run_config, reference, tmp_path):
+    """``init_from`` an Orbax stage directory (LOIRE-GPT2's pretrained M1): stage 1's first
+    evaluation is the source model's last; another architecture is refused before compute."""
+    import yaml
+
+    config = yaml.safe_load(run_config.read_text())
+    config["stages"] = [{"name": "A2", "domains": ["SCI"], "steps": 1, "init_from": str(reference / "stage_1")}]
+    path = tmp_path / "init.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert in_process(path, tmp_path / "run").complete
+    started = {r["domain"]: r["ppl"] for r in records(tmp_path / "run", "eval") if r["point"] == "init"}
+    source = {r["domain"]: r["ppl"] for r in records(reference, "eval") if r["stage"] == 1 and r["point"] == "final"}
+    assert started == source
+    with pytest.raises(RunError, match=r"holds another architecture than the run's model \(ffn: checkpoint 32, "
+                                       r"run 48\)") as refused:
+        in_process(path, tmp_path / "other", "model.ffn=48")
+    assert not (tmp_path / "other" / "stage_1").exists()
+    assert "\n" not in str(refused.value)

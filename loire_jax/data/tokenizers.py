@@ -26,11 +26,13 @@ GPT2_EOT = "<|endoftext|>"
 
 
 class Tokenizer(abc.ABC):
-    """Text → ids. Subclasses set ``vocab_size``, ``eos_id`` and ``identity``."""
+    """Text → ids. Subclasses set ``vocab_size``, ``eos_id``, ``identity`` and ``files``
+    (name → file: what an exported checkpoint carries, under the names its readers expect)."""
 
     vocab_size: int
     eos_id: int
     identity: dict[str, Any]
+    files: dict[str, Path]
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -56,6 +58,7 @@ class TiktokenTokenizer(Tokenizer):
         self.eos_id = len(ranks)
         self.identity = {"kind": "gpt2", "vocab_size": self.vocab_size, "eos_id": self.eos_id,
                          "sha256": sha256_file(path)}
+        self.files = {"gpt2.tiktoken": path}
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode_ordinary(text)
@@ -82,6 +85,7 @@ class SentencePieceTokenizer(Tokenizer):
                             "must be separated by EOS. Retrain with eos_id set.")
         self.identity = {"kind": kind, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
                          "sha256": self._vocab_hash()}
+        self.files = {"tokenizer.model": path}  # the name transformers' sentencepiece tokenizers read
 
     def _vocab_hash(self) -> str:
         # Hash the vocabulary (pieces, scores, types), not the file: the file also records
@@ -120,6 +124,7 @@ class HFTokenizer(Tokenizer):
         self.eos_id = found[0]
         self.identity = {"kind": "tokenizer_json", "vocab_size": self.vocab_size,
                          "eos_id": self.eos_id, "sha256": sha256_file(path)}
+        self.files = {"tokenizer.json": path}
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
