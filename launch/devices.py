@@ -163,10 +163,12 @@ def compile_cache(setting: str) -> str | None:
             os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "loire_jax", "xla")
     if os.path.exists(setting) and not os.path.isdir(setting):
         raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory", setting)
-    # One subdirectory per process layout: JAX's cache key does not include the process count,
-    # so a program compiled by a single process would otherwise be loaded by each process of a
-    # multi-process run over the same devices, whose collectives it does not make.
-    setting = os.path.join(setting, f"{jax.process_count()}proc-{jax.local_device_count()}dev")
+    # One subdirectory per process of each process layout. JAX's cache key names neither the
+    # process count nor the process: without this, a program compiled by a single process, or
+    # by another process of the same run, can be loaded by a process whose collectives it does
+    # not make. A multi-process CPU run then failed with a gloo size mismatch.
+    setting = os.path.join(setting, f"{jax.process_count()}proc-{jax.local_device_count()}dev",
+                           f"process{jax.process_index()}")
     os.makedirs(setting, exist_ok=True)
     # JAX writes cache entries in place and locks them only when the cache has a size limit:
     # without one, a process reading an entry another is still writing (two runs, or the

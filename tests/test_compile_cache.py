@@ -35,7 +35,7 @@ def test_the_cache_always_has_a_size_limit_so_jax_locks_its_entries(env, limit, 
     else:
         monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", env)
     where = compile_cache(str(tmp_path / "xla"))
-    assert where == str(tmp_path / "xla" / f"1proc-{jax.local_device_count()}dev")
+    assert where == str(tmp_path / "xla" / f"1proc-{jax.local_device_count()}dev" / "process0")
     assert jax.config.jax_compilation_cache_dir == where
     assert jax.config.jax_compilation_cache_max_size == limit
     from jax._src.lru_cache import LRUCache  # the class JAX stores entries with
