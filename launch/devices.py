@@ -166,7 +166,8 @@ def compile_cache(setting: str) -> str | None:
     # One subdirectory per process of each process layout. JAX's cache key names neither the
     # process count nor the process: without this, a program compiled by a single process, or
     # by another process of the same run, can be loaded by a process whose collectives it does
-    # not make. A multi-process CPU run then failed with a gloo size mismatch.
+    # not make (a two-process CPU test run whose processes shared one directory failed twice
+    # with a gloo size mismatch, then passed with per-process directories).
     setting = os.path.join(setting, f"{jax.process_count()}proc-{jax.local_device_count()}dev",
                            f"process{jax.process_index()}")
     os.makedirs(setting, exist_ok=True)
