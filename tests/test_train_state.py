@@ -5,6 +5,8 @@ parameters function-preservingly and Adam's moments with them, restarts the LR s
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +27,7 @@ TOKENS = jnp.asarray(np.random.default_rng(0).integers(0, 64, (4, 9)), jnp.int32
 OPT = optimizer_for(OptimizerConfig(name="adamw", lr=1e-2, weight_decay=0.1, warmup_steps=2), steps=10)
 
 
+@functools.lru_cache(maxsize=None)  # immutable arrays: the tests share one computation
 def _trained(steps: int = 3) -> TrainState:
     """A state some steps into a stage: non-zero moments, counters at ``steps``."""
     params = init_params(CFG, jax.random.key(0))
