@@ -22,12 +22,17 @@ for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_collective_
 import jax  # noqa: E402
 
 # One persistent compilation cache for the session's CLI runs (separate processes that compile
-# the same programs again and again), kept out of the user's ~/.cache. Set after JAX is
-# imported, so that it reaches only those processes: the test workers compile in memory.
+# the same programs again and again), kept out of the user's ~/.cache; launch/devices.py
+# gives each process layout and process its own directory in it. Each test worker has its own
+# directory too: JAX's cache key does not tell apart processes with other device counts, and a
+# worker sharing one directory with the CLI runs crashed twice loading an executable from it.
 import tempfile  # noqa: E402
 
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
-jax.config.update("jax_compilation_cache_dir", None)
+_CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                               os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
+jax.config.update("jax_compilation_cache_dir",
+                  os.path.join(_CACHE, "test-workers", os.environ.get("PYTEST_XDIST_WORKER", "main")))
+jax.config.update("jax_compilation_cache_max_size", 4 << 30)  # a limit makes JAX lock its entries
 
 jax.config.update("jax_disable_most_optimizations", True)  # see the docstring; tests/runs.py undoes it
 
@@ -99,3 +104,15 @@ def reference(run_config, tmp_path_factory):
     assert in_process(run_config, workdir).complete
     write_report([workdir])
     return workdir
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Each module's compiled programs are dropped when it ends: JAX keeps every executable of
+    a live function, and over the whole suite a worker grew to ~5 GB, close to what a 2-core
+    CI machine has for two workers and their subprocesses."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()

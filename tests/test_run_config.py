@@ -41,7 +41,7 @@ def shapes(run: RunConfig) -> list[tuple[int, int, int, int]]:
 
 
 # --------------------------------------------------------------------------- presets
-@pytest.mark.parametrize("name", ["tiny", "gpt_paper", "gpt_1b"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gpt2", "gpt_paper", "gpt_1b"])
 def test_presets_load_validate_and_round_trip_through_json(name):
     run = load_run_config(CONFIGS / f"{name}.yaml")
     assert run.name == name
@@ -50,6 +50,19 @@ def test_presets_load_validate_and_round_trip_through_json(name):
     saved = json.loads(json.dumps(run.to_dict()))
     assert run_config_from_dict(saved) == run
     validate(run, {"data": 1, "fsdp": 8, "tensor": 1})
+
+
+def test_loire_gpt2_starts_from_the_general_runs_model_in_gpt2_layout():
+    plm, run = load_run_config(CONFIGS / "tiny_gpt2_general.yaml"), load_run_config(CONFIGS / "tiny_gpt2.yaml")
+    assert run.model == plm.model and run.model.activation == "gelu_tanh" and run.model.norm_position == "pre"
+    assert run.stages[0].init_from == f"runs/{plm.name}/stage_1" and not any(s.init_from for s in run.stages[1:])
+    assert plm.stages[0].domains == ("WB", "NEWS", "REV", "BIO", "CS")  # the general mixture
+    assert run.data == plm.data  # one tokenizer for both
+
+
+def test_only_the_first_stage_may_start_from_a_checkpoint():
+    assert "stage 'M3-REV' is not the first stage: only M1 starts from init_from weights" in refusal(
+        "stages.2.init_from=runs/x/stage_1")
 
 
 def test_gpt_paper_is_table_1_with_app_d1_schedule():

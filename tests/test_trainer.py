@@ -220,3 +220,14 @@ def test_stage_one_starts_from_another_runs_checkpoint_with_its_checks(run_confi
         in_process(path, tmp_path / "other", "model.ffn=48")
     assert not (tmp_path / "other" / "stage_1").exists()
     assert "\n" not in str(refused.value)
+    # a source trained with another tokenizer (its recorded identity edited in a copy)
+    import shutil
+
+    shutil.copytree(reference / "stage_1", tmp_path / "foreign")
+    for meta_file in (tmp_path / "foreign").glob("*/meta/metadata"):
+        meta = json.loads(meta_file.read_text())
+        meta["tokenizer"]["sha256"] = "0" * 64
+        meta_file.write_text(json.dumps(meta))
+    with pytest.raises(RunError, match=r"tokenizer mismatch: the init_from checkpoint .*foreign was made with"):
+        in_process(path, tmp_path / "third", f"stages.0.init_from={tmp_path / 'foreign'}")
+    assert not (tmp_path / "third" / "stage_1").exists()
