@@ -24,8 +24,8 @@ import jax  # noqa: E402
 # One persistent compilation cache for the session's CLI runs (separate processes that compile
 # the same programs again and again), kept out of the user's ~/.cache; launch/devices.py
 # gives each process layout and process its own directory in it. Each test worker has its own
-# directory too: JAX's cache key does not tell apart processes with other device counts, and a
-# worker sharing one directory with the CLI runs crashed twice loading an executable from it.
+# directory too, so that no worker loads a program another process compiled: JAX's cache key
+# does not tell apart processes with other device counts.
 import tempfile  # noqa: E402
 
 _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
