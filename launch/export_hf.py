@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import jax
+    from absl import logging as absl_logging
 
+    absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
     from loire_jax import checkpoints, hf
     from loire_jax.config import ModelConfig
     from loire_jax.config_loader import run_config_from_dict

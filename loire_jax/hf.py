@@ -491,6 +491,9 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     from safetensors.numpy import save_file
 
     hf = config_to_hf(cfg)
+    # transformers' defaults (GPT-2's 50256) would name ids outside a smaller vocabulary
+    eos = (tokenizer_identity or {}).get("eos_id")
+    hf.update(eos_token_id=eos, bos_token_id=eos if hf["model_type"] == "gpt2" else None)
     gates = np.asarray(jax.device_get(params[GATES]))
     if not np.all(gates == 1):
         raise HFError(f"cannot export: layer gate(s) {np.flatnonzero(gates != 1).tolist()} are not 1 (values "

@@ -40,7 +40,8 @@ def check_usable(workdir: Path) -> None:
     if workdir.exists() and not workdir.is_dir():
         raise WorkdirError(f"workdir {workdir} is a file, not a directory; pass another --workdir")
     if workdir.is_dir():
-        children = sorted(p.name for p in workdir.iterdir())
+        # our own lock alone (a new workdir locked before --fresh looks) is not foreign content
+        children = sorted(p.name for p in workdir.iterdir() if p.name != LOCK)
         if children and MARKER not in children:
             raise WorkdirError(f"workdir {workdir} is not a loire_jax run directory (no {MARKER}; it holds "
                                f"{', '.join(children[:5])}); pass a new or empty directory as --workdir")

@@ -236,3 +236,13 @@ def test_fresh_on_an_object_store_empties_only_a_marked_run(tmp_path, object_sto
     with pytest.raises(rundir.WorkdirError, match="not a loire_jax run directory"):
         rundir.fresh(tmp_path / "thesis")
     assert (tmp_path / "thesis" / "ch1.tex").exists()
+
+
+def test_fresh_on_a_new_workdir_that_the_run_has_just_locked(tmp_path):
+    """``--fresh`` with a new --workdir: the preflight takes the lock, then empties the run."""
+    lock = rundir.WorkdirLock(tmp_path / "new", break_lock=False)
+    (tmp_path / "new").mkdir()
+    lock.acquire()
+    rundir.fresh(tmp_path / "new")
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == [rundir.LOCK]
+    lock.release()
