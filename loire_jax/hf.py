@@ -61,7 +61,8 @@ _NEUTRAL = {
     "tie_word_embeddings", "id2label", "label2id", "problem_type", "tokenizer_class", "prefix",
     "is_decoder", "is_encoder_decoder", "add_cross_attention", "chunk_size_feed_forward",
     "cross_attention_hidden_size", "tf_legacy_loss", "use_bfloat16", "pruned_heads",
-    "finetuning_task", "decoder_start_token_id", "sep_token_id", "layer_types",
+    "finetuning_task", "decoder_start_token_id", "sep_token_id", "layer_types", "output_past",
+    "gradient_checkpointing",
 }
 # Fields with the one value this model implements (anything else is refused).
 _REQUIRED = {
@@ -79,6 +80,13 @@ def _refuse(where: str, why: str) -> HFError:
 def config_from_hf(hf: Mapping[str, Any], *, where: str = "config.json", **overrides: Any) -> ModelConfig:
     """The ``ModelConfig`` of a transformers ``config.json``; ``overrides`` set execution
     fields (``dtype``, ``param_dtype``, ``pad_vocab_to``, ``attention``, ``remat``)."""
+    try:
+        return _config_from_hf(hf, where, overrides)
+    except KeyError as err:
+        raise _refuse(where, f"field {err.args[0]!r} is missing") from None
+
+
+def _config_from_hf(hf: Mapping[str, Any], where: str, overrides: dict[str, Any]) -> ModelConfig:
     archs = hf.get("architectures") or []
     arch = archs[0] if len(archs) == 1 else None
     if arch not in ARCHITECTURES:

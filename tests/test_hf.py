@@ -196,6 +196,7 @@ def _edit_config(folder, **changes):
     ({"intermediate_size": 40}, r"tensor 'model.layers.0.mlp.up_proj.weight' has shape \[48, 32\], config.json "
                                 r"implies \[40, 32\] \(and 5 more\)"),
     ({"num_key_value_heads": 4}, r"k_proj.weight' has shape \[24, 32\], config.json implies \[48, 32\]"),
+    ({"hidden_size": None}, r"invalid ModelConfig: hidden must be a positive integer"),
 ])
 def test_a_checkpoint_that_does_not_match_is_refused_naming_why(change, match, tmp_path):
     folder = _copy("llama_gqa", tmp_path)
@@ -219,6 +220,15 @@ def test_a_missing_or_misshapen_tensor_is_refused_never_zero_filled(tmp_path):
     tensors["transformer.h.2.mlp.c_fc.bias"] = np.zeros(128, np.float32)
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(hf.HFError, match=r"\['transformer.h.2.mlp.c_fc.bias'\] have no place"):
+        hf.load(folder)
+
+
+def test_a_config_without_a_required_field_is_refused_naming_it(tmp_path):
+    folder = _copy("gpt2", tmp_path)
+    data = json.loads((folder / "config.json").read_text())
+    del data["n_layer"]
+    (folder / "config.json").write_text(json.dumps(data))
+    with pytest.raises(hf.HFError, match="config.json: field 'n_layer' is missing"):
         hf.load(folder)
 
 
