@@ -1,6 +1,7 @@
 """Export a stage's model as a Hugging Face checkpoint: ``python launch/export_hf.py WORKDIR OUT [--stage K]``.
 
-Reads the stage's final checkpoint (default: the last stage that has one) and writes OUT as
+Reads the stage's newest checkpoint (its final one once the stage has finished; default: the
+last stage that has one) and writes OUT as
 a directory transformers loads with ``AutoModelForCausalLM.from_pretrained(OUT)``: a
 ``GPT2LMHeadModel`` (preset ``gpt2``) or a ``LlamaForCausalLM`` (preset ``modern``), with
 the run's tokenizer file and its identity (``loire_tokenizer.json``), so that a later run can
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         if stage not in stages:
             raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
         directory = checkpoints.stage_dir(workdir, stage)
+        step = checkpoints.latest_complete_step(directory)
         meta = checkpoints.read_latest_meta(directory)
         cfg = ModelConfig.from_dict(meta["model"])
         hf.config_to_hf(cfg)  # refuse an inexpressible model before reading its weights
@@ -67,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err.strerror or err}{where}", file=sys.stderr)
         return 1
     arch = json.loads((out / "config.json").read_text())["architectures"][0]
-    print(f"exported stage {stage} of {run.name} ({run.stages[stage - 1].name}) as {arch} to {out}{note}")
+    steps = run.stages[stage - 1].steps
+    when = "its final step" if step == steps else f"step {step} of {steps}: the stage has not finished"
+    print(f"exported stage {stage} of {run.name} ({run.stages[stage - 1].name}), {when}, as {arch} to {out}{note}")
     return 0
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -84,11 +85,13 @@ def config_from_hf(hf: Mapping[str, Any], *, where: str = "config.json", **overr
         return _config_from_hf(hf, where, overrides)
     except KeyError as err:
         raise _refuse(where, f"field {err.args[0]!r} is missing") from None
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError) as err:  # a field of the wrong type
+        raise _refuse(where, f"malformed field ({type(err).__name__}: {err})") from None
 
 
 def _config_from_hf(hf: Mapping[str, Any], where: str, overrides: dict[str, Any]) -> ModelConfig:
     archs = hf.get("architectures") or []
-    arch = archs[0] if len(archs) == 1 else None
+    arch = archs[0] if isinstance(archs, list) and len(archs) == 1 else None
     if arch not in ARCHITECTURES:
         raise _refuse(where, f"architectures {archs!r} is not supported; loire_jax reads {list(ARCHITECTURES)}")
     for field, allowed in _REQUIRED[arch].items():
@@ -137,7 +140,10 @@ def _refuse_unknown(hf: Mapping[str, Any], known: set[str], where: str, arch: st
 def _rope_fields(hf: Mapping[str, Any], where: str) -> dict[str, Any]:
     """RoPE settings from either spelling: transformers 5's ``rope_parameters`` or the older
     top-level ``rope_theta`` with ``rope_scaling``."""
-    params = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    both = [hf.get("rope_parameters"), hf.get("rope_scaling")]
+    if all(both) and {k: v for k, v in both[0].items() if k != "rope_theta"} != both[1]:
+        raise _refuse(where, "rope_parameters and rope_scaling disagree; transformers versions differ on which wins")
+    params = dict(both[0] or both[1] or {})
     theta = params.pop("rope_theta", hf.get("rope_theta", 10000.0))
     kind = params.pop("rope_type", params.pop("type", "default"))
     if params.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)) != 1.0:
@@ -150,7 +156,7 @@ def _rope_fields(hf: Mapping[str, Any], where: str) -> dict[str, Any]:
             out.update(rope_scaling="llama3", rope_factor=float(params.pop("factor")),
                        rope_low_freq_factor=float(params.pop("low_freq_factor")),
                        rope_high_freq_factor=float(params.pop("high_freq_factor")),
-                       rope_original_max_len=int(params.pop("original_max_position_embeddings")))
+                       rope_original_max_len=_whole(params.pop("original_max_position_embeddings")))
         except KeyError as err:
             raise _refuse(where, f"llama3 rope scaling without {err.args[0]!r}") from None
         left = {k: v for k, v in params.items() if v is not None}
@@ -159,6 +165,12 @@ def _rope_fields(hf: Mapping[str, Any], where: str) -> dict[str, Any]:
     if left:
         raise _refuse(where, f"rope field(s) {sorted(left)} are not supported")
     return out
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool) or not float(value).is_integer():
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(value)
 
 
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
@@ -309,7 +321,10 @@ def _cut(src: _Source, read: Callable[[tuple[slice, ...]], np.ndarray], index: t
     v = rng[v_axis]
     stored = slice(min(v.start, vocab), min(v.stop, vocab))
     h = rng[1 - v_axis]
-    out = read((stored, h))
+    if stored.start < stored.stop:
+        out = read((stored, h))
+    else:  # a block of padding only: nothing stored to read
+        out = np.zeros((0, h.stop - h.start), np.float32)
     out = out if src.kind == "rows" else out.T
     pad = [(0, 0), (0, 0)]
     pad[v_axis] = (0, (v.stop - v.start) - (stored.stop - stored.start))
@@ -320,7 +335,7 @@ def _cut(src: _Source, read: Callable[[tuple[slice, ...]], np.ndarray], index: t
 class _Checkpoint:
     """The tensors of a checkpoint directory, by name, read slice by slice."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, prefix: str = ""):
         from safetensors import safe_open
 
         self.folder = folder
@@ -328,14 +343,19 @@ class _Checkpoint:
         index, single = folder / INDEX, folder / SINGLE
         if index.is_file():
             try:
-                self.where = {k: folder / v for k, v in json.loads(index.read_text())["weight_map"].items()}
-            except (ValueError, KeyError, AttributeError) as err:
+                where = {str(k): folder / str(v) for k, v in json.loads(index.read_text())["weight_map"].items()}
+            except (ValueError, KeyError, AttributeError, TypeError) as err:
                 raise HFError(f"{index}: not a safetensors index ({err})") from None
         elif single.is_file():
-            self.where = {k: single for k in self._keys(single)}
+            where = {k: single for k in self._keys(single)}
         else:
             raise HFError(f"{folder}: no {SINGLE} or {INDEX} (loire_jax reads safetensors checkpoints; "
                           "re-save a .bin checkpoint with save_pretrained(safe_serialization=True))")
+        # Some checkpoints (the original GPT-2's) store the base model's tensors without its
+        # prefix ("h.0.attn.c_attn.weight"); transformers accepts both, and so do we.
+        bare = prefix and not any(k.startswith(prefix) for k in where)
+        self.stored = {(prefix + k if bare and not k.startswith("lm_head.") else k): k for k in where}
+        self.where = {name: where[stored] for name, stored in self.stored.items()}
         self._files: dict[Path, Any] = {}
 
     def _keys(self, file: Path) -> list[str]:
@@ -358,14 +378,20 @@ class _Checkpoint:
             self._files[path] = self._handle(path).__enter__()
         return self._files[path]
 
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self.file(name).get_slice(name).get_shape())
+    def _slice(self, name: str) -> Any:
+        try:
+            return self.file(name).get_slice(self.stored[name])
+        except HFError:
+            raise
+        except Exception as err:  # safetensors' own error: the file lacks what the index says
+            raise HFError(f"{self.where[name]}: tensor {self.stored[name]!r} cannot be read "
+                          f"({str(err).splitlines()[0][:160]})") from None
 
-    def dtype(self, name: str) -> str:
-        return self.file(name).get_slice(name).get_dtype()
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._slice(name).get_shape())
 
     def read(self, name: str, block: tuple[slice, ...]) -> np.ndarray:
-        tensor = self.file(name).get_slice(name)  # bfloat16 reads as ml_dtypes' bfloat16
+        tensor = self._slice(name)  # bfloat16 reads as ml_dtypes' bfloat16
         return np.asarray(tensor[block] if block else tensor[:])
 
     def close(self) -> None:
@@ -405,7 +431,7 @@ def load(path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None,
     cfg = config_from_hf(hf, where=str(folder / "config.json"), **overrides)
     cfg.check_dtype_support()
     arch = hf["architectures"][0]
-    store = _Checkpoint(folder)
+    store = _Checkpoint(folder, "transformer." if arch == "GPT2LMHeadModel" else "model.")
     try:
         sources = _sources(cfg, arch)
         _check_tensors(cfg, arch, sources, store)
@@ -496,8 +522,6 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     ``loire_tokenizer.json``, so that a later run starting from this directory can prove it
     uses the same tokenizer.
     """
-    from safetensors.numpy import save_file
-
     hf = config_to_hf(cfg)
     # transformers' defaults (GPT-2's 50256) would name ids outside a smaller vocabulary
     eos = (tokenizer_identity or {}).get("eos_id")
@@ -529,7 +553,28 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     for name, parts in fused.items():  # c_attn: Q, K, V side by side along the output axis
         tensors[name] = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])], axis=-1)
     tensors = {k: np.ascontiguousarray(v.astype(out_dtype)) for k, v in tensors.items()}
-    folder.mkdir(parents=True, exist_ok=True)
+    # Written into a sibling directory, then renamed into place: an interrupted export leaves
+    # no half-written checkpoint at ``path`` (and a retry is not refused as "not empty").
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _write(tmp, tensors, hf, max_shard_bytes, tokenizer_files, tokenizer_identity)
+        if folder.exists():
+            folder.rmdir()  # empty (checked above)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def _write(folder: Path, tensors: Mapping[str, np.ndarray], hf: Mapping[str, Any], max_shard_bytes: int,
+           tokenizer_files: Mapping[str, str | os.PathLike] | None,
+           tokenizer_identity: Mapping[str, Any] | None) -> None:
+    from safetensors.numpy import save_file
+
     shards = _shard(tensors, max_shard_bytes)
     if len(shards) == 1:
         save_file(shards[0], str(folder / SINGLE), metadata={"format": "pt"})
@@ -547,7 +592,6 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
         (folder / name).write_bytes(Path(file).read_bytes())
     if tokenizer_identity is not None:
         (folder / TOKENIZER_IDENTITY).write_text(json.dumps(dict(tokenizer_identity), sort_keys=True) + "\n")
-    return folder
 
 
 def _to_stored(src: _Source, ours: np.ndarray, vocab: int) -> np.ndarray:

@@ -32,6 +32,9 @@ def kind(source: str) -> str:
     with complete checkpoints); RunError otherwise."""
     path = paths.as_path(source)
     if (path / "config.json").exists() and "architectures" in _json(path / "config.json", source):
+        if not paths.is_local(path):
+            raise RunError(f"init_from {source}: a Hugging Face directory must be local; copy it to this host "
+                           "(gs:// works for Orbax stage directories)")
         return "hf"
     if path.is_dir() and checkpoints.latest_complete_step(path) is not None:
         return "orbax"
@@ -56,6 +59,7 @@ def stored_model(source: str, like: ModelConfig) -> ModelConfig:
         except hf.HFError as err:
             raise RunError(str(err)) from None
     meta = checkpoints.read_latest_meta(paths.as_path(source))
+    keep.pop("param_dtype")  # Orbax restores the stored dtype only: it must be the run's
     return ModelConfig.from_dict({**meta["model"], **keep})
 
 

@@ -199,6 +199,10 @@ class Trainer:
             self._exec(cfg)  # an attention kernel this platform cannot run is refused here
         started = checkpoints.latest_complete_step(checkpoints.stage_dir(self.workdir, 1)) is not None
         if run.stages[0].init_from and (fresh or not started):  # configs only: cheap
+            source = paths.absolute(run.stages[0].init_from)
+            if fresh and str(source).startswith(str(paths.absolute(self.workdir)).rstrip("/") + "/"):
+                raise RunError(f"init_from {run.stages[0].init_from} lies inside the workdir, which --fresh would "
+                               "empty; copy it elsewhere first")
             pretrained.check_architecture(run.stages[0].init_from, self.models[0])
         for what, where in (("data_dir", run.data.data_dir), ("cache_dir", run.data.cache_dir)):
             if where and paths.as_path(where).exists() and not paths.as_path(where).is_dir():

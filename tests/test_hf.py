@@ -169,6 +169,9 @@ def test_a_checkpoint_loads_onto_a_mesh_reading_only_each_devices_blocks(monkeyp
                      sharded, expected)
         _, whole = hf.load(FIXTURES / name)
         jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), sharded, whole)
+    # a device whose vocabulary block is padding only (128..256 of 100 stored rows) reads nothing
+    cfg, padded = hf.load(FIXTURES / "gpt2", mesh=mesh, pad_vocab_to=256)
+    assert padded["embed"]["embedding"].shape == (256, 32) and not np.any(np.asarray(padded["embed"]["embedding"][100:]))
 
 
 # --------------------------------------------------------------------------- refusals
@@ -221,6 +224,49 @@ def test_a_missing_or_misshapen_tensor_is_refused_never_zero_filled(tmp_path):
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(hf.HFError, match=r"\['transformer.h.2.mlp.c_fc.bias'\] have no place"):
         hf.load(folder)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"architectures": 5}, r"architectures 5 is not supported"),
+    ({"n_head": 0}, r"malformed field \(ZeroDivisionError"),
+    ({"layer_norm_epsilon": None}, r"malformed field \(TypeError"),
+])
+def test_a_malformed_gpt2_config_is_one_error_not_a_traceback(change, match, tmp_path):
+    folder = _copy("gpt2", tmp_path)
+    _edit_config(folder, **change)
+    with pytest.raises(hf.HFError, match=match):
+        hf.load(folder)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"rope_parameters": [1, 2]}, r"malformed field"),
+    ({"rope_scaling": {"rope_type": "default"}}, r"rope_parameters and rope_scaling disagree"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 16.5}},
+     r"16.5 is not a whole number"),
+])
+def test_malformed_rope_settings_are_refused(change, match, tmp_path):
+    folder = _copy("llama_gqa", tmp_path)
+    _edit_config(folder, **change)
+    with pytest.raises(hf.HFError, match=match):
+        hf.load(folder)
+
+
+def test_gpt2_weights_stored_without_the_transformer_prefix_load_the_same(tmp_path):
+    """The original GPT-2 checkpoints name their tensors "h.0.attn.c_attn.weight"."""
+    folder = _copy("gpt2", tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({k.removeprefix("transformer."): v for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    cfg, params = hf.load(folder)
+    _, reference = hf.load(FIXTURES / "gpt2")
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, reference)
+
+
+def test_an_export_that_fails_leaves_nothing_behind(tmp_path):
+    cfg, params = hf.load(FIXTURES / "gpt2")
+    with pytest.raises(FileNotFoundError):
+        hf.save(cfg, params, tmp_path / "out", tokenizer_files={"tokenizer.model": tmp_path / "missing"})
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_config_without_a_required_field_is_refused_naming_it(tmp_path):
