@@ -137,13 +137,11 @@ CACHE_LIMIT_BYTES = 8 << 30
 
 
 def cache_limit() -> int:
-    """The compilation cache's size limit in bytes: $JAX_COMPILATION_CACHE_MAX_SIZE where it
-    is positive, else 8 GiB. Never unlimited, since JAX locks entries only under a limit;
-    beyond it, the least recently used programs are evicted."""
-    try:
-        size = int(os.environ.get("JAX_COMPILATION_CACHE_MAX_SIZE", ""))
-    except ValueError:
-        size = 0
+    """The compilation cache's size limit in bytes: JAX's ``jax_compilation_cache_max_size``
+    (which reads $JAX_COMPILATION_CACHE_MAX_SIZE) where it is positive, else 8 GiB. Never
+    unlimited, since JAX locks entries only under a limit; beyond it, the least recently
+    used programs are evicted."""
+    size = jax.config.jax_compilation_cache_max_size
     return size if size > 0 else CACHE_LIMIT_BYTES
 
 

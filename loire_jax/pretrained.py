@@ -50,9 +50,14 @@ def _json(file: Any, source: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _execution(model: ModelConfig) -> dict[str, Any]:
+    """``model``'s execution fields and vocab padding: what an imported model takes from the run."""
+    return {f: getattr(model, f) for f in EXECUTION_FIELDS + ("pad_vocab_to",)}
+
+
 def stored_model(source: str, like: ModelConfig) -> ModelConfig:
     """The architecture ``source`` holds, with ``like``'s execution fields and vocab padding."""
-    keep = {f: getattr(like, f) for f in EXECUTION_FIELDS + ("pad_vocab_to",)}
+    keep = _execution(like)
     if kind(source) == "hf":
         try:
             return hf.config_from_hf(hf.read_config(Path(str(source))), where=f"init_from {source}", **keep)
@@ -105,8 +110,7 @@ def load(source: str, model: ModelConfig, abstract_params: Any, mesh: jax.shardi
     check_architecture(source, model)
     if kind(source) == "hf":
         try:
-            _, params = hf.load(Path(str(source)), mesh=mesh,
-                                **{f: getattr(model, f) for f in EXECUTION_FIELDS + ("pad_vocab_to",)})
+            _, params = hf.load(Path(str(source)), mesh=mesh, **_execution(model))
         except hf.HFError as err:
             raise RunError(str(err)) from None
         return params

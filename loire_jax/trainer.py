@@ -197,8 +197,8 @@ class Trainer:
         validate(run, dict(self.mesh.shape), known_domains=set(self.domain_index))
         for cfg in self.models:  # validate() has checked every stage model against the mesh
             self._exec(cfg)  # an attention kernel this platform cannot run is refused here
-        started = checkpoints.latest_complete_step(checkpoints.stage_dir(self.workdir, 1)) is not None
-        if run.stages[0].init_from and (fresh or not started):  # configs only: cheap
+        if run.stages[0].init_from and (  # configs only: cheap
+                fresh or checkpoints.latest_complete_step(checkpoints.stage_dir(self.workdir, 1)) is None):
             source = paths.absolute(run.stages[0].init_from)
             if fresh and str(source).startswith(str(paths.absolute(self.workdir)).rstrip("/") + "/"):
                 raise RunError(f"init_from {run.stages[0].init_from} lies inside the workdir, which --fresh would "

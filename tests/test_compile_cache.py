@@ -26,14 +26,10 @@ def restore_cache_config():
         jax.config.update(key, value)
 
 
-@pytest.mark.parametrize("env, limit", [(None, CACHE_LIMIT_BYTES), ("-1", CACHE_LIMIT_BYTES),
-                                        ("0", CACHE_LIMIT_BYTES), ("12345678", 12345678)])
-def test_the_cache_always_has_a_size_limit_so_jax_locks_its_entries(env, limit, tmp_path, monkeypatch,
-                                                                   restore_cache_config):
-    if env is None:
-        monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
-    else:
-        monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", env)
+@pytest.mark.parametrize("asked, limit", [(-1, CACHE_LIMIT_BYTES), (0, CACHE_LIMIT_BYTES),
+                                          (12345678, 12345678)])
+def test_the_cache_always_has_a_size_limit_so_jax_locks_its_entries(asked, limit, tmp_path, restore_cache_config):
+    jax.config.update("jax_compilation_cache_max_size", asked)  # what $JAX_COMPILATION_CACHE_MAX_SIZE sets
     where = compile_cache(str(tmp_path / "xla"))
     assert where == str(tmp_path / "xla" / f"1proc-{jax.local_device_count()}dev" / "process0")
     assert jax.config.jax_compilation_cache_dir == where
