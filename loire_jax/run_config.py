@@ -26,6 +26,7 @@ from loire_jax.sharding import parse_mesh
 
 PRESETS = ("paper", "gpt2", "modern")
 TEACHERS = ("all", "last", "none")
+REPLAY_FROM = ("all", "previous")
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("constant", "cosine", "linear")
 # Run precision -> (compute dtype, master-parameter dtype). bf16 keeps fp32 masters so that
@@ -112,6 +113,8 @@ class StageConfig:
       is split 9:1 into pre-training and recovery memory, §3.1) and the teachers distil.
     - ``beta``/``beta_steps``: L = L_LM + beta * sum_j L_distill,j for the first ``beta_steps``
       steps, then beta vanishes (0.1 for 1k steps, App. D.1).
+    - ``replay_from``: whose memory the replay draws on: every earlier stage's domains
+      (LOIRE, §2.6) or only the previous stage's (the ER baseline, App. D.2).
     - ``teachers``: which earlier models M^(j)+ distil: all of them (§2.6), the last one, none.
     - ``gate_ramp_steps``: new layers are gated, H + alpha (T(H) - H), alpha ramped linearly
       from 0 to 1 over this many steps (the paper's lambda, 5k steps in App. D.1). It only
@@ -130,6 +133,7 @@ class StageConfig:
     gate_ramp_steps: int = 0
     teachers: Literal["all", "last", "none"] = "none"
     replay_ratio: float = 0.0
+    replay_from: Literal["all", "previous"] = "all"
     beta: float = 0.0
     beta_steps: int = 0
     reset_optimizer: bool = False
@@ -162,6 +166,8 @@ class StageConfig:
             problems.append(f"teachers must be one of {TEACHERS}, got {self.teachers!r}")
         if not (_is_num(self.replay_ratio) and 0.0 <= self.replay_ratio < 1.0):
             problems.append(f"replay_ratio must be in [0, 1), got {self.replay_ratio!r}")
+        if self.replay_from not in REPLAY_FROM:
+            problems.append(f"replay_from must be one of {REPLAY_FROM}, got {self.replay_from!r}")
         if not (_is_num(self.beta) and self.beta >= 0.0):
             problems.append(f"beta must be a non-negative number, got {self.beta!r}")
         if not isinstance(self.init_from, str):

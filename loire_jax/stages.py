@@ -34,8 +34,13 @@ def seen_domains_at(run: RunConfig, k: int) -> tuple[str, ...]:
 
 
 def replay_domains(run: RunConfig, k: int) -> tuple[str, ...]:
-    """Domains whose recovery memory stage ``k`` (0-based) replays: all earlier ones (§2.6)."""
-    return seen_domains_at(run, k - 1) if k else ()
+    """Domains whose recovery memory stage ``k`` (0-based) replays: all earlier ones (§2.6),
+    or with ``replay_from: previous`` only the previous stage's (ER, App. D.2)."""
+    if not k:
+        return ()
+    if run.stages[k].replay_from == "previous":
+        return tuple(run.stages[k - 1].domains)
+    return seen_domains_at(run, k - 1)
 
 
 def teacher_stages(run: RunConfig, k: int) -> tuple[int, ...]:

@@ -51,7 +51,7 @@ from loire_jax.resume import history_compatible
 from loire_jax.run_config import RunConfig
 from loire_jax.sharding import BATCH_AXES, batch_sharding, make_mesh, param_shardings, parse_mesh
 from loire_jax.stages import (Phase, global_step, growth_plans, optimizer_for, phase_at, phases, ramp_layers,
-                              seen_domains_at, stage_models, stage_tokens, teacher_stages, validate)
+                              replay_domains, seen_domains_at, stage_models, stage_tokens, teacher_stages, validate)
 from loire_jax.train_state import (TrainState, abstract_state, grow_train_state, init_state, new_train_state,
                                    state_shardings)
 from loire_jax.train_step import StepSpec, frozen_teacher, make_eval_step, make_train_step
@@ -386,7 +386,8 @@ class Trainer:
         replay_steps = max((p.end for p in stage_phases if p.replay), default=0)
         return train_iterator(run.data, self.domain_index[stage.domains[0]], seq_len=run.seq_len,
                               global_batch_size=run.batch_size, seed=run.seed * 1000 + k,
-                              replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps)
+                              replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps,
+                              memory_domains=[self.domain_index[d] for d in replay_domains(run, k)])
 
     @staticmethod
     def _seek(it: Any, batch: int) -> None:
@@ -527,9 +528,16 @@ class Trainer:
         else:
             if k == 0 and stage.init_from:
                 pretrained.check_tokenizer(stage.init_from, tokenizer_identity)
+            t = time.perf_counter()
             state, start = self._start_state(k), 0
+            jax.block_until_ready(state)
+            self.emit({"kind": "setup", "stage": k + 1, "what": "growth" if k else "init",
+                       "seconds": time.perf_counter() - t})
             self.evaluate(k, state.params, "init")
-        teacher_params = tuple(self._load_teacher(j) for j in teacher_stages(run, k))
+        t = time.perf_counter()
+        teacher_params = jax.block_until_ready(tuple(self._load_teacher(j) for j in teacher_stages(run, k)))
+        if teacher_params:
+            self.emit({"kind": "setup", "stage": k + 1, "what": "teachers", "seconds": time.perf_counter() - t})
         specs = self._specs(k, stage_phases)
         meta = {"model": cfg.to_dict(), "tokenizer": tokenizer_identity, "stage": k + 1, "name": stage.name,
                 "run": run.to_dict(), "processes": jax.process_count()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
+from typing import Sequence
 
 import grain
 import numpy as np
@@ -71,11 +72,14 @@ class StageStream:
 
 def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
-                  process_index: int = 0, process_count: int = 1) -> grain.MapDataset:
+                  memory_domains: Sequence[int] | None = None, process_index: int = 0,
+                  process_count: int = 1) -> grain.MapDataset:
     """The batched MapDataset behind ``train_iterator`` (one process's share).
 
     ``replay_steps``: how many leading steps mix in the recovery memory (None: all of
-    them); ``steps``: the stream's length in steps (None: endless).
+    them); ``steps``: the stream's length in steps (None: endless); ``memory_domains``:
+    the domain indices whose recovery memory is replayed (None: every domain before
+    ``domain_index``).
     """
     if not 0 <= domain_index < len(cfg.domains):
         raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
@@ -95,12 +99,15 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
             f"one global batch of {global_batch_size}. Add text or lower seq_len/batch size.")
     cur = grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat()
     mem = None
-    if replay_ratio > 0 and domain_index > 0 and replay_steps != 0:
-        mem_src = PackedWindows([prep.tokens(j, "memory") for j in range(domain_index)], seq_len)
+    mem_ids = list(range(domain_index) if memory_domains is None else memory_domains)
+    if not all(0 <= j < len(cfg.domains) for j in mem_ids):
+        raise ConfigError(f"memory_domains {mem_ids} must be domain indices in [0, {len(cfg.domains)})")
+    if replay_ratio > 0 and mem_ids and replay_steps != 0:
+        mem_src = PackedWindows([prep.tokens(j, "memory") for j in mem_ids], seq_len)
         if len(mem_src) == 0:
             raise InsufficientDataError(
-                f"replay_ratio={replay_ratio} but the recovery memory of the domains before "
-                f"{name!r} holds no full sequence of {seq_len + 1} tokens")
+                f"replay_ratio={replay_ratio} but the recovery memory of "
+                f"{[cfg.domains[j].name for j in mem_ids]} holds no full sequence of {seq_len + 1} tokens")
         mem = grain.MapDataset.source(mem_src).shuffle(seed=seed + _MEMORY_SEED_OFFSET).repeat()
     endless = sys.maxsize // (2 * global_batch_size)
     length = (steps if steps is not None else endless) * global_batch_size
@@ -113,11 +120,13 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
 
 def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                    seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
-                   num_threads: int = 1, prefetch: int = 4) -> grain.DatasetIterator:
+                   memory_domains: Sequence[int] | None = None, num_threads: int = 1,
+                   prefetch: int = 4) -> grain.DatasetIterator:
     """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
 
-    ``replay_ratio`` is the share of sequences drawn from the recovery memory of domains
-    ``0..domain_index-1`` (0 → the current domain only; 0.1 → the ER baseline's 9:1), over
+    ``replay_ratio`` is the share of sequences drawn from the recovery memory of
+    ``memory_domains`` (default: domains ``0..domain_index-1``; 0 → the current domain
+    only; 0.1 → the 9:1 of the paper's memory split and the ER baseline), over
     the first ``replay_steps`` steps (None: throughout). A stage is one such stream: its
     later steps continue the current domain where the replay steps left it.
     Batches are this process's numpy rows; the trainer places them on the mesh on its main
@@ -127,7 +136,7 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
     pi, pc = _process_info()
     ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
                        seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
-                       process_index=pi, process_count=pc)
+                       memory_domains=memory_domains, process_index=pi, process_count=pc)
     it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                  prefetch_buffer_size=prefetch))
     return iter(it_ds)
