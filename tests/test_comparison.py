@@ -1,0 +1,152 @@
+"""The comparison's rules: a verdict needs three counted runs a system, says "holds" only
+when the seeds' ranges do not overlap, never counts a run that failed the sanity gate, and
+the shared setting is the sweep's best among settings that passed the gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loire_jax import load_run_config
+from loire_jax.comparison import MIN_SEEDS, breakdown, gate, markdown, verdicts
+from loire_jax.suite import Suite, Sweep, choose_setting
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def plain_run(stages: str):
+    """configs/mini.yaml with these stages and no warmup."""
+    return load_run_config(ROOT / "configs" / "mini.yaml", [
+        "stage_defaults={teachers: none, replay_ratio: 0.0, beta: 0.0, beta_steps: 0, warmup_steps: 0, "
+        "gate_ramp_steps: 0}", f"stages={stages}"])
+
+
+def result(system: str, seed: int, ap_plus: float, *, passed: bool = True, finished: bool = True,
+           ap: float = 50.0, init: float = 40.0, flops: float = 1.0) -> dict:
+    return {"name": f"t-{system}-s{seed}", "finished": finished, "AP": [60.0, ap], "AP+": [None, ap_plus],
+            "init_AP": [500.0, init], "previous_final_AP": [None, 39.0], "flops": [flops, flops],
+            "wall_s": [1.0, 1.0], "gate": {"passed": passed, "stages": []},
+            "breakdown": {k: 1.0 for k in ("compile", "growth", "teacher_load", "teacher_forward", "steps", "eval",
+                                            "other", "total")}}
+
+
+def forgetting(results) -> str:
+    return next(v for v in verdicts(results) if v["where"] == "Table 2")["verdict"]
+
+
+values = st.lists(st.floats(-50, 50, allow_nan=False), max_size=5)
+
+
+@given(values, values)
+def test_a_verdict_holds_only_on_three_seeds_without_overlap(ours, theirs):
+    results = {"LOIRE": [result("LOIRE", i, v) for i, v in enumerate(ours)],
+               "GPT_S": [result("GPT_S", i, v) for i, v in enumerate(theirs)]}
+    got = forgetting(results)
+    enough = len(ours) >= MIN_SEEDS and len(theirs) >= MIN_SEEDS
+    if enough and max(ours) < min(theirs):
+        assert got == "holds"
+    elif enough and min(ours) > max(theirs):
+        assert got == "does not hold"
+    else:
+        assert got == "inconclusive"
+
+
+def test_runs_that_fail_the_gate_or_did_not_finish_count_for_nothing():
+    results = {"LOIRE": [result("LOIRE", i, -5.0) for i in range(3)],
+               "GPT_S": [result("GPT_S", i, 10.0) for i in range(3)]}
+    assert forgetting(results) == "holds"
+    results["GPT_S"][0] = result("GPT_S", 0, 10.0, passed=False)  # a win against a run that learned nothing
+    assert forgetting(results) == "inconclusive"
+    results["GPT_S"][0] = result("GPT_S", 0, 10.0, finished=False)
+    assert forgetting(results) == "inconclusive"
+    results["GPT_S"] = [result("GPT_S", i, 10.0) for i in range(4)]
+    results["LOIRE"].append(result("LOIRE", 3, 20.0, passed=False))  # a loss that does not count either
+    assert forgetting(results) == "holds"
+
+
+def test_every_claim_against_all_its_opponents():
+    results = {s: [result(s, i, 1.0, ap=30.0, init=60.0) for i in range(3)]
+               for s in ("Layer-stack", "SCHL-Reverse", "Single-KD", "Memory", "Random", "Zero")}
+    results["LOIRE"] = [result("LOIRE", i, -1.0, ap=20.0, init=40.0) for i in range(3)]
+    results["Zero"][1] = result("Zero", 1, 1.0, ap=30.0, init=35.0)  # Zero's Init beats LOIRE's on one seed
+    got = {v["where"]: v["verdict"] for v in verdicts(results)}
+    assert got == {"Table 2": "holds", "Table 4": "not run", "Fig. 6, Table 11": "holds",
+                   "Table 7/11": "holds", "Table 12": "holds", "Fig. 4": "inconclusive"}
+    results["Memory"] = [result("Memory", i, -2.0) for i in range(3)]  # Memory forgets less on every seed
+    got = {v["where"]: v["verdict"] for v in verdicts(results)}
+    assert got["Table 2"] == got["Table 12"] == "does not hold"
+
+
+def test_flops_claim():
+    results = {"LOIRE": [result("LOIRE", i, 0.0, flops=0.7) for i in range(3)],
+               "GPT_L": [result("GPT_L", i, 0.0, flops=1.0) for i in range(3)],
+               "GPT_R": [result("GPT_R", i, 0.0, flops=1.0) for i in range(2)]}
+    flops = next(v for v in verdicts(results) if v["where"] == "Table 4")
+    assert flops["verdict"] == "inconclusive" and "LOIRE/GPT_L 70.0%" in flops["numbers"][0]
+    results["GPT_R"].append(result("GPT_R", 2, 0.0, flops=1.0))
+    assert next(v for v in verdicts(results) if v["where"] == "Table 4")["verdict"] == "holds"
+    results["GPT_R"] = [result("GPT_R", i, 0.0, flops=0.5) for i in range(3)]
+    assert next(v for v in verdicts(results) if v["where"] == "Table 4")["verdict"] == "does not hold"
+
+
+def test_the_gate_compares_each_stage_end_with_the_unigram_entropy():
+    run = plain_run("[{name: A, domains: [WB], steps: 20}, {name: B, domains: [NEWS], steps: 20}]")
+    entropy = {"WB": 5.0, "NEWS": 6.0}
+
+    def records(end_a: float, end_b: float):
+        return [{"kind": "train", "stage": k, "step": s, "lm_loss": 9.0 if s < 19 else end}
+                for k, end in ((1, end_a), (2, end_b)) for s in range(1, 21)]
+
+    ok = gate(run, records(4.7, 5.7), entropy, 0.25)
+    assert ok["passed"] and [round(r["below"], 6) for r in ok["stages"]] == [0.3, 0.3]
+    assert not gate(run, records(4.7, 5.8), entropy, 0.25)["passed"]  # 0.2 nats below NEWS's unigram level
+    assert not gate(run, records(4.7, 5.7)[:-1], entropy, 0.25)["passed"]  # stage B never ended
+    assert not gate(run, records(4.7, float("nan")), entropy, 0.25)["passed"]
+
+
+def test_breakdown_of_the_wall_time():
+    run = plain_run("[{name: A, domains: [WB], steps: 4}]")
+    tokens = run.batch_size * run.seq_len
+    step_s = {1: 1.0, 2: 3.0, 3: 1.0, 4: 1.0}  # one distillation step, 2 s over the others
+    phases = {1: "train", 2: "distill", 3: "train", 4: "train"}
+    records = [{"kind": "compile", "stage": 1, "phase": "train", "seconds": 2.0},
+               {"kind": "compile", "stage": 1, "phase": "eval", "seconds": 0.5},
+               {"kind": "setup", "stage": 1, "what": "init", "seconds": 0.25},
+               {"kind": "setup", "stage": 1, "what": "teachers", "seconds": 0.75},
+               *({"kind": "train", "stage": 1, "step": s, "phase": phases[s], "tokens_per_s": tokens / t}
+                 for s, t in step_s.items()),
+               {"kind": "wall", "stage": 1, "step": 4, "train_s": 10.0, "eval_s": 1.5}]
+    got = breakdown(run, records)
+    assert got == pytest.approx({"compile": 2.5, "growth": 0.25, "teacher_load": 0.75, "teacher_forward": 2.0,
+                                 "steps": 4.0, "eval": 1.0, "other": 11.5 - 10.5, "total": 11.5})
+
+
+def test_the_shared_setting_is_the_best_that_passed_the_gate():
+    suite = Suite(name="t", base="x.yaml", systems=("GPT_L", "LOIRE"), seeds=(1, 2, 3),
+                  sweep=Sweep(("GPT_L", "LOIRE"), (("optimizer.lr", (0.1, 0.2, 0.3)),), 0))
+    a, b, c = suite.sweep.settings()
+    rows = {(a, "GPT_L"): {"final_ap": 10.0, "gate_passed": False}, (a, "LOIRE"): {"final_ap": 10.0, "gate_passed": True},
+            (b, "GPT_L"): {"final_ap": 30.0, "gate_passed": True}, (b, "LOIRE"): {"final_ap": 20.0, "gate_passed": True},
+            (c, "GPT_L"): {"final_ap": 20.0, "gate_passed": True}, (c, "LOIRE"): {"final_ap": 20.0, "gate_passed": True}}
+    setting, why = choose_setting(suite, rows)
+    assert setting == c and "passed the sanity gate" in why
+    for key in rows:
+        rows[key] = {**rows[key], "gate_passed": False}
+    setting, why = choose_setting(suite, rows)
+    assert setting == a and "no setting passed" in why
+    with pytest.raises(ValueError, match="is one of the seeds"):
+        Suite(name="t", base="x.yaml", systems=("LOIRE",), seeds=(0, 1), sweep=suite.sweep)
+
+
+def test_the_report_names_every_verdict_and_failed_run():
+    results = {"LOIRE": [result("LOIRE", i, -1.0) for i in range(3)],
+               "GPT_L": [result("GPT_L", 0, 5.0, passed=False)]}
+    text = markdown({"name": "t", "seeds": [0, 1, 2], "setting": ["optimizer.lr=0.1"], "why": "only one",
+                     "margin": 0.25, "entropy": {"WB": 5.0}}, results)
+    for where in ("Table 2", "Table 4", "Fig. 6, Table 11", "Table 7/11", "Table 12", "Fig. 4"):
+        assert f"| {where} |" in text
+    assert "| GPT_L | t-GPT_L-s0 | finished | - | **fail** |" in text
+    assert "| LOIRE | 3/3 |" in text and "| GPT_L | 0/1 |" in text
