@@ -412,3 +412,20 @@ def test_tfds_source_reads_a_prepared_dataset(tiny_cfg, tmp_path):
     src_docs = json.loads((Path(tiny_cfg.data_dir) / "summary.json").read_text())
     n = src_docs["domains"][0]["splits"]["pretrain"]["documents"]
     assert sum(v["documents"] for v in summary["domains"][0]["splits"].values()) == n
+
+
+def test_replay_draws_only_on_the_memory_domains_asked_for(tiny_cfg):
+    """ER replays the previous domain only: with memory_domains=[1], every replayed row is a
+    window of domain 1's memory, and domain 0's memory never appears."""
+    prep = load_prepared(tiny_cfg)
+    cur, _ = _window_sets(tiny_cfg, 2)
+    only = {tuple(r) for r in PackedWindows([prep.tokens(1, "memory")], SEQ)}
+    other = {tuple(r) for r in PackedWindows([prep.tokens(0, "memory")], SEQ)} - only - cur
+    ds = train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
+                       memory_domains=[1])
+    rows = [tuple(r) for i in range(20) for r in ds[i]["tokens"]]
+    replayed = [r for r in rows if r not in cur]
+    assert len(replayed) >= 90 and all(r in only for r in replayed)
+    assert not any(r in other for r in rows)
+    with pytest.raises(ConfigError, match="memory_domains"):
+        train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5, memory_domains=[7])
