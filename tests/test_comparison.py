@@ -97,7 +97,8 @@ def test_the_gate_compares_each_stage_end_with_the_unigram_entropy():
     entropy = {"WB": 5.0, "NEWS": 6.0}
 
     def records(end_a: float, end_b: float):
-        return [{"kind": "train", "stage": k, "step": s, "lm_loss": 9.0 if s < 19 else end}
+        # the last tenth of the steps (19, 20) averages to ``end``
+        return [{"kind": "train", "stage": k, "step": s, "lm_loss": 9.0 if s < 19 else end + (0.1 if s == 19 else -0.1)}
                 for k, end in ((1, end_a), (2, end_b)) for s in range(1, 21)]
 
     ok = gate(run, records(4.7, 5.7), entropy, 0.25)
