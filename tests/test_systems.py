@@ -104,3 +104,16 @@ def test_refusals(loire):
         derive("ELLE", loire)
     with pytest.raises(ValueError, match="replay_from must be one of"):
         dataclasses.replace(loire.stages[1], replay_from="some")
+
+
+@pytest.mark.parametrize("name", ["paper-mini", "paper"])
+def test_the_shipped_suites_plan_every_run(name):
+    from loire_jax.suite import load_suite, main_runs, sweep_runs
+
+    suite = load_suite(name)
+    sweep = sweep_runs(suite)
+    main = main_runs(suite, suite.sweep.settings()[0])
+    assert len(sweep) == len(suite.sweep.settings()) * len(suite.sweep.systems)
+    assert len(main) == len(suite.systems) * len(suite.seeds) == 36
+    assert len({r.workdir for r in sweep + main}) == len(sweep + main)
+    assert {r.config.seed for r in main} == set(suite.seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
