@@ -183,8 +183,8 @@ CLAIMS = (
     ("exact growth (Init = previous Final) beats random and zero initialisation", "Fig. 4",
      "Init AP and AP+ far lower", "Init AP after growth, mean over stages 2-5", _mean_init, ("Random", "Zero")),
     ("growth preserves the function: Init equals the previous Final", "Table 2 (bottom), Fig. 4",
-     "Init within 0.09-0.76 PPL of the previous Final (LOIRE-Bert)", "|Init - previous Final| AP, mean over "
-     "stages 2-5", _mean_gap, ("Random", "Zero")),
+     "Init within 0.09-0.76 PPL of the previous Final (LOIRE-Bert)", "abs(Init - previous Final) AP, mean "
+     "over stages 2-5", _mean_gap, ("Random", "Zero")),
 )
 
 
@@ -361,14 +361,15 @@ def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):
 
     agg = aggregate(results)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = plt.get_cmap("tab20").colors
     for ax, key in zip(axes, ("AP", "AP+")):
-        for system, a in agg.items():
+        for i, (system, a) in enumerate(agg.items()):
             pts = [(k + 1, st) for k, st in enumerate(a[key]) if st is not None]
             if not pts:
                 continue
             xs = [k for k, _ in pts]
-            line, = ax.plot(xs, [st["mean"] for _, st in pts], marker="o", label=system,
-                            linewidth=2.5 if system == "LOIRE" else 1.2)
+            line, = ax.plot(xs, [st["mean"] for _, st in pts], marker="os^vD<>ph*"[i % 10], label=system,
+                            color=colors[(2 * i) % 20 + (i // 10) % 2], linewidth=2.5 if system == "LOIRE" else 1.2)
             ax.fill_between(xs, [st["min"] for _, st in pts], [st["max"] for _, st in pts], alpha=0.15,
                             color=line.get_color())
         ax.set_xlabel("stage")
