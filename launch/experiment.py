@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from launch import devices  # noqa: E402  (before any JAX backend call)
 
+DIVERGED = "diverged.json"  # in a run's workdir: the run diverged with this config (kept, not retried)
+
 
 def _seeds(text: str) -> list[int]:
     try:
@@ -82,11 +84,11 @@ def _chosen(root, suite) -> tuple[tuple[str, ...], str] | None:
     """The setting a previous session chose, if it is this suite's (suite.json)."""
     try:
         saved = json.loads((root / "suite.json").read_text())
-    except (OSError, ValueError):
+        if suite.sweep is not None and [list(s) for s in suite.sweep.settings()] != saved.get("grid"):
+            return None
+        return tuple(saved["setting"]), str(saved["why"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent or not ours: the sweep decides
         return None
-    if suite.sweep is not None and [list(s) for s in suite.sweep.settings()] != saved.get("grid"):
-        return None
-    return tuple(saved["setting"]), saved["why"]
 
 
 def _stage_line(stage) -> str:
@@ -150,6 +152,7 @@ class Experiment:
 
     def run(self, sweep) -> int:
         from loire_jax import suite as suites
+        from loire_jax.data import DataError
 
         try:
             self.entropy = self._entropy(suites.base_config(self.suite))
@@ -177,9 +180,13 @@ class Experiment:
                 if code is not None:
                     return code
             return self._report(main, setting, why, sweep_rows)
-        except ValueError as err:
+        except (ValueError, DataError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        except OSError as err:
+            print(f"error: {err.strerror or err}{f' ({err.filename})' if err.filename else ''}; finished runs are "
+                  "kept: fix this and rerun the same command", file=sys.stderr)
+            return 1
 
     def _entropy(self, base) -> dict[str, float]:
         """Unigram entropy (nats) of each domain's training split: the sanity gate's bar."""
@@ -198,33 +205,54 @@ class Experiment:
         return out
 
     def _finished(self, planned) -> bool:
-        """Whether the run's workdir holds this very config with every stage's final evaluation."""
+        """Whether the run is done: every stage evaluated, or recorded as diverged. A workdir
+        that holds another config is refused: its numbers would pass for this one's."""
         from loire_jax.reports import ReportError, load_run, summarize
 
+        workdir = self.root / planned.workdir
+        if self._diverged(planned) is not None:
+            return True
         try:
-            run, records = load_run(self.root / planned.workdir)
+            run, records = load_run(workdir)
         except (ReportError, ValueError, OSError):
             return False
-        return run.to_dict() == planned.config.to_dict() and \
-            summarize(run, records)["totals"]["stages_finished"] == len(run.stages)
+        if run.to_dict() != planned.config.to_dict():
+            raise ValueError(f"{workdir} holds a run of another config than this suite plans (the suite, its seeds "
+                             "or its sweep changed); give the suite another --workdir, or move that run away")
+        return summarize(run, records)["totals"]["stages_finished"] == len(run.stages)
+
+    def _diverged(self, planned) -> str | None:
+        """The message of a run recorded as diverged with this config, else None."""
+        try:
+            saved = json.loads((self.root / planned.workdir / DIVERGED).read_text())
+        except (OSError, ValueError):
+            return None
+        return saved.get("error") if saved.get("config") == planned.config.to_dict() else None
 
     def _one(self, planned, where: str) -> int | None:
         """Run (or resume) one planned run; None when it is complete, else the exit code."""
         from loire_jax import hooks, run
         from loire_jax.checkpoints import CheckpointError
         from loire_jax.data import DataError
-        from loire_jax.errors import RunError
+        from loire_jax.errors import Diverged, RunError
         from loire_jax.workdir import WorkdirError
 
         label = f"[{where}] {planned.workdir}"
         if self._finished(planned):
-            print(f"{label}: finished earlier")
+            print(f"{label}: {'diverged' if self._diverged(planned) else 'finished'} earlier")
             return None
         t = time.perf_counter()
         print(f"{label}: {planned.config.name}", flush=True)
         try:
             result = run(planned.config, self.root / planned.workdir, mesh=self.mesh, progress=self.progress,
                          hooks=hooks.default_hooks(planned.config, progress=self.progress))
+        except Diverged as err:  # a result, not a reason to stop: it fails the gate and the suite goes on
+            from loire_jax import paths
+
+            paths.write_atomic(self.root / planned.workdir / DIVERGED,
+                               json.dumps({"config": planned.config.to_dict(), "error": str(err)}))
+            print(f"{label}: diverged ({err}); recorded, it counts as failing the sanity gate", flush=True)
+            return None
         except (RunError, DataError, WorkdirError, CheckpointError, ValueError) as err:
             print(f"error: {planned.workdir}: {err}", file=sys.stderr)
             return 2
@@ -245,7 +273,7 @@ class Experiment:
         from loire_jax.reports import load_run
 
         run, records = load_run(self.root / planned.workdir)
-        return run_result(run, records, self.entropy, self.suite.gate_margin)
+        return run_result(run, records, self.entropy, self.suite.gate_margin, diverged=self._diverged(planned))
 
     def _report(self, main, setting, why, sweep_rows) -> int:
         from loire_jax import comparison

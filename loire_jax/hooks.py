@@ -28,7 +28,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from loire_jax import paths
-from loire_jax.errors import RunError
+from loire_jax.errors import Diverged, RunError
 from loire_jax.paths import Path
 
 if TYPE_CHECKING:  # the trainer imports this module
@@ -83,7 +83,7 @@ class StopOnNonFinite(Hook):
     def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None:
         if record.get("kind") == "train" and not math.isfinite(record["loss"]):
             stage = trainer.run_config.stages[record["stage"] - 1]
-            raise RunError(f"non-finite loss ({record['loss']}) in stage {record['stage']} ({stage.name}) at step "
+            raise Diverged(f"non-finite loss ({record['loss']}) in stage {record['stage']} ({stage.name}) at step "
                            f"{record['step']}; the last good checkpoint is kept. Lower the learning rate or check "
                            "the data.")
 

@@ -109,19 +109,35 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
     if not isinstance(raw, Mapping) or set(raw) - known or not {"name", "base", "systems", "seeds"} <= set(raw):
         raise ValueError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
                          f"overrides, sweep, gate_margin, about); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
+    def names(key: str, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{path}: {key} must be a list of strings, got {value!r}")
+        return tuple(value)
+
+    def integer(key: str, value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{path}: {key} must be an integer, got {value!r}")
+        return value
+
+    if not isinstance(raw["seeds"], list):
+        raise ValueError(f"{path}: seeds must be a list of integers, got {raw['seeds']!r}")
+    for key in ("name", "base"):
+        if not isinstance(raw[key], str):
+            raise ValueError(f"{path}: {key} must be a string, got {raw[key]!r}")
     sweep = None
     if raw.get("sweep"):
         s = raw["sweep"]
-        if not isinstance(s, Mapping) or set(s) != {"systems", "grid", "seed"} or not isinstance(s["grid"], Mapping):
-            raise ValueError(f"{path}: sweep needs exactly systems, grid (key: [values]) and seed")
-        sweep = Sweep(tuple(s["systems"]), tuple((str(k), tuple(v if isinstance(v, list) else [v]))
-                                                 for k, v in s["grid"].items()), s["seed"])
+        if not isinstance(s, Mapping) or set(s) != {"systems", "grid", "seed"} or not isinstance(s["grid"], Mapping) \
+                or not all(isinstance(v, list) and v for v in s["grid"].values()):
+            raise ValueError(f"{path}: sweep needs exactly systems, grid (key: [values, ...]) and seed")
+        sweep = Sweep(names("sweep.systems", s["systems"]), tuple((str(k), tuple(v)) for k, v in s["grid"].items()),
+                      integer("sweep.seed", s["seed"]))
     base = Path(raw["base"])
     if not base.is_absolute():
         base = (path.resolve().parent / base).resolve()
-    return Suite(name=raw["name"], base=str(base), systems=tuple(raw["systems"]),
-                 seeds=tuple(seeds) if seeds is not None else tuple(raw["seeds"]),
-                 overrides=tuple(raw.get("overrides") or ()), sweep=sweep,
+    return Suite(name=raw["name"], base=str(base), systems=names("systems", raw["systems"]),
+                 seeds=tuple(seeds) if seeds is not None else tuple(integer("seeds", s) for s in raw["seeds"]),
+                 overrides=names("overrides", raw.get("overrides") or []), sweep=sweep,
                  gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")))
 
 

@@ -47,6 +47,9 @@ def _later(base: RunConfig, fn: Callable[[StageConfig], StageConfig], first: Cal
 
 def _largest(base: RunConfig):
     """LOIRE's last model as a plain architecture (no gates): what GPT_L and GPT_R train."""
+    if base.stages[0].init_from:
+        raise ValueError("its model is the last one's size from scratch, so stage 1 cannot start from "
+                         f"init_from={base.stages[0].init_from!r}")
     last = stage_models(base)[-1]
     return dataclasses.replace(base.model, hidden=last.hidden, ffn=last.ffn, heads=last.heads,
                                kv_heads=last.kv_heads, head_dim=last.head_dim, layers=last.layers)

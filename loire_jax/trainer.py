@@ -41,7 +41,7 @@ from loire_jax import paths
 from loire_jax import peers
 from loire_jax import pretrained
 from loire_jax import workdir as rundir
-from loire_jax.errors import RunError
+from loire_jax.errors import Diverged, RunError
 from loire_jax.paths import Path
 from loire_jax.flops import peak_flops, train_flops_per_token
 from loire_jax.hooks import Hook, default_hooks, read_records
@@ -581,9 +581,13 @@ class Trainer:
                 if save or stop:
                     since = self._train_record(k, s, *pending, since)
                     pending = None
+                    t = time.perf_counter()
                     self._save(k, done, state, it, {**meta, "final": final, "step": done})
+                    since += time.perf_counter() - t  # a save is not step time
+                evaluated = self._clock.eval_s
                 for hook in self.hooks:
                     hook.on_step_end(self, k, done, state)
+                since += self._clock.eval_s - evaluated  # nor is a mid-stage evaluation
                 if stop and not final:
                     ck.wait()
                     for hook in self.hooks:
@@ -609,7 +613,7 @@ class Trainer:
             ck.save(done, state, data_iterator=it, meta=meta, force=True)
         except checkpoints.NonFiniteStateError as err:
             kept = ck.latest_step()
-            raise RunError(f"training diverged in stage {k + 1} ({self.run_config.stages[k].name}): {err}. The last "
+            raise Diverged(f"training diverged in stage {k + 1} ({self.run_config.stages[k].name}): {err}. The last "
                            f"finite checkpoint is kept ({f'step {kept}' if kept is not None else 'none yet in this stage'}"
                            "); lower the learning rate or check the data") from None
         self.emit(self._clock.lap(k + 1, done))

@@ -63,8 +63,15 @@ def test_runs_that_fail_the_gate_or_did_not_finish_count_for_nothing():
     results["GPT_S"][0] = result("GPT_S", 0, 10.0, finished=False)
     assert forgetting(results) == "inconclusive"
     results["GPT_S"] = [result("GPT_S", i, 10.0) for i in range(4)]
-    results["LOIRE"].append(result("LOIRE", 3, 20.0, passed=False))  # a loss that does not count either
+    results["GPT_S"].append(result("GPT_S", 4, -20.0, passed=False))  # a loss against it does not count either
     assert forgetting(results) == "holds"
+    # but LOIRE's own failures are not dropped in its favour: they leave every verdict open
+    results["LOIRE"].append(result("LOIRE", 3, 20.0, passed=False))
+    assert {v["verdict"] for v in verdicts(results)} == {"inconclusive", "not run"}
+    diverged = {**result("LOIRE", 3, 20.0), "diverged": "non-finite loss"}
+    diverged["gate"] = {"passed": False, "stages": [], "diverged": "non-finite loss"}
+    results["LOIRE"][-1] = diverged
+    assert forgetting(results) == "inconclusive"
 
 
 def test_every_claim_against_all_its_opponents():
@@ -79,6 +86,12 @@ def test_every_claim_against_all_its_opponents():
     results["Memory"] = [result("Memory", i, -2.0) for i in range(3)]  # Memory forgets less on every seed
     got = {v["where"]: v["verdict"] for v in verdicts(results)}
     assert got["Table 2"] == got["Table 12"] == "does not hold"
+    # growth that is not exact does not "preserve the function", however it compares to Random and Zero
+    results["LOIRE"][2] = result("LOIRE", 2, -1.0, ap=20.0, init=39.5)  # 0.5 AP off the previous Final (39)
+    assert {v["where"]: v["verdict"] for v in verdicts(results)}["Table 2 (bottom), Fig. 4"] == "does not hold"
+    del results["Zero"]  # a claim against Random and Zero needs both
+    got = {v["where"]: v["verdict"] for v in verdicts(results)}
+    assert got["Fig. 4"] == got["Table 2 (bottom), Fig. 4"] == "not run"
 
 
 def test_flops_claim():

@@ -32,7 +32,8 @@ def micro(tmp_path_factory):
                            "beta_steps": 1}])
     (base / "loire.yaml").write_text(yaml.safe_dump(config))
     suite = {"name": "micro", "base": "loire.yaml", "systems": ["GPT_L", "LOIRE"], "seeds": [1],
-             "sweep": {"systems": ["LOIRE"], "seed": 0, "grid": {"optimizer.lr": [0.01]}}}
+             # lr 1e30 diverges: recorded, failing the gate, and the suite goes on
+             "sweep": {"systems": ["LOIRE"], "seed": 0, "grid": {"optimizer.lr": [0.01, 1.0e30]}}}
     (base / "micro.yaml").write_text(yaml.safe_dump(suite))
     out = experiment("--suite", str(base / "micro.yaml"), "--workdir", str(base / "suite"))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -50,6 +51,8 @@ def test_the_micro_suite_runs_and_reports(micro):
     assert configs["LOIRE"]["optimizer"]["lr"] == 0.01  # the sweep's setting, shared
     assert configs["GPT_L"]["model"]["hidden"] == 32 and configs["LOIRE"]["model"]["hidden"] == 16
     assert (root / "sweep" / "lr=0.01" / "LOIRE" / "config.json").exists()
+    assert "non-finite" in json.loads((root / "sweep" / "lr=1e+30" / "LOIRE" / "diverged.json").read_text())["error"]
+    assert "diverged (" in out.stdout
     report = (root / "report" / "report.md").read_text()
     data = json.loads((root / "report" / "report.json").read_text())
     verdict = {v["where"]: v["verdict"] for v in data["verdicts"]}
@@ -69,7 +72,8 @@ def test_a_rerun_skips_finished_runs(micro):
     base, _ = micro
     out = experiment("--suite", str(base / "micro.yaml"), "--workdir", str(base / "suite"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.count("finished earlier") == 3 and "done in" not in out.stdout
+    assert out.stdout.count("finished earlier") == 3 and out.stdout.count("diverged earlier") == 1
+    assert "done in" not in out.stdout
 
 
 def test_list_and_bad_input(micro):
@@ -82,3 +86,12 @@ def test_list_and_bad_input(micro):
     bad = base / "bad.yaml"
     bad.write_text(yaml.safe_dump({"name": "bad", "base": "loire.yaml", "systems": ["ELLE"], "seeds": [1]}))
     assert "unknown system(s) ['ELLE']" in one_line_error(experiment("--suite", str(bad)))
+    bad.write_text(yaml.safe_dump({"name": "bad", "base": "loire.yaml", "systems": ["LOIRE"], "seeds": 3}))
+    assert "seeds must be a list of integers" in one_line_error(experiment("--suite", str(bad)))
+    # the suite's directory holds runs of another config: refused, nothing touched
+    other = base / "other.yaml"
+    other.write_text((base / "micro.yaml").read_text().replace("seed: 0", "seed: 5"))
+    before = (base / "suite" / "runs" / "LOIRE" / "seed1" / "metrics.jsonl").read_bytes()
+    assert "holds a run of another config" in one_line_error(
+        experiment("--suite", str(other), "--workdir", str(base / "suite")))
+    assert (base / "suite" / "runs" / "LOIRE" / "seed1" / "metrics.jsonl").read_bytes() == before
