@@ -33,6 +33,10 @@ ROOT = "loire_jax/"
 PREFIX = ROOT + "failed/"
 POLL_S = 1.0
 WAIT_S = 10.0
+# After the failed ones post "left", process 0 still waits this long before it takes the
+# coordination service down: a loaded host may take more than a second to finish an exit,
+# and a process still connected then is aborted by JAX's runtime instead of exiting cleanly.
+LEAVE_GRACE_S = 3.0
 
 
 def _client() -> Any:
@@ -50,6 +54,22 @@ def post_failure(reason: str) -> None:
         client.key_value_set(f"{PREFIX}{jax.process_index()}", (reason.splitlines() or ["failed"])[0][:500])
     except Exception:  # the coordinator is gone too: the heartbeat timeout stops the others
         pass
+
+
+def settle(timeout: float = WAIT_S) -> None:
+    """Let this process's dispatched device work finish (at most ``timeout`` s) before it
+    announces a failure of its own: a step still exchanging data with the other processes
+    when they move on to the next can abort inside the collective library."""
+    def wait() -> None:
+        for x in jax.live_arrays():
+            try:
+                x.block_until_ready()
+            except Exception:  # an array of a failed computation: nothing left in flight there
+                pass
+
+    thread = threading.Thread(target=wait, name="loire-settle", daemon=True)
+    thread.start()
+    thread.join(timeout)
 
 
 def _posted() -> dict[str, dict[int, str]]:
@@ -97,7 +117,7 @@ def leave(code: int) -> None:
         _wait_for(lambda p: others <= set(p["seen"]) | set(p["failed"]))
         _post("left")
         if me == 0:  # the coordinator goes last: the others leave right after posting "seen"
-            time.sleep(0.5)
+            time.sleep(LEAVE_GRACE_S)
     _flush_and_exit(code)
 
 
@@ -144,5 +164,5 @@ class PeerWatch:
                 _post("seen")
                 if jax.process_index() == 0:  # the coordinator goes last, after the failed ones have gone
                     _wait_for(lambda p: set(failed) <= set(p["left"]))
-                    time.sleep(0.5)  # "left" is posted just before os._exit: let that exit happen first
+                    time.sleep(LEAVE_GRACE_S)  # "left" is posted just before os._exit: let that exit happen
                 _flush_and_exit(1)

@@ -131,6 +131,7 @@ class Trainer:
             return RunResult(self.workdir, False, str(stop), self.signals.exit_code)
         except BaseException as err:
             if several:  # failed alone: tell the others, and skip the collective parts of closing
+                peers.settle()
                 peers.post_failure(str(err) or type(err).__name__)
                 alone = True
             raise
