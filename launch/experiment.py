@@ -149,8 +149,10 @@ class Experiment:
     def __init__(self, suite, root, mesh, progress: bool = False) -> None:
         self.suite, self.root, self.mesh, self.progress = suite, root, mesh, progress
         self.entropy: dict[str, float] = {}
+        self._results: dict[str, dict[str, Any]] = {}  # workdir -> result of a run that is over
 
     def run(self, sweep) -> int:
+        from loire_jax import paths
         from loire_jax import suite as suites
         from loire_jax.data import DataError
 
@@ -161,7 +163,7 @@ class Experiment:
                 code = self._one(planned, f"sweep {i + 1}/{len(sweep)}")
                 if code is not None:
                     return code
-                result = self._result(planned)
+                result = self._outcome(planned)
                 sweep_rows.append({"setting": list(planned.setting), "system": planned.system,
                                    "final_ap": result["AP"][-1] if result["AP"] else None,
                                    "gate_passed": result["gate"]["passed"]})
@@ -169,8 +171,6 @@ class Experiment:
                 self.suite, {(tuple(r["setting"]), r["system"]): r for r in sweep_rows})
             if sweep:
                 print(f"setting: {' '.join(setting)} ({why})")
-            from loire_jax import paths
-
             paths.write_atomic(self.root / "suite.json", json.dumps(
                 {"suite": self.suite.name, "setting": list(setting), "why": why,
                  "grid": [list(s) for s in self.suite.sweep.settings()] if self.suite.sweep else None}, indent=1))
@@ -204,42 +204,43 @@ class Experiment:
             out[d.name] = float(-(p * np.log(p)).sum())
         return out
 
-    def _finished(self, planned) -> bool:
-        """Whether the run is done: every stage evaluated, or recorded as diverged. A workdir
-        that holds another config is refused: its numbers would pass for this one's."""
-        from loire_jax.reports import ReportError, load_run, summarize
+    def _outcome(self, planned) -> dict[str, Any] | None:
+        """The run's result if it is over (every stage evaluated, or recorded as diverged),
+        else None; read once and kept. A workdir holding another config is refused: its
+        numbers would pass for this one's."""
+        from loire_jax.comparison import run_result
+        from loire_jax.reports import ReportError, load_run
 
+        if planned.workdir in self._results:
+            return self._results[planned.workdir]
         workdir = self.root / planned.workdir
-        if self._diverged(planned) is not None:
-            return True
         try:
             run, records = load_run(workdir)
         except (ReportError, ValueError, OSError):
-            return False
+            return None
         if run.to_dict() != planned.config.to_dict():
             raise ValueError(f"{workdir} holds a run of another config than this suite plans (the suite, its seeds "
                              "or its sweep changed); give the suite another --workdir, or move that run away")
-        return summarize(run, records)["totals"]["stages_finished"] == len(run.stages)
-
-    def _diverged(self, planned) -> str | None:
-        """The message of a run recorded as diverged with this config, else None."""
         try:
-            saved = json.loads((self.root / planned.workdir / DIVERGED).read_text())
+            saved = json.loads((workdir / DIVERGED).read_text())
+            diverged = saved.get("error") if saved.get("config") == planned.config.to_dict() else None
         except (OSError, ValueError):
+            diverged = None
+        result = run_result(run, records, self.entropy, self.suite.gate_margin, diverged=diverged)
+        if not result["finished"]:
             return None
-        return saved.get("error") if saved.get("config") == planned.config.to_dict() else None
+        self._results[planned.workdir] = result
+        return result
 
     def _one(self, planned, where: str) -> int | None:
-        """Run (or resume) one planned run; None when it is complete, else the exit code."""
-        from loire_jax import hooks, run
-        from loire_jax.checkpoints import CheckpointError
-        from loire_jax.data import DataError
-        from loire_jax.errors import Diverged, RunError
-        from loire_jax.workdir import WorkdirError
+        """Run (or resume) one planned run; None when it is over, else the exit code."""
+        from launch.train import user_errors
+        from loire_jax import hooks, paths, run
+        from loire_jax.errors import Diverged
 
         label = f"[{where}] {planned.workdir}"
-        if self._finished(planned):
-            print(f"{label}: {'diverged' if self._diverged(planned) else 'finished'} earlier")
+        if (done := self._outcome(planned)) is not None:
+            print(f"{label}: {'diverged' if done['diverged'] else 'finished'} earlier")
             return None
         t = time.perf_counter()
         print(f"{label}: {planned.config.name}", flush=True)
@@ -247,13 +248,11 @@ class Experiment:
             result = run(planned.config, self.root / planned.workdir, mesh=self.mesh, progress=self.progress,
                          hooks=hooks.default_hooks(planned.config, progress=self.progress))
         except Diverged as err:  # a result, not a reason to stop: it fails the gate and the suite goes on
-            from loire_jax import paths
-
             paths.write_atomic(self.root / planned.workdir / DIVERGED,
                                json.dumps({"config": planned.config.to_dict(), "error": str(err)}))
             print(f"{label}: diverged ({err}); recorded, it counts as failing the sanity gate", flush=True)
             return None
-        except (RunError, DataError, WorkdirError, CheckpointError, ValueError) as err:
+        except user_errors() as err:
             print(f"error: {planned.workdir}: {err}", file=sys.stderr)
             return 2
         except OSError as err:
@@ -263,24 +262,17 @@ class Experiment:
         if not result.complete:
             print(f"stopped in {planned.workdir}; rerun the same command to resume the suite")
             return result.exit_code
-        res = self._result(planned)
+        res = self._outcome(planned)
         print(f"{label}: done in {time.perf_counter() - t:.0f} s; final AP {res['AP'][-1]:.2f}, "
               f"gate {'pass' if res['gate']['passed'] else 'FAIL'}", flush=True)
         return None
-
-    def _result(self, planned) -> dict[str, Any]:
-        from loire_jax.comparison import run_result
-        from loire_jax.reports import load_run
-
-        run, records = load_run(self.root / planned.workdir)
-        return run_result(run, records, self.entropy, self.suite.gate_margin, diverged=self._diverged(planned))
 
     def _report(self, main, setting, why, sweep_rows) -> int:
         from loire_jax import comparison
 
         results: dict[str, list] = {}
         for planned in main:
-            results.setdefault(planned.system, []).append(self._result(planned))
+            results.setdefault(planned.system, []).append(self._outcome(planned))
         meta = {"name": self.suite.name, "seeds": list(self.suite.seeds), "setting": list(setting), "why": why,
                 "margin": self.suite.gate_margin, "entropy": self.entropy}
         out = comparison.write(self.root / "report", meta, results, sweep_rows)

@@ -80,11 +80,7 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
         return 2
 
     from loire_jax import hooks, run
-    from loire_jax.checkpoints import CheckpointError
-    from loire_jax.data import DataError
-    from loire_jax.errors import RunError
     from loire_jax.sharding import make_mesh
-    from loire_jax.workdir import WorkdirError
 
     import jax
 
@@ -100,7 +96,7 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
         result = run(run_config, workdir, mesh=make_mesh(sizes, devs), fresh=args.fresh, break_lock=args.break_lock,
                      hooks=[_LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
                             *extra_hooks])
-    except (RunError, DataError, WorkdirError, CheckpointError, ValueError) as err:
+    except user_errors() as err:
         return _failed(f"error: {err}", 2)
     except OSError as err:  # the environment: a full disk, a vanished mount, permissions
         where = f" ({err.filename})" if err.filename else ""
@@ -126,6 +122,17 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
         return 1
     print(f"report: {out / 'report.md'} and plots in {out}")
     return 0
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """What a run refuses or stops with when the user must change something: answered with
+    one line and exit code 2 (by this CLI and by launch/experiment.py)."""
+    from loire_jax.checkpoints import CheckpointError
+    from loire_jax.data import DataError
+    from loire_jax.errors import RunError
+    from loire_jax.workdir import WorkdirError
+
+    return RunError, DataError, WorkdirError, CheckpointError, ValueError
 
 
 def _failed(message: str, code: int) -> int:

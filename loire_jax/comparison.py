@@ -17,14 +17,14 @@ Two rules keep the verdicts honest:
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import json
 import math
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.reports import _last_by, summarize
+from loire_jax.reports import last_by, markdown_table, save_png, summarize
 from loire_jax.run_config import RunConfig
 
 MIN_SEEDS = 3
@@ -39,7 +39,7 @@ def gate(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Mapping[
          margin: float) -> dict[str, Any]:
     """The sanity gate of one run: each stage's end train loss (LM loss, mean of the last
     tenth of its steps) against the unigram entropy of the stage's domain, in nats."""
-    train = _last_by(records, "train", ("stage", "step"))
+    train = last_by(records, "train", ("stage", "step"))
     rows = []
     for k, stage in enumerate(run.stages):
         n = max(1, stage.steps // 10)
@@ -67,7 +67,7 @@ def breakdown(run: RunConfig, records: Sequence[Mapping[str, Any]]) -> dict[str,
            "teacher_forward": 0.0, "steps": 0.0,
            # the evaluation's compilation runs inside its timer
            "eval": sum(r["eval_s"] for r in records if r.get("kind") == "wall") - eval_compile}
-    train = _last_by(records, "train", ("stage", "step"))
+    train = last_by(records, "train", ("stage", "step"))
     for k in range(len(run.stages)):
         rows = [r for (s, _), r in train.items() if s == k + 1 and r.get("tokens_per_s")]
         plain = [tokens / r["tokens_per_s"] for r in rows if r["phase"] != "distill"]
@@ -182,21 +182,44 @@ def _fmt_range(vals: Sequence[float]) -> str:
     return f"{statistics.fmean(vals):.4g} [{min(vals):.4g}, {max(vals):.4g}] ({len(vals)} runs)"
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One of the paper's claims: LOIRE's ``metric`` per run is compared, lower is better,
+    with each of ``opponents`` (None: every other system in the suite). ``check``, if given,
+    is a condition on LOIRE's own runs that must hold as well, whatever the opponents do:
+    it returns whether it holds and the number behind it."""
+
+    claim: str
+    where: str
+    paper: str
+    label: str
+    metric: Callable[[Mapping[str, Any]], float | None]
+    opponents: tuple[str, ...] | None
+    check: Callable[[Sequence[Mapping[str, Any]]], tuple[bool, str]] | None = None
+
+
+def _exact_growth(loire: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+    """Every growth stage of every run: Init within PRESERVATION_RTOL of the previous Final."""
+    pairs = [(abs(a - b), b) for r in loire for a, b in zip(r["init_AP"][1:], r["previous_final_AP"][1:])]
+    exact = all(gap <= PRESERVATION_RTOL * prev for gap, prev in pairs)
+    return exact, (f"LOIRE's largest gap {max(gap for gap, _ in pairs):.3g} AP (tolerance {PRESERVATION_RTOL:g} of "
+                   "the previous Final)")
+
+
 CLAIMS = (
-    # (claim, where, paper's figure, metric label, metric, opponents)
-    ("LOIRE forgets least: the lowest AP+ of all systems", "Table 2", "AP+ -3.84 vs 3.13 (ELLE) to 83.25",
-     "final AP+", lambda r: _final(r, "AP+"), None),
-    ("the plug-in layer beats layer-stack", "Fig. 6, Table 11", "final AP 19.19 vs 62.64",
-     "final AP", lambda r: _final(r, "AP"), ("Layer-stack",)),
-    ("the hidden -> ffn -> heads -> layers schedule beats its reverse", "Table 7/11", "final AP 19.19 vs 22.23",
-     "final AP", lambda r: _final(r, "AP"), ("SCHL-Reverse",)),
-    ("iterative KD beats single KD and memory-only", "Table 12", "final AP+ -3.84 vs 4.86 and 5.35",
-     "final AP+", lambda r: _final(r, "AP+"), ("Single-KD", "Memory")),
-    ("exact growth (Init = previous Final) beats random and zero initialisation", "Fig. 4",
-     "Init AP and AP+ far lower", "Init AP after growth, mean over stages 2-5", _mean_init, ("Random", "Zero")),
-    ("growth preserves the function: Init equals the previous Final", "Table 2 (bottom), Fig. 4",
-     "Init within 0.09-0.76 PPL of the previous Final (LOIRE-Bert)", "abs(Init - previous Final) AP, mean "
-     "over stages 2-5", _mean_gap, ("Random", "Zero")),
+    Claim("LOIRE forgets least: the lowest AP+ of all systems", "Table 2", "AP+ -3.84 vs 3.13 (ELLE) to 83.25",
+          "final AP+", lambda r: _final(r, "AP+"), None),
+    Claim("the plug-in layer beats layer-stack", "Fig. 6, Table 11", "final AP 19.19 vs 62.64",
+          "final AP", lambda r: _final(r, "AP"), ("Layer-stack",)),
+    Claim("the hidden -> ffn -> heads -> layers schedule beats its reverse", "Table 7/11", "final AP 19.19 vs 22.23",
+          "final AP", lambda r: _final(r, "AP"), ("SCHL-Reverse",)),
+    Claim("iterative KD beats single KD and memory-only", "Table 12", "final AP+ -3.84 vs 4.86 and 5.35",
+          "final AP+", lambda r: _final(r, "AP+"), ("Single-KD", "Memory")),
+    Claim("exact growth (Init = previous Final) beats random and zero initialisation", "Fig. 4",
+          "Init AP and AP+ far lower", "Init AP after growth, mean over stages 2-5", _mean_init, ("Random", "Zero")),
+    Claim("growth preserves the function: Init equals the previous Final", "Table 2 (bottom), Fig. 4",
+          "Init within 0.09-0.76 PPL of the previous Final (LOIRE-Bert)", "abs(Init - previous Final) AP, mean "
+          "over stages 2-5", _mean_gap, ("Random", "Zero"), check=_exact_growth),
 )
 
 
@@ -209,28 +232,25 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[st
     loire = counted("LOIRE")
     # LOIRE's runs that failed the gate are not dropped in its favour: they make every verdict inconclusive
     loire_failed = [r["name"] for r in results.get("LOIRE", ()) if r["finished"] and not r["gate"]["passed"]]
-    for claim, where, paper, label, metric, opponents in CLAIMS:
-        others = [s for s in results if s != "LOIRE"] if opponents is None else list(opponents)
+    for c in CLAIMS:
+        others = [s for s in results if s != "LOIRE"] if c.opponents is None else list(c.opponents)
         missing = "LOIRE" not in results or not others or any(s not in results for s in others)
-        mine = [v for v in (metric(r) for r in loire) if v is not None]
+        mine = [v for v in (c.metric(r) for r in loire) if v is not None]
         parts, numbers = [], [f"LOIRE {_fmt_range(mine)}"]
         for other in (s for s in others if s in results):
-            theirs = [v for v in (metric(r) for r in counted(other)) if v is not None]
+            theirs = [v for v in (c.metric(r) for r in counted(other)) if v is not None]
             parts.append(_lower(mine, theirs))
             numbers.append(f"{other} {_fmt_range(theirs)}")
-        if metric is _mean_gap and not missing and len(mine) >= MIN_SEEDS:
-            prev = [r["previous_final_AP"][k] for r in loire for k in range(1, len(r["previous_final_AP"]))]
-            gaps = [abs(a - b) for r in loire for a, b in zip(r["init_AP"][1:], r["previous_final_AP"][1:])]
-            exact = all(g <= PRESERVATION_RTOL * p for g, p in zip(gaps, prev))
-            numbers.append(f"LOIRE's largest gap {max(gaps):.3g} AP (tolerance {PRESERVATION_RTOL:g} of the "
-                           "previous Final)")
-            if not exact:
+        if c.check is not None and not missing and len(mine) >= MIN_SEEDS:
+            ok, number = c.check(loire)
+            numbers.append(number)
+            if not ok:
                 parts.append("does not hold")
         verdict = "not run" if missing else _combine(parts)
         why = _why(verdict, loire, others, counted)
         if loire_failed and verdict != "not run":
             verdict, why = "inconclusive", f"LOIRE run(s) {', '.join(loire_failed)} failed the sanity gate"
-        out.append({"claim": claim, "where": where, "paper": paper, "metric": label, "verdict": verdict,
+        out.append({"claim": c.claim, "where": c.where, "paper": c.paper, "metric": c.label, "verdict": verdict,
                     "numbers": numbers, "why": why})
     out.insert(1, _flops_verdict(results, counted))
     return out
@@ -302,11 +322,6 @@ def _cell(st: Mapping[str, Any] | None, digits: int = 2) -> str:
     return f"{st['mean']:.{digits}f} ± {(st['max'] - st['min']) / 2:.{digits}f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
              sweep: Sequence[Mapping[str, Any]] = ()) -> str:
     """The whole report as markdown. ``suite`` carries name, seeds, setting, why, margin and
@@ -317,7 +332,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
              f"`{' '.join(suite['setting']) or 'the base config'}` ({suite['why']}). Cells are the mean ± half "
              "the range over the counted runs (finished, and passed the sanity gate).", ""]
     lines += ["## Verdicts", ""]
-    lines += _table(["the paper's claim", "where", "paper", "measured", "verdict"],
+    lines += markdown_table(["the paper's claim", "where", "paper", "measured", "verdict"],
                     [[v["claim"], v["where"], v["paper"], f"{v['metric']}: " + "; ".join(v["numbers"]),
                       f"**{v['verdict']}** ({v['why']})"] for v in verdicts(results)])
     lines += ["", f"A verdict needs {MIN_SEEDS} counted runs of each system it compares; it is \"holds\" only "
@@ -325,13 +340,13 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
     lines += ["## AP and AP+ per stage (Table 2, Fig. 3)", ""]
     header = ["system", "runs"] + [f"M{k + 1} {m}" for k in range(stages) for m in ("AP", "AP+")]
-    lines += _table(header, [[s, f"{a['counted']}/{a['runs']}"] + [_cell(a[m][k]) for k in range(stages)
+    lines += markdown_table(header, [[s, f"{a['counted']}/{a['runs']}"] + [_cell(a[m][k]) for k in range(stages)
                                                                  for m in ("AP", "AP+")] for s, a in agg.items()])
     lines += ["", "## Init versus Final (Fig. 4; Table 2's bottom rows)", "",
               "Init: the AP of the grown model right after growth, on the domains seen before it; Final: "
               "the previous stage's final AP on the same domains. Exact growth makes them equal.", ""]
     header = ["system"] + [f"M{k + 1} {m}" for k in range(1, stages) for m in ("Init", "prev. Final")]
-    lines += _table(header, [[s] + [_cell(a[m][k]) for k in range(1, stages)
+    lines += markdown_table(header, [[s] + [_cell(a[m][k]) for k in range(1, stages)
                                     for m in ("init_AP", "previous_final_AP")] for s, a in agg.items()])
     lines += ["", "## Cost (Table 4)", ""]
     ratios = cost_ratios(results)
@@ -342,7 +357,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
             for key, label in (("flops", "FLOPs"), ("wall_s", "wall time")):
                 rows.append([f"LOIRE/{r['versus']} {label}", str(r["seeds"])]
                             + [f"{100 * x:.1f}%" for x in r[key]["per_stage"]] + [f"{100 * r[key]['total']:.1f}%"])
-        lines += _table(header, rows)
+        lines += markdown_table(header, rows)
         lines += ["", f"The paper: LOIRE/GPT_L {PAPER_FLOPS['GPT_L']}% and LOIRE/GPT_R {PAPER_FLOPS['GPT_R']}% "
                   "of the FLOPs (Table 4, AVG)."]
     else:
@@ -356,7 +371,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
         done = [r["breakdown"] for r in runs if _complete(r)]
         if done:
             rows.append([s] + [f"{statistics.fmean(b[p] for b in done):.1f}" for p in parts])
-    lines += _table(["system", *parts], rows)
+    lines += markdown_table(["system", *parts], rows)
     lines += ["", "## Sanity gate", "",
               f"A run counts only if, at the end of every stage, its train loss (mean of the stage's last tenth of "
               f"steps) is at least {suite['margin']} nats below the unigram entropy of the stage's domain "
@@ -369,12 +384,12 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
             rows.append([s, r["name"], "diverged" if r.get("diverged") else
                          "finished" if r["finished"] else "not finished",
                          f"{min(below):.3f}" if below else "-", "pass" if r["gate"]["passed"] else "**fail**"])
-    lines += _table(["system", "run", "state", "min nats below unigram", "gate"], rows)
+    lines += markdown_table(["system", "run", "state", "min nats below unigram", "gate"], rows)
     if sweep:
         lines += ["", "## Hyperparameter sweep", "",
                   f"One shared setting for every system, chosen on {', '.join(sorted({r['system'] for r in sweep}))}"
                   " at a seed the comparison does not use; final AP and the gate per run.", ""]
-        lines += _table(["setting", "system", "final AP", "gate"],
+        lines += markdown_table(["setting", "system", "final AP", "gate"],
                         [[" ".join(r["setting"]), r["system"],
                           f"{r['final_ap']:.2f}" if r.get("final_ap") is not None else "-",
                           "pass" if r.get("gate_passed") else "fail"] for r in sweep])
@@ -419,11 +434,5 @@ def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Seque
     paths.write_atomic(out / "report.json", json.dumps(
         {"suite": suite, "runs": results, "aggregate": aggregate(results), "verdicts": verdicts(results),
          "cost": cost_ratios(results), "sweep": list(sweep)}, indent=1, default=str))
-    import matplotlib.pyplot as plt
-
-    fig = figure(results)
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
-    paths.write_atomic(out / "ap_by_stage.png", png.getvalue())
+    save_png(figure(results), out / "ap_by_stage.png")
     return out

@@ -31,7 +31,7 @@ from loire_jax.run_config import RunConfig
 from loire_jax.stages import global_step, stage_flops, stage_models
 
 
-def _last_by(records: Iterable[Mapping[str, Any]], kind: str, key: Sequence[str]) -> dict[tuple, Mapping[str, Any]]:
+def last_by(records: Iterable[Mapping[str, Any]], kind: str, key: Sequence[str]) -> dict[tuple, Mapping[str, Any]]:
     out: dict[tuple, Mapping[str, Any]] = {}
     for r in records:
         if r.get("kind") == kind:
@@ -45,8 +45,8 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
     models = stage_models(run)
     stage_domains = [list(s.domains) for s in run.stages]
     seen = seen_domains(stage_domains)
-    evals = _last_by(records, "eval", ("stage", "point", "domain"))
-    train = _last_by(records, "train", ("stage", "step"))
+    evals = last_by(records, "eval", ("stage", "point", "domain"))
+    train = last_by(records, "train", ("stage", "step"))
 
     def ppl_at(k: int, point: str) -> dict[str, float] | None:
         got = {d: evals[k + 1, point, d]["ppl"] for d in seen[k] if (k + 1, point, d) in evals}
@@ -142,7 +142,7 @@ def _sci(x: float | None) -> str:
     return "-" if x is None else f"{x:.3e}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
@@ -165,7 +165,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
             row = s["lifelong"][k] if k < len(s["lifelong"]) else None
             cells += [_f(row["AP"]) if row else "", _f(row["AP+"]) if row else ""]
         rows.append([s["name"]] + cells)
-    lines += _table(header, rows) + [""]
+    lines += markdown_table(header, rows) + [""]
 
     lines += ["## Init / Final perplexity across growth (Table 2, bottom)", "",
               "Init: the grown model before any training, on the domains the previous model had seen; "
@@ -178,7 +178,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
             st = s["stages"][p["stage"] - 1]
             rows.append([s["name"], f"M{p['stage']}", ", ".join(st["growth"]) or "(init)", _f(p["previous_final"]),
                          _f(p["init"]), _f(p["delta"], 4), _f(p["max_abs_domain_delta"], 4), _f(p["final"])])
-    lines += _table(header, rows) + [""]
+    lines += markdown_table(header, rows) + [""]
 
     for s in summaries:
         lines += [f"## Per-domain perplexity of `{s['name']}` (Table 10)", ""]
@@ -186,7 +186,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
         for k, ppl in enumerate(s["ppl"]["final"]):
             rows.append([f"M{k + 1} {s['stages'][k]['name']}"] + [_f(ppl.get(d)) if d in ppl else "-"
                                                                   for d in s["domains"]])
-        lines += _table(["model"] + list(s["domains"]), rows) + [""]
+        lines += markdown_table(["model"] + list(s["domains"]), rows) + [""]
 
     lines += ["## Cost per stage (Table 9)", "",
               "FLOPs: analytic training FLOPs (matmuls incl. attention, forward + backward, plus teacher "
@@ -207,7 +207,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
         rows.append([s["name"], "tokens/s"] + pad([_f(st["tokens_per_s"], 0) for st in s["stages"]]) + ["", ""])
         rows.append([s["name"], "MFU %"] + pad([_f(None if st["mfu"] is None else 100 * st["mfu"], 1)
                                                 for st in s["stages"]]) + ["", ""])
-    lines += _table(header, rows) + [""]
+    lines += markdown_table(header, rows) + [""]
 
     if comparisons:
         lines += ["## Cost ratios (Table 4), in %", "",
@@ -221,7 +221,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
                 rows.append([f"{c['run']} / {c['versus']}", label] + pct
                             + [_f(None if c[key]["mean"] is None else 100 * c[key]["mean"]),
                                _f(None if c[key]["total"] is None else 100 * c[key]["total"])])
-        lines += _table(header, rows) + [""]
+        lines += markdown_table(header, rows) + [""]
     return "\n".join(lines)
 
 
@@ -354,11 +354,17 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
     comparisons = compare(summaries) if len(summaries) > 1 else []
     paths.write_atomic(out / "report.md", markdown(summaries, comparisons))
     paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons}, indent=1))
+    for stem, fig in figures(summaries).items():
+        save_png(fig, out / f"{stem}.png")
+    return out
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """Write a matplotlib figure as PNG anywhere the path layer reaches (matplotlib writes
+    a buffer, the path layer writes it atomically), then close it."""
     import matplotlib.pyplot as plt
 
-    for stem, fig in figures(summaries).items():
-        png = io.BytesIO()  # matplotlib writes a buffer; the path layer writes it anywhere
-        fig.savefig(png, format="png", dpi=110)
-        plt.close(fig)
-        paths.write_atomic(out / f"{stem}.png", png.getvalue())
-    return out
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    paths.write_atomic(path, png.getvalue())

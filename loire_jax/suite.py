@@ -165,32 +165,38 @@ def setting_label(setting: Sequence[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
 
 
-def base_config(suite: Suite, setting: Sequence[str] = (), seed: int | None = None) -> RunConfig:
-    """The LOIRE config of ``setting`` at ``seed``: the base YAML, the suite's overrides,
-    then the setting's."""
-    extra = [f"seed={seed}"] if seed is not None else []
-    run = load_run_config(suite.base, [*suite.overrides, *setting, *extra])
+def base_config(suite: Suite, setting: Sequence[str] = ()) -> RunConfig:
+    """The LOIRE config of ``setting``: the base YAML, the suite's overrides, then the setting's."""
+    run = load_run_config(suite.base, [*suite.overrides, *setting])
     return run.replace(name=suite.name)
 
 
-def _planned(suite: Suite, kind: str, system: str, seed: int, setting: tuple[str, ...], where: str) -> PlannedRun:
-    config = derive(system, base_config(suite, setting, seed))
-    config = config.replace(name=f"{config.name}-s{seed}")
-    return PlannedRun(kind, system, seed, setting, config, where)
+def _planned(suite: Suite, kind: str, setting: tuple[str, ...], seeds: Sequence[int], systems: Sequence[str],
+             where: str) -> list[PlannedRun]:
+    """Every system at every seed of one setting (seeds outermost), from one read of the base."""
+    base = base_config(suite, setting)
+    out = []
+    for seed in seeds:
+        seeded = base.replace(seed=seed)
+        for system in systems:
+            config = derive(system, seeded)
+            out.append(PlannedRun(kind, system, seed, setting, config.replace(name=f"{config.name}-s{seed}"),
+                                  where.format(setting=setting_label(setting), system=system, seed=seed)))
+    return out
 
 
 def sweep_runs(suite: Suite) -> list[PlannedRun]:
     if suite.sweep is None:
         return []
-    return [_planned(suite, "sweep", system, suite.sweep.seed, setting, f"sweep/{setting_label(setting)}/{system}")
-            for setting in suite.sweep.settings() for system in suite.sweep.systems]
+    return [run for setting in suite.sweep.settings()
+            for run in _planned(suite, "sweep", setting, [suite.sweep.seed], suite.sweep.systems,
+                                "sweep/{setting}/{system}")]
 
 
 def main_runs(suite: Suite, setting: tuple[str, ...]) -> list[PlannedRun]:
     """Every system at every seed with the chosen setting; seeds outermost, so a suite
     stopped early has whole seeds of every system."""
-    return [_planned(suite, "main", system, seed, setting, f"runs/{system}/seed{seed}")
-            for seed in suite.seeds for system in suite.systems]
+    return _planned(suite, "main", setting, suite.seeds, suite.systems, "runs/{system}/seed{seed}")
 
 
 def choose_setting(suite: Suite, results: Mapping[tuple[tuple[str, ...], str], Mapping[str, Any]]
