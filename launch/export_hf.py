@@ -81,7 +81,7 @@ def _tokenizer_files(run, identity: dict) -> tuple[dict, str]:
     from loire_jax.data import load_tokenizer
 
     try:
-        tokenizer = load_tokenizer(run.data)
+        tokenizer = load_tokenizer(run.data, build=False)
     except Exception as err:  # a data cache that is gone or moved: the weights still export
         return {}, f" (tokenizer file not copied: {str(err).splitlines()[0][:120]})"
     if tokenizer.identity != identity:

@@ -90,14 +90,16 @@ def _build_domain(cfg: DataConfig, dom: DomainSpec, progress: bool) -> dict:
     return meta
 
 
-def _tokenizer(cfg: DataConfig, names: list[str], progress: bool) -> tokenizers.Tokenizer:
+def _tokenizer(cfg: DataConfig, names: list[str], progress: bool, build: bool = True) -> tokenizers.Tokenizer:
     spec = cfg.tokenizer
     if spec.kind == "gpt2":
-        return tokenizers.TiktokenTokenizer(tokenizers.gpt2_vocab_file(cfg.root))
+        return tokenizers.TiktokenTokenizer(tokenizers.gpt2_vocab_file(cfg.root, fetch_missing=build))
     if spec.kind in ("sentencepiece", "tokenizer_json"):
         return tokenizers.from_file(spec.kind, Path(spec.path))
     out_dir = cfg.root / "tokenizers" / f"bpe{spec.vocab_size}_{fingerprint([names, cfg.split_seed])}"
     model = out_dir / "spm.model"
+    if not model.is_file() and not build:
+        raise DataError(f"the trained BPE is not in the data cache ({model})")
     if not model.is_file():
         t0 = time.time()
         _log(progress, f"training a {spec.vocab_size}-piece BPE on the training splits ...")
@@ -197,11 +199,15 @@ def load_prepared(cfg: DataConfig, *, progress: bool = False, verify: bool = Fal
     return PreparedData(cfg, tok, tuple(dirs), tuple(tmetas))
 
 
-def load_tokenizer(cfg: DataConfig) -> tokenizers.Tokenizer:
-    """The configured tokenizer (trained/fetched on first use, then reused from the cache)."""
+def load_tokenizer(cfg: DataConfig, build: bool = True) -> tokenizers.Tokenizer:
+    """The configured tokenizer (trained/fetched on first use, then reused from the cache).
+    ``build=False`` only looks in the cache and raises ``DataError`` if it is not there: a
+    caller that merely wants the files (an export) must not prepare the whole data set."""
     if cfg.tokenizer.kind == "trained_bpe":
+        if not build:
+            return _tokenizer(cfg, [domain_config_name(cfg, d) for d in cfg.domains], False, build=False)
         return load_prepared(cfg).tokenizer
-    return _tokenizer(cfg, [], progress=False)
+    return _tokenizer(cfg, [], progress=False, build=build)
 
 
 def summarize(prep: PreparedData) -> dict:

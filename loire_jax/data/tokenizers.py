@@ -133,11 +133,14 @@ class HFTokenizer(Tokenizer):
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
 
-def gpt2_vocab_file(root: Path) -> Path:
-    """Extract ``gpt2.tiktoken`` from the pinned openai-whisper sdist (MIT), once."""
+def gpt2_vocab_file(root: Path, fetch_missing: bool = True) -> Path:
+    """Extract ``gpt2.tiktoken`` from the pinned openai-whisper sdist (MIT), once.
+    ``fetch_missing=False``: the cached file or ``DataError``, never a download."""
     dest = root / "tokenizers" / "gpt2" / "gpt2.tiktoken"
     if dest.is_file():
         return dest
+    if not fetch_missing:
+        raise DataError(f"the GPT-2 vocabulary is not in the data cache ({dest})")
     sdist = fetch("whisper", root / "downloads")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(sdist) as tar:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from data_helpers import local_domain, tiny_config_dict
-from loire_jax.data import (ConfigError, DataConfig, InsufficientDataError, SourceError,
+from loire_jax.data import (ConfigError, DataConfig, DataError, InsufficientDataError, SourceError,
                             TokenizerMismatchError, check_compatible, eval_iterator,
                             format_table, load_prepared, load_tokenizer, prepare,
                             to_global_batch, train_dataset, train_iterator)
@@ -429,3 +429,16 @@ def test_replay_draws_only_on_the_memory_domains_asked_for(tiny_cfg):
     assert not any(r in other for r in rows)
     with pytest.raises(ConfigError, match="memory_domains"):
         train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5, memory_domains=[7])
+
+
+def test_a_cache_only_tokenizer_lookup_never_builds(tiny_cfg, tmp_path):
+    """load_tokenizer(build=False) (what an export uses) returns the cached tokenizer, and on
+    a data directory without it raises DataError having fetched, trained and written nothing."""
+    cached = load_tokenizer(tiny_cfg, build=False)
+    assert cached.identity == load_tokenizer(tiny_cfg).identity
+    empty = dataclasses.replace(tiny_cfg, data_dir=str(tmp_path / "none"))
+    for kind in ("trained_bpe", "gpt2"):
+        cfg = dataclasses.replace(empty, tokenizer=dataclasses.replace(empty.tokenizer, kind=kind))
+        with pytest.raises(DataError, match="not in the data cache"):
+            load_tokenizer(cfg, build=False)
+    assert not (tmp_path / "none").exists() or not any((tmp_path / "none").rglob("*"))
