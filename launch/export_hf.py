@@ -46,16 +46,16 @@ def main(argv: list[str] | None = None) -> int:
             run = run_config_from_dict(json.loads((workdir / "config.json").read_text()))
         except FileNotFoundError:
             raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)") from None
-        stages = [k for k in range(1, len(run.stages) + 1)
-                  if checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k)) is not None]
+        steps = {k: checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k))
+                 for k in range(1, len(run.stages) + 1)}
+        stages = [k for k, s in steps.items() if s is not None]
         stage = args.stage if args.stage is not None else (stages[-1] if stages else None)
         if stage not in stages:
             raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
-        directory = checkpoints.stage_dir(workdir, stage)
-        step = checkpoints.latest_complete_step(directory)
+        directory, step = checkpoints.stage_dir(workdir, stage), steps[stage]
         meta = checkpoints.read_latest_meta(directory)
         cfg = ModelConfig.from_dict(meta["model"])
-        hf.config_to_hf(cfg)  # refuse an inexpressible model before reading its weights
+        arch = hf.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
         one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), abstract_params(cfg))
         params = checkpoints.restore_params(directory, abstract)
@@ -68,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f" ({err.filename})" if err.filename else ""
         print(f"error: {err.strerror or err}{where}", file=sys.stderr)
         return 1
-    arch = json.loads((out / "config.json").read_text())["architectures"][0]
-    steps = run.stages[stage - 1].steps
-    when = "its final step" if step == steps else f"step {step} of {steps}: the stage has not finished"
+    total = run.stages[stage - 1].steps
+    when = "its final step" if step == total else f"step {step} of {total}: the stage has not finished"
     print(f"exported stage {stage} of {run.name} ({run.stages[stage - 1].name}), {when}, as {arch} to {out}{note}")
     return 0
 

@@ -68,7 +68,13 @@ def abstract_state(cfg: ModelConfig, mesh: Mesh, optimizer: optax.GradientTransf
 def new_train_state(cfg: ModelConfig, optimizer: optax.GradientTransformation, key: jax.Array,
                     shardings: TrainState) -> TrainState:
     """M1 at step 0, born sharded (no host copy of the full model)."""
-    params = init_params(cfg, key, out_shardings=shardings.params)
+    return state_from_params(init_params(cfg, key, out_shardings=shardings.params), optimizer, shardings)
+
+
+def state_from_params(params: dict[str, Any], optimizer: optax.GradientTransformation,
+                      shardings: TrainState) -> TrainState:
+    """Step 0 of a stage from given weights (fresh or pretrained), optimizer state born
+    sharded beside them."""
     return jax.jit(lambda p: init_state(p, optimizer), out_shardings=shardings)(params)
 
 

@@ -52,7 +52,7 @@ from loire_jax.run_config import RunConfig
 from loire_jax.sharding import BATCH_AXES, batch_sharding, make_mesh, param_shardings, parse_mesh
 from loire_jax.stages import (Phase, global_step, growth_plans, optimizer_for, phase_at, phases, ramp_layers,
                               replay_domains, seen_domains_at, stage_models, stage_tokens, teacher_stages, validate)
-from loire_jax.train_state import (TrainState, abstract_state, grow_train_state, init_state, new_train_state,
+from loire_jax.train_state import (TrainState, abstract_state, grow_train_state, new_train_state, state_from_params,
                                    state_shardings)
 from loire_jax.train_step import StepSpec, frozen_teacher, make_eval_step, make_train_step
 
@@ -452,7 +452,7 @@ class Trainer:
             params = pretrained.load(self.run_config.stages[0].init_from, self.models[0], self._abstract(0).params,
                                      self.mesh)
             self.stop_point("loading M1's weights")
-            return jax.jit(lambda p: init_state(p, opt), out_shardings=shardings)(params)
+            return state_from_params(params, opt, shardings)
         if k == 0:
             return new_train_state(self.models[0], opt, jax.random.fold_in(key, 0), shardings)
         prev, _ = self._ckpt(k - 1).restore(self._abstract(k - 1))
