@@ -396,13 +396,7 @@ class StageCheckpoints:
     def read_meta(self, step: int | None = None) -> dict[str, Any]:
         """The JSON meta saved with ``step`` (latest complete by default)."""
         self.wait()
-        step = self._resolve(step)
-        try:
-            meta = self._mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
-        except Exception as err:
-            raise DamagedCheckpoint(f"step {step} in {self.directory} is damaged: its metadata cannot be read "
-                                  f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-        return _user_meta(dict(meta), self.directory, step)
+        return _restore_meta(self._mngr, self.directory, self._resolve(step))
 
     def reload(self) -> None:
         """Forget what Orbax listed and list the directory again (after another process
@@ -479,11 +473,16 @@ def read_latest_meta(directory: str | Path) -> dict[str, Any]:
     if step is None:
         raise CheckpointError(f"no complete checkpoint in {directory}")
     with _read_only(directory) as mngr:
-        try:
-            meta = mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
-        except Exception as err:
-            raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its metadata cannot be read "
-                                    f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+        return _restore_meta(mngr, directory, step)
+
+
+def _restore_meta(mngr: ocp.CheckpointManager, directory: Path, step: int) -> dict[str, Any]:
+    """The user part of ``step``'s JSON meta, read without touching the arrays."""
+    try:
+        meta = mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+    except Exception as err:
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its metadata cannot be read "
+                                f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
     return _user_meta(dict(meta), directory, step)
 
 
