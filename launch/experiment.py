@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -56,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         sweep = suites.sweep_runs(suite)
         chosen = _chosen(suites.workdir_for(suite, args.workdir), suite)
         if args.list:
-            _list(suite, sweep, suites.main_runs(suite, chosen[0] if chosen else ()), chosen)
+            try:
+                _list(suite, sweep, suites.main_runs(suite, chosen[0] if chosen else ()), chosen)
+                sys.stdout.flush()
+            except BrokenPipeError:  # piped into head: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         mesh_spec = args.mesh or suites.base_config(suite).mesh
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=False)
