@@ -15,6 +15,12 @@ from data_helpers import tiny_config_dict
 from runs import ROOT, one_line_error, tiny_run
 
 
+# Runs in the "engine" group, one after another with the two-process tests: a suite
+# subprocess beside them overloaded this 2-core CI machine, and the two-process runs aborted
+# inside JAX's coordination service (three CI runs, three different tests of that module).
+pytestmark = pytest.mark.xdist_group("engine")
+
+
 def experiment(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**{k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}, "JAX_PLATFORMS": "cpu"}
     return subprocess.run([sys.executable, str(ROOT / "launch" / "experiment.py"), *args], cwd=ROOT, env=env,
