@@ -1,8 +1,14 @@
 """The run directory: what makes a directory a loire_jax run, one run at a time, a safe --fresh.
 
+Every workdir is first resolved (:func:`resolve`: ``..`` and links), and every check is made
+on the resolved path: ``/data/new/..`` is ``/data``, whatever ``new`` is. A directory that
+holds the user's other work (the current directory or one above it, the home directory,
+the loire_jax checkout, ``/``) is refused outright (:func:`check_place`).
+
 A workdir is recognised by its marker file, written when the run creates it. Only a
-directory with the marker (or an empty one) is ever emptied by ``--fresh``: a mistyped
-``--workdir ~/thesis`` must not delete a thesis.
+directory with the marker (or an empty one) is used, and ``--fresh`` deletes in it only the
+names a run writes (:data:`RUN_ENTRIES`); anything else, such as a user's notes next to the
+checkpoints, is left in place: a mistyped ``--workdir ~/thesis`` must not delete a thesis.
 
 The lock file holds the pid and host of the run using the directory and a lease it renews
 while it runs; a second run is refused. A lock is taken over with a message when its
@@ -15,8 +21,10 @@ create-if-absent precondition on ``gs://``).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -28,15 +36,97 @@ from loire_jax.paths import Path
 MARKER = ".loire_run"
 LOCK = ".lock"
 LEASE_S = 600.0  # a lock not renewed for this long is stale: its holder is gone
+# The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py,
+# the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
+RUN_ENTRIES = re.compile(r"stage_\d+|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
+                         r"|diverged\.json")
+# A killed ``paths.write_atomic`` leaves ``.<name>.<random>.tmp`` next to the file it wrote.
+_RUN_TEMPORARY = re.compile(r"\.(config\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)\..+\.tmp")
 
 
 class WorkdirError(Exception):
     """The workdir cannot be used as asked; the message says why and what to do."""
 
 
+def default_workdir(name: str) -> str:
+    """``runs/<name>``: the workdir of a run given none (relative to the current directory)."""
+    return os.path.join("runs", name)
+
+
+def resolve(workdir: paths.PathLike) -> Path:
+    """The directory ``workdir`` names, as every check must see it: a local path made
+    absolute with ``..`` and symbolic links resolved (``new/..`` is the folder ``new`` is in,
+    even before ``new`` exists); a URI with its ``.`` and ``..`` segments applied, refused if
+    they climb out of its bucket."""
+    text = os.fspath(workdir)
+    kind = paths.scheme(text)
+    if kind is None:
+        return paths.as_path(os.path.realpath(os.path.expanduser(text)))
+    bucket, _, key = text.split("://", 1)[1].partition("/")
+    parts: list[str] = []
+    for part in key.split("/"):
+        if part == "..":
+            if not parts:
+                raise WorkdirError(f"workdir {text} climbs out of its bucket with '..'; pass the path without it")
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    if bucket in ("", ".", ".."):
+        raise WorkdirError(f"workdir {text} names no bucket; pass {kind}://BUCKET/PATH")
+    return paths.as_path(f"{kind}://{bucket}" + "".join("/" + p for p in parts))
+
+
+def _checkout() -> str | None:
+    """The repository this package runs from, if it runs from a checkout (not an install)."""
+    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    return root if any(os.path.exists(os.path.join(root, m)) for m in ("pyproject.toml", ".git")) else None
+
+
+def check_place(workdir: Path) -> None:
+    """Refuse a workdir that is or holds the user's other work: the current directory or
+    one above it, the home directory, the loire_jax checkout (or a directory above one of
+    those). A run writes its files there and ``--fresh`` deletes them again; a name such as
+    ``..`` must not make the checkout a run directory."""
+    if paths.scheme(workdir) is not None:
+        return
+    where = os.fspath(resolve(workdir))
+    protected = [("the root directory", "/"), ("your home directory", os.path.expanduser("~")),
+                 ("the loire_jax checkout", _checkout())]
+    try:
+        protected.insert(0, ("the current directory", os.getcwd()))
+    except OSError:  # the current directory was deleted: nothing to protect there
+        pass
+    held = [(what, os.path.realpath(place)) for what, place in protected if place is not None]
+    held = [(what, place) for what, place in held if os.path.commonpath([place, where]) == where]
+    if held:
+        what, place = next(((w, p) for w, p in held if p == where), held[0])  # "is the home directory" first
+        how = f"is {what}" if place == where else f"holds {what} ({place})"
+        raise WorkdirError(f"workdir {where} {how}; a run needs a directory of its own (it writes its files "
+                           "there and --fresh deletes them): pass another --workdir, e.g. runs/<name>")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(os.fspath(path)).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def unwritable(path: Path, err: OSError | None = None) -> str:
+    """Why ``path`` cannot be written and what to do, in words (a read-only file system is
+    not a permission problem: no chmod helps)."""
+    if (err is not None and err.errno == errno.EROFS) or _read_only(path):
+        return (f"cannot write to {path}: it is on a read-only file system; remount it read-write or pass a "
+                "--workdir on a writable disk")
+    reason = err.strerror if err is not None and err.strerror else "permission denied"
+    return f"cannot write to {path}: {reason}; pass a writable --workdir"
+
+
 def check_usable(workdir: Path) -> None:
-    """Refuse, before any compute, a workdir that is a file, foreign, or not writable."""
-    workdir = paths.as_path(workdir)
+    """Refuse, before any compute, a workdir that is a file, foreign, not writable, or a
+    place that holds other work (:func:`check_place`); all on the resolved path."""
+    workdir = resolve(workdir)
+    check_place(workdir)
     if workdir.exists() and not workdir.is_dir():
         raise WorkdirError(f"workdir {workdir} is a file, not a directory; pass another --workdir")
     if workdir.is_dir():
@@ -49,7 +139,7 @@ def check_usable(workdir: Path) -> None:
         return  # an object store has no permission bits to probe: the first write says
     probe = workdir if workdir.is_dir() else _first_existing_parent(workdir)
     if not os.access(os.fspath(probe), os.W_OK | os.X_OK):
-        raise WorkdirError(f"cannot write to {probe}: permission denied; pass a writable --workdir")
+        raise WorkdirError(unwritable(probe))
 
 
 def _first_existing_parent(path: Path) -> Path:
@@ -63,32 +153,44 @@ def _first_existing_parent(path: Path) -> Path:
 
 def create(workdir: Path) -> None:
     """Make the directory and its marker (idempotent)."""
-    workdir = paths.as_path(workdir)
+    workdir = resolve(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     marker = workdir / MARKER
     if not marker.exists():
         paths.write_atomic(marker, json.dumps({"created": time.time(), "host": socket.gethostname()}) + "\n")
 
 
-def fresh(workdir: Path) -> None:
-    """Empty a loire_jax run directory for ``--fresh``; refuse anything else.
+def is_run_entry(name: str) -> bool:
+    """Whether a top-level name of a workdir is one a run writes (so ``--fresh`` deletes it)."""
+    return bool(RUN_ENTRIES.fullmatch(name) or _RUN_TEMPORARY.fullmatch(name))
+
+
+def fresh(workdir: Path) -> list[str]:
+    """Delete what runs wrote in a loire_jax run directory, for ``--fresh``; refuse any other
+    directory. Only :data:`RUN_ENTRIES` are deleted: whatever else is there was not written
+    by a run and stays. Returns those names, for the caller to say so.
 
     Call only after the new config and the environment have been validated: a run that
     then fails must not have destroyed the old one for nothing.
     """
-    workdir = paths.as_path(workdir)
+    workdir = resolve(workdir)
     if not workdir.exists():
-        return
+        return []
     check_usable(workdir)  # a foreign directory is refused here, whatever it holds
-    for child in workdir.iterdir():
+    kept = []
+    for child in sorted(workdir.iterdir(), key=lambda p: p.name):
         if child.name in (LOCK, MARKER):
             continue  # the lock is the caller's; the marker stays, so a cut-off --fresh can be rerun
+        if not is_run_entry(child.name):
+            kept.append(child.name)
+            continue
         if paths.is_local(child) and os.path.islink(os.fspath(child)):
             child.unlink()  # a link is removed, never followed
         elif child.is_dir():
             child.rmtree()
         else:
             child.unlink()
+    return kept
 
 
 def _pid_alive(pid: int) -> bool:
