@@ -20,7 +20,7 @@ _SOURCES = {
     **dict.fromkeys(("ConfigError", "DataError", "FetchError", "InsufficientDataError", "SourceError",
                      "TokenizerMismatchError"), "errors"),
     **dict.fromkeys(("eval_iterator", "train_dataset", "train_iterator"), "pipeline"),
-    **dict.fromkeys(("format_table", "load_prepared", "load_tokenizer", "prepare"), "prepare"),
+    **dict.fromkeys(("check_sources", "format_table", "load_prepared", "load_tokenizer", "prepare"), "prepare"),
     "to_global_batch": "sharding",
     **dict.fromkeys(("Tokenizer", "check_compatible"), "tokenizers"),
 }
@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from loire_jax.data.errors import (ConfigError, DataError, FetchError, InsufficientDataError,  # noqa: F401
                                        SourceError, TokenizerMismatchError)
     from loire_jax.data.pipeline import eval_iterator, train_dataset, train_iterator  # noqa: F401
-    from loire_jax.data.prepare import format_table, load_prepared, load_tokenizer, prepare  # noqa: F401
+    from loire_jax.data.prepare import (check_sources, format_table, load_prepared, load_tokenizer,  # noqa: F401
+                                        prepare)
     from loire_jax.data.sharding import to_global_batch  # noqa: F401
     from loire_jax.data.tokenizers import Tokenizer, check_compatible  # noqa: F401

@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the environment (a vanished mount, permissions) rather than the config
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
     print(format_table(summary))
     print(f"summary written to {cfg.root / 'summary.json'}" + (f" and {cfg.store}" if cfg.store else ""))
     return 0

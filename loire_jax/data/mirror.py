@@ -19,7 +19,8 @@ _MARKERS = ("LOIRE_COMPLETE.json", "tokens_meta.json", "summary.json")
 
 
 def _skip(rel: str) -> bool:
-    return rel.split("/", 1)[0] == "downloads"  # raw sources: only the host that builds needs them
+    # raw sources and the hashes of this host's source files: only the host that builds needs them
+    return rel.split("/", 1)[0] == "downloads" or rel == "source_hashes.json"
 
 
 def _last(rel: str) -> bool:

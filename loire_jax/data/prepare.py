@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from loire_jax import paths
-from loire_jax.data import builtin, cleaning, splits, storage, tokenizers
+from loire_jax.data import builtin, cleaning, sources, splits, storage, tokenizers
 from loire_jax.data.config import DataConfig, DomainSpec, fingerprint
-from loire_jax.data.errors import DataError
+from loire_jax.data.errors import DataError, SourceError
 from loire_jax.data.fetch import sha256_file
 from loire_jax.data.sources import iter_documents
 
@@ -58,23 +58,70 @@ def _log(progress: bool, msg: str) -> None:
 
 
 def domain_config_name(cfg: DataConfig, dom: DomainSpec) -> str:
-    """TFDS config name: domain + hash of everything that determines its documents."""
+    """TFDS config name: domain + hash of everything that determines its documents.
+
+    For a local source that includes the files' contents (``sources.content_key``): new text
+    under an old path is a new entry. If the files are gone, the newest complete build from
+    the same settings is used (the run can go on without its raw text), else ``SourceError``."""
     key = {"source": dataclasses.asdict(dom.source), "validation_docs": cfg.validation_docs,
            "split_seed": cfg.split_seed, "recovery_fraction": cfg.recovery_fraction,
            "min_doc_chars": cfg.min_doc_chars, "cleaning": CLEANING_VERSION, "name": dom.name}
-    return f"{dom.name.lower().replace('-', '_')}_{fingerprint(key)}"
+    name = f"{dom.name.lower().replace('-', '_')}_{fingerprint(key)}"
+    if dom.source.kind != "local":
+        return name
+    try:
+        return f"{name}_{sources.content_key(dom.source, cfg.root)}"
+    except SourceError:
+        prior = storage.latest_complete(cfg.root / "tfds", name + "_")
+        if prior is None:
+            raise
+        return prior
 
 
-def _build_domain(cfg: DataConfig, dom: DomainSpec, progress: bool) -> dict:
+def _check_root(cfg: DataConfig) -> None:
+    if cfg.root.exists() and not cfg.root.is_dir():
+        raise DataError(f"data directory {cfg.root} is a file, not a directory; set data.data_dir (or "
+                        "--data-dir) to a directory")
+
+
+def check_sources(cfg: DataConfig) -> None:
+    """Raise a one-line ``DataError`` if the stream can be neither found prepared nor built.
+
+    Cheap and creates nothing (the trainer calls it before it makes a workdir): the data
+    directory must not be a file, every local source file must exist (or its domain be
+    prepared already), and every TFDS dataset must be prepared on disk, unless its domain
+    already is, here or in the shared store. Built-in corpora are fetched when needed."""
+    _check_root(cfg)
+    for dom in cfg.domains:
+        name = domain_config_name(cfg, dom)  # a missing local file without a prior build raises here
+        if dom.source.kind != "tfds":
+            continue
+        marker = Path(storage.BUILDER_NAME, name, storage.VERSION, storage.MARKER)
+        if (cfg.root / "tfds" / marker).is_file():
+            continue
+        if cfg.store is not None:
+            try:
+                if paths.as_path(cfg.store).joinpath("tfds", str(marker)).exists():
+                    continue
+            except OSError:
+                pass  # an unreachable store: the source decides, and prepare says what failed
+        sources.check_tfds(dom.source, dom.name)
+
+
+def _build_domain(cfg: DataConfig, dom: DomainSpec, progress: bool, verify: bool = False) -> dict:
     tfds_root = cfg.root / "tfds"
     name = domain_config_name(cfg, dom)
-    meta = storage.is_complete(tfds_root, name)
+    meta, why = storage.examine(tfds_root, name, verify)
     if meta is not None:
         return meta
+    if (storage.dataset_dir(tfds_root, name) / storage.MARKER).is_file():
+        # Said even without a progress display: a rebuild costs time and the user should know why.
+        print(f"{dom.name}: prepared dataset {storage.dataset_dir(tfds_root, name)} is damaged ({why}); "
+              "rebuilding it from the source", file=sys.stderr)
     t0 = time.time()
     _log(progress, f"{dom.name}: reading {dom.source.kind} source ...")
     docs, dropped = [], 0
-    for raw in iter_documents(dom.source, cfg.root / "downloads"):
+    for raw in iter_documents(dom.source, cfg.root / "downloads", dom.name):
         doc = cleaning.normalize(raw)
         if len(doc) >= cfg.min_doc_chars:
             docs.append(doc)
@@ -108,7 +155,8 @@ def _tokenizer(cfg: DataConfig, names: list[str], progress: bool, build: bool = 
             for s in ("pretrain", "memory"):
                 texts.extend(storage.read_texts(cfg.root / "tfds", n, s))
         try:
-            tokenizers.train_bpe(texts, out_dir, spec.vocab_size, cfg.split_seed)
+            with storage.writing(out_dir):
+                tokenizers.train_bpe(texts, out_dir, spec.vocab_size, cfg.split_seed)
         except RuntimeError as e:
             raise DataError(f"BPE training failed ({e}); with very little text, lower "
                             "tokenizer.vocab_size") from None
@@ -166,29 +214,37 @@ def _token_cache(cfg: DataConfig, tok: tokenizers.Tokenizer, name: str, counts: 
         print(f"{name}: token cache {d} is invalid ({reason}); rebuilding it", file=sys.stderr)
     t0 = time.time()
     dtype = storage.token_dtype(tok.vocab_size)
-    d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".tok-"))
-    meta: dict[str, Any] = {"tokenizer": tok.identity}
-    for s in splits.SPLITS:
-        arr = _tokenize_split(tok, cfg.root / "tfds", name, s, dtype)
-        arr.tofile(tmp / f"{s}.bin")
-        meta[s] = {"documents": counts[s], "tokens": int(arr.size), "dtype": dtype.name,
-                   "sha256": sha256_file(tmp / f"{s}.bin")}
-    (tmp / TOKENS_META).write_text(json.dumps(meta, indent=1, sort_keys=True))
-    if d.exists():
-        shutil.rmtree(d)
-    os.replace(tmp, d)  # whole folder appears at once: no half-written cache
+    with storage.writing(d):
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".tok-"))
+        try:
+            meta: dict[str, Any] = {"tokenizer": tok.identity}
+            for s in splits.SPLITS:
+                arr = _tokenize_split(tok, cfg.root / "tfds", name, s, dtype)
+                with open(tmp / f"{s}.bin", "wb") as f:  # not ndarray.tofile: its error on a full disk has no errno
+                    f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+                meta[s] = {"documents": counts[s], "tokens": int(arr.size), "dtype": dtype.name,
+                           "sha256": sha256_file(tmp / f"{s}.bin")}
+            (tmp / TOKENS_META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+            if d.exists():
+                shutil.rmtree(d)
+            os.replace(tmp, d)  # whole folder appears at once: no half-written cache
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # left only by a failure: nothing to trust, space to give back
     _log(progress, f"{name}: tokenized in {time.time() - t0:.1f}s")
     return d, meta
 
 
 def load_prepared(cfg: DataConfig, *, progress: bool = False, verify: bool = False) -> PreparedData:
-    """Make sure every stage exists and is intact (building what is missing)."""
-    cfg.root.mkdir(parents=True, exist_ok=True)
+    """Make sure every stage exists and is intact (building what is missing). ``verify``
+    also checks every cached file against its SHA-256 (what ``prepare`` does)."""
+    _check_root(cfg)
+    with storage.writing(cfg.root):
+        cfg.root.mkdir(parents=True, exist_ok=True)
     _quiet_tfds()
     names, metas = [], []
     for dom in cfg.domains:
-        metas.append(_build_domain(cfg, dom, progress))
+        metas.append(_build_domain(cfg, dom, progress, verify))
         names.append(domain_config_name(cfg, dom))
     tok = _tokenizer(cfg, names, progress)
     dirs, tmetas = [], []
@@ -257,12 +313,14 @@ def prepare(cfg: DataConfig, *, progress: bool = True, publish: bool = True) -> 
     from loire_jax.data import mirror
 
     t0 = time.time()
+    check_sources(cfg)
     if pulled := mirror.pull(cfg):
         _log(progress, f"pulled {pulled} file(s) from {cfg.store} into {cfg.root}")
     prep = load_prepared(cfg, progress=progress, verify=True)
     text = json.dumps(summarize(prep), indent=1, sort_keys=True)
     summary = json.loads(text)  # the returned dict equals the file (tuples → lists)
-    paths.write_atomic(cfg.root / "summary.json", text)
+    with storage.writing(cfg.root / "summary.json"):
+        paths.write_atomic(cfg.root / "summary.json", text)
     if publish and (pushed := mirror.push(cfg)):
         _log(progress, f"pushed {pushed} file(s) to {cfg.store}")
     _log(progress, f"ready in {time.time() - t0:.1f}s: {cfg.root}")

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 from pathlib import Path
 from typing import Iterator
 
+from loire_jax import paths
 from loire_jax.data import builtin
-from loire_jax.data.config import SourceSpec
+from loire_jax.data.config import SourceSpec, fingerprint
 from loire_jax.data.errors import SourceError
+from loire_jax.data.fetch import sha256_file
+
+HASHES = "source_hashes.json"  # in the data dir: size, mtime and SHA-256 of each local source file read
+_HASHED: dict[str, list] = {}  # the same, for this process (before the data dir exists)
 
 
 def _expand(paths: tuple[str, ...]) -> list[Path]:
@@ -34,6 +40,76 @@ def _expand(paths: tuple[str, ...]) -> list[Path]:
                                   "relative to the YAML file)")
             out.append(path)
     return out
+
+
+def content_key(spec: SourceSpec, root: Path) -> str:
+    """Fingerprint of the bytes a local source reads: which files, in order, and the SHA-256
+    of each, so that new text under an old path makes a new cache entry.
+
+    Hashing decides; size and mtime only notice: a file whose size and mtime match its record
+    in ``root/source_hashes.json`` is not read again. The record is written only where ``root``
+    already exists (a check before preparing creates nothing) and losing it costs a rehash.
+    """
+    files = _expand(spec.paths)
+    record_path = root / HASHES
+    try:
+        record = json.loads(record_path.read_text())
+        if not isinstance(record, dict):
+            record = {}
+    except (OSError, ValueError):
+        record = {}
+    changed, parts = False, []
+    for path in files:
+        key = os.path.abspath(path)
+        try:
+            st = path.stat()
+            seen = record.get(key)
+            if not (isinstance(seen, list) and len(seen) == 3 and seen[:2] == [st.st_size, st.st_mtime_ns]):
+                seen = _HASHED.get(key)
+                if not (seen and seen[:2] == [st.st_size, st.st_mtime_ns]):
+                    seen = _HASHED[key] = [st.st_size, st.st_mtime_ns, sha256_file(path)]
+                record[key], changed = seen, True
+        except OSError as err:
+            raise SourceError(f"cannot read local source file {path}: {err.strerror or err}") from None
+        parts.append([key, seen[2]])
+    if changed and root.is_dir():
+        try:
+            paths.write_atomic(record_path, json.dumps(record, indent=0, sort_keys=True))
+        except OSError:
+            pass  # only a shortcut: the next look hashes again
+    return fingerprint(parts)
+
+
+def check_tfds(spec: SourceSpec, domain: str) -> None:
+    """Raise ``SourceError`` (one line) if the TFDS dataset of ``spec`` is not prepared on disk.
+
+    Looks for its ``dataset_info.json`` only (no builder, no network), so the trainer can ask
+    before it creates anything; ``_tfds_docs`` still reports a dataset that looks present but
+    cannot be read."""
+    from tensorflow_datasets.core.utils import file_utils
+
+    name = spec.name.split(":")[0]
+    full = f"{name}/{spec.config}" if spec.config else name
+    patterns = ["*/dataset_info.json"] if spec.config else ["*/dataset_info.json", "*/*/dataset_info.json"]
+    roots = [str(d) for d in file_utils.list_data_dirs(given_data_dir=spec.tfds_data_dir)]
+    for r in roots:
+        try:
+            where = paths.as_path(r).joinpath(full)
+            if any(next(iter(where.glob(p)), None) for p in patterns):
+                return
+        except OSError:  # an unreachable or unusable root holds nothing we can read
+            continue
+    raise SourceError(_tfds_missing(spec, domain, ", ".join(roots)))
+
+
+def _tfds_missing(spec: SourceSpec, domain: str, where: str, cause: str = "") -> str:
+    full = f"{spec.name}/{spec.config}" if spec.config else spec.name
+    cause = f" ({cause})" if cause else ""
+    return (f"TFDS dataset {full!r} (domain {domain}, split {spec.split!r}) is not prepared in {where}{cause}: "
+            f"build it with `tfds build {full} --file_format=array_record --data_dir=DIR` on a machine with "
+            f"internet access (most builders need `pip install tensorflow`) and set tfds_data_dir: DIR in the "
+            f"domain's source, or point data.data_dir at a data directory where `python -m loire_jax.data "
+            f"prepare` already built this stream")
 
 
 def _decode(path: Path, errors: str) -> str:
@@ -72,22 +148,20 @@ def _local_docs(spec: SourceSpec) -> Iterator[str]:
             yield from text.replace("\r\n", "\n").split("\n\n")
 
 
-def _tfds_docs(spec: SourceSpec) -> Iterator[str]:
+def _tfds_docs(spec: SourceSpec, domain: str) -> Iterator[str]:
     """Read an already prepared TFDS dataset (any file format with a data source)."""
     import tensorflow_datasets as tfds  # heavy import: only when a TFDS source is used
 
+    from loire_jax.data.storage import private_tempdir
+
     full = f"{spec.name}/{spec.config}" if spec.config else spec.name
     try:
-        source = tfds.data_source(full, split=spec.split, data_dir=spec.tfds_data_dir,
-                                  download=False)
+        with private_tempdir():
+            source = tfds.data_source(full, split=spec.split, data_dir=spec.tfds_data_dir, download=False)
     except Exception as e:  # TFDS raises several types for "not prepared"
         where = spec.tfds_data_dir or "~/tensorflow_datasets (or $TFDS_DATA_DIR)"
-        raise SourceError(
-            f"TFDS dataset {full!r} split {spec.split!r} is not available in {where}: "
-            f"{type(e).__name__}: {str(e)[:300]}\n"
-            f"Prepare it on a machine with internet access, e.g. `tfds build {full} "
-            f"--file_format=array_record --data_dir=DIR` (needs `pip install tensorflow` "
-            f"for most upstream builders), then copy DIR here and set tfds_data_dir.") from None
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise SourceError(_tfds_missing(spec, domain, where, f"{type(e).__name__}: {first}")) from None
     for i in range(len(source)):
         val = source[i]
         for key in spec.text_field.split("/"):  # nested features, e.g. "data/review_body"
@@ -98,14 +172,14 @@ def _tfds_docs(spec: SourceSpec) -> Iterator[str]:
         yield val.decode("utf-8", errors="replace") if isinstance(val, bytes) else str(val)
 
 
-def iter_documents(spec: SourceSpec, downloads_dir: Path) -> Iterator[str]:
+def iter_documents(spec: SourceSpec, downloads_dir: Path, domain: str = "?") -> Iterator[str]:
     """Raw (uncleaned) documents of one source, in a fixed order, capped at max_documents."""
     if spec.kind == "builtin":
         it = builtin.CORPORA[spec.corpus](downloads_dir)
     elif spec.kind == "local":
         it = _local_docs(spec)
     else:
-        it = _tfds_docs(spec)
+        it = _tfds_docs(spec, domain)
     for n, doc in enumerate(it):
         if spec.max_documents is not None and n >= spec.max_documents:
             return

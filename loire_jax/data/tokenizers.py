@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -177,12 +178,19 @@ def train_bpe(docs: Iterable[str], out_dir: Path, vocab_size: int, seed: int) ->
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=".bpe-"))
     try:
+        # The model comes back in memory and is written here: sentencepiece's own writer
+        # ignores a full disk and leaves a truncated spm.model that would then be trusted.
+        model = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=_sentences(docs), model_prefix=str(tmp / "spm"),
+            sentence_iterator=_sentences(docs), model_writer=model,
             model_type="bpe", vocab_size=vocab_size, byte_fallback=True,
             character_coverage=0.9995, input_sentence_size=1_000_000,
             shuffle_input_sentence=True, num_threads=2, unk_id=0, bos_id=1, eos_id=2,
             pad_id=-1, minloglevel=2)
+        with open(tmp / "spm.model", "wb") as f:
+            f.write(model.getvalue())
+            f.flush()
+            os.fsync(f.fileno())  # a full disk may only show when the data reaches it
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
