@@ -8,7 +8,9 @@ directory with one sub-directory per saved step. A step holds four items:
 - ``train``: the rest of the ``TrainState`` (optimizer state and step);
 - ``data``: the grain iterator state, so a resume continues on the exact next batch;
 - ``meta``: a plain JSON dict (model config, tokenizer identity, data position, ...),
-  so the tree of a finished stage can be rebuilt before restoring it.
+  so the tree of a finished stage can be rebuilt before restoring it. This module adds
+  what it needs to tell a damaged step from an intact one: the checksum and the shape of
+  every array, the data-iterator state, and a digest of the meta itself.
 
 The Orbax API still moves between releases (docs/jax-stack.md), so every Orbax call lives
 here and the rest of the project sees ``TrainState``s, plain pytrees and dicts.
@@ -16,12 +18,13 @@ here and the rest of the project sees ``TrainState``s, plain pytrees and dicts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import threading
 import time
 from types import FrameType
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -44,9 +47,10 @@ class CheckpointError(RuntimeError):
 
 
 class DamagedCheckpoint(CheckpointError):
-    """A step that cannot be read or fails its checksums: the only error that sets a step
-    aside. A step that does not match the run (another config, an older format) is refused
-    as a plain ``CheckpointError`` and left as it is."""
+    """A step that cannot be read, or whose files disagree with what was recorded at save
+    (array checksums, Orbax's metadata, the data-iterator state, the meta's own digest): the
+    only error that sets a step aside. A step that does not match the run (another config,
+    an older format) is refused as a plain ``CheckpointError`` and left as it is."""
 
 
 class NonFiniteStateError(CheckpointError):
@@ -112,31 +116,74 @@ def _flat_by_path(tree: Any) -> dict[str, Any]:
     return {jax.tree_util.keystr(path, simple=True, separator="/"): leaf for path, leaf in leaves}
 
 
-def _check_matches(item: str, abstract: Any, metadata: Any, directory: Path, step: int) -> None:
+_Layout = dict[str, tuple[tuple[int, ...], Any]]  # '/'-path -> (shape, np.dtype or None: not known)
+
+
+def _layout(tree: Any) -> _Layout:
+    """Shape and dtype of every leaf of an array (or ShapeDtypeStruct) tree."""
+    return {p: (tuple(np.shape(x)), np.dtype(x.dtype)) for p, x in _flat_by_path(tree).items()}
+
+
+def _orbax_layout(metadata: Any) -> _Layout:
+    """The same, from Orbax's metadata of an item (whose empty nodes are None)."""
+    return {p: (tuple(getattr(m, "shape", ())), np.dtype(m.dtype) if getattr(m, "dtype", None) is not None else None)
+            for p, m in _flat_by_path(metadata).items() if m is not None}
+
+
+def _differences(want: _Layout, have: _Layout, wanted: str, had: str,
+                 absent: tuple[str, str] = ("missing in checkpoint", "not in the abstract tree")) -> list[str]:
+    problems = [f"{absent[0]}: {p}" for p in sorted(set(want) - set(have))]
+    problems += [f"{absent[1]}: {p}" for p in sorted(set(have) - set(want))]
+    for p in sorted(set(want) & set(have)):
+        (w_shape, w_dtype), (h_shape, h_dtype) = want[p], have[p]
+        if w_shape != h_shape:
+            problems.append(f"{p}: shape {w_shape} {wanted}, {h_shape} {had}")
+        elif None not in (w_dtype, h_dtype) and w_dtype != h_dtype:
+            problems.append(f"{p}: dtype {w_dtype} {wanted}, {h_dtype} {had}")
+    return problems
+
+
+def _shown(problems: list[str]) -> str:
+    return "; ".join(problems[:12]) + (f"; ... ({len(problems)} differences)" if len(problems) > 12 else "")
+
+
+def _check_matches(item: str, abstract: Any, metadata: Any, meta: Mapping[str, Any], directory: Path,
+                   step: int) -> None:
     """Refuse a restore whose tree differs from the saved one, naming every difference.
 
     Orbax's StandardRestore is strict about structure, but it casts dtypes silently and
     its messages do not say which leaf is wrong; a partial or zero-filled load of a
     grown model is the failure mode we must never have (orbax#2972, maxtext PR 4341).
+    Orbax's metadata is first held against the layout recorded in the meta at save: if
+    they differ, the step's files are damaged (set aside), not a different run's (refused).
     """
-    want = _flat_by_path(abstract)
-    have = {p: m for p, m in _flat_by_path(metadata).items() if m is not None}
-    problems = [f"missing in checkpoint: {p}" for p in sorted(set(want) - set(have))]
-    problems += [f"not in the abstract tree: {p}" for p in sorted(set(have) - set(want))]
-    for p in sorted(set(want) & set(have)):
-        w, h = want[p], have[p]
-        w_shape, h_shape = tuple(np.shape(w)), tuple(getattr(h, "shape", ()))
-        w_dtype, h_dtype = np.dtype(w.dtype), np.dtype(getattr(h, "dtype", w.dtype))
-        if w_shape != h_shape:
-            problems.append(f"{p}: shape {w_shape} requested, {h_shape} saved")
-        elif w_dtype != h_dtype:
-            problems.append(f"{p}: dtype {w_dtype} requested, {h_dtype} saved")
+    have = _orbax_layout(metadata)
+    record = meta.get("trees", {}).get(item)
+    recorded = {p: (tuple(shape), jnp.dtype(dtype)) for p, (shape, dtype) in (record or {}).items()}
+    damage = ["no layout recorded"] if record is None else _differences(
+        recorded, have, "recorded", "in Orbax's metadata", ("not in Orbax's metadata", "not recorded"))
+    if damage:
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: the metadata of its {item!r} item does not "
+                                f"match the layout recorded at save ({_shown(damage)})")
+    problems = _differences(_layout(abstract), have, "requested", "saved")
     if problems:
-        shown = "; ".join(problems[:12]) + (f"; ... ({len(problems)} differences)" if len(problems) > 12 else "")
         raise CheckpointError(
-            f"the {item!r} tree requested does not match step {step} in {directory}: {shown}. "
+            f"the {item!r} tree requested does not match step {step} in {directory}: {_shown(problems)}. "
             "Rebuild the abstract tree from the config saved in that checkpoint's meta "
             "(read_meta) instead of the current one.")
+
+
+def _item_metadata(mngr: ocp.CheckpointManager, directory: Path, step: int) -> Any:
+    """Orbax's metadata of ``step``'s items; an unreadable metadata file is damage."""
+    try:
+        return mngr.item_metadata(step)
+    except Exception as err:  # truncated _METADATA, a key TensorStore cannot find, ...
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its Orbax metadata cannot be read "
+                                f"({type(err).__name__}: {_first_line(err)})") from None
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).splitlines() or [""])[0][:200]
 
 
 def _train_item(state: TrainState) -> dict[str, Any]:
@@ -163,7 +210,9 @@ def _handlers() -> dict[str, Any]:
 
 
 # -- integrity -----------------------------------------------------------------------
-FORMAT = 3  # 2: meta holds "format", "run" (the run config) and "checksums"; 3: no RNG in the train item
+FORMAT = 4  # 2: meta holds "format", "run" (the run config) and "checksums"; 3: no RNG in the train item;
+# 4: meta also holds "trees" (every array's shape and dtype), "data_state" and its own "digest"
+_RECORDS = ("format", "checksums", "trees", "data_state", "digest")  # this module's meta keys
 
 
 def _words(x: jax.Array) -> jax.Array:
@@ -243,14 +292,79 @@ def _write_error(err: Exception, step: int | None, directory: Path) -> Exception
                            "Free space (or fix the permissions) and rerun the same command to resume")
 
 
-def _user_meta(meta: Mapping[str, Any], directory: Path, step: int) -> dict[str, Any]:
-    """The caller's meta, after checking the format; integrity entries are this module's."""
-    version = meta.get("format", 1)
+def _digest(meta: Mapping[str, Any]) -> str:
+    """SHA-256 of the meta without its digest, keys sorted: any changed character changes it."""
+    body = {k: v for k, v in meta.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _read_meta(mngr: ocp.CheckpointManager, directory: Path, step: int) -> dict[str, Any]:
+    """``step``'s whole meta (this module's records included), checked before anything else is
+    read: unreadable or not the JSON that was written -> DamagedCheckpoint; written by another
+    loire_jax version -> CheckpointError (refused, not set aside)."""
+    try:
+        meta = mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+    except Exception as err:
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its metadata cannot be read "
+                                f"({type(err).__name__}: {_first_line(err)})") from None
+    if not isinstance(meta, Mapping):
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its metadata is not a JSON object")
+    meta, version = dict(meta), meta.get("format", 1)
+    if "digest" in meta or version == FORMAT:  # a digest is checked first: a flipped "format" is damage too
+        if meta.get("digest") != _digest(meta):
+            raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its metadata is not the JSON written at "
+                                    "save (digest mismatch)")
     if version != FORMAT:
         raise CheckpointError(f"step {step} in {directory} was written in checkpoint format {version} by another "
                               f"loire_jax version; this one reads format {FORMAT}. Resume it with the version that "
                               "wrote it, or start over with --fresh")
-    return {k: v for k, v in meta.items() if k not in ("format", "checksums")}
+    return meta
+
+
+def _user_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's part of a checked meta; the integrity records are this module's."""
+    return {k: v for k, v in meta.items() if k not in _RECORDS}
+
+
+def _state_json(state: Any) -> Any:
+    """A grain iterator state as plain JSON (a DataLoader iterator's is JSON bytes)."""
+    if isinstance(state, (bytes, bytearray)):
+        return json.loads(bytes(state).decode())
+    return json.loads(json.dumps(state))
+
+
+class _StateReader:
+    """Stands in for a grain iterator when a step is only verified: grain's handler hands it
+    the saved state (as bytes, since it is no ``DatasetIterator``) and it keeps it."""
+
+    def __init__(self) -> None:
+        self.state: Any = None
+
+    def set_state(self, state: bytes) -> None:
+        self.state = state
+
+    def start_prefetch(self) -> None:
+        pass
+
+    def get_state(self) -> Any:
+        return self.state
+
+
+def _check_data_state(got: Any, recorded: Mapping[str, Any], expected: Mapping[str, Any] | None,
+                      directory: Path, step: int) -> None:
+    """The restored iterator state must be the one recorded in the meta at save, and the
+    position ``step`` implies: a flipped bit there would replay or skip batches silently."""
+    try:
+        got = _state_json(got)
+    except ValueError as err:
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its data-iterator state is not JSON "
+                                f"({_first_line(err)})") from None
+    if expected is not None and (not isinstance(got, Mapping) or any(got.get(k) != v for k, v in expected.items())):
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its data-iterator state {got} is not the "
+                                f"position step {step} implies ({dict(expected)})")
+    if got != recorded.get("state"):
+        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its data-iterator state {got} is not the one "
+                                f"recorded at save ({recorded.get('state')})")
 
 
 def _verify(item: str, tree: Any, expected: Mapping[str, int] | None, directory: Path, step: int) -> None:
@@ -272,14 +386,17 @@ class StageCheckpoints:
     ``save_every`` is the period of ``save`` (``force=True`` saves regardless: the final
     step, a preemption). ``keep`` is how many recent steps survive. With ``async_save``
     the arrays are written in the background; call ``wait()`` (or ``close()``) before
-    exiting or before reading the checkpoint back.
+    exiting or before reading the checkpoint back. ``data_position(step)``, if given, is
+    the part of the data-iterator state that ``step`` implies (``{"next_index": step}``
+    for a stream of one index per step); a saved state that differs makes the step damaged.
     """
 
-    def __init__(self, directory: str | Path, *, save_every: int, keep: int = 2,
-                 async_save: bool = True) -> None:
+    def __init__(self, directory: str | Path, *, save_every: int, keep: int = 2, async_save: bool = True,
+                 data_position: Callable[[int], Mapping[str, Any]] | None = None) -> None:
         if save_every < 1 or keep < 1:
             raise ValueError(f"save_every and keep must be >= 1, got {save_every}, {keep}")
         self.directory = paths.absolute(directory)
+        self.data_position = data_position
         self.quarantined = _quarantine_incomplete(self.directory)
         options = ocp.CheckpointManagerOptions(
             save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(save_every),
@@ -320,7 +437,8 @@ class StageCheckpoints:
 
         Never writes non-finite state: a NaN or infinity anywhere in the floating leaves
         raises ``NonFiniteStateError`` and nothing is saved. The meta gets the format
-        version and a checksum of every array (``tree_checksums``), verified at restore.
+        version, a checksum (``tree_checksums``), shape and dtype of every array, the data
+        iterator's state and a digest of itself, all verified at restore.
         """
         if not force and not self._mngr.should_save(int(step)):
             return False
@@ -329,14 +447,21 @@ class StageCheckpoints:
         train_sums, bad_train = _integrity(train)
         if bad or bad_train:
             raise NonFiniteStateError(int(step), bad + bad_train)
-        meta = _check_json({**meta, "format": FORMAT, "checksums": {PARAMS: params_sums, TRAIN: train_sums}})
-        items: dict[str, Any] = {PARAMS: ocp.args.StandardSave(state.params), TRAIN: ocp.args.StandardSave(train),
-                                 META: ocp.args.JsonSave(meta)}
-        if data_iterator is not None:
-            import grain
-
-            items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
+        meta = {k: v for k, v in _check_json(meta).items() if k not in _RECORDS}
+        trees = {item: {p: [list(shape), str(dtype)] for p, (shape, dtype) in _layout(tree).items()}
+                 for item, tree in ((PARAMS, state.params), (TRAIN, train))}
+        meta.update({"format": FORMAT, "checksums": {PARAMS: params_sums, TRAIN: train_sums}, "trees": trees})
+        items: dict[str, Any] = {PARAMS: ocp.args.StandardSave(state.params), TRAIN: ocp.args.StandardSave(train)}
         try:
+            if data_iterator is not None:
+                import grain
+
+                # grain writes get_state() as it is now: nothing advances the iterator before the save.
+                # Process 0's state (the meta's) stands for all: each process's stream is at the same index.
+                meta["data_state"] = {"processes": jax.process_count(), "state": _state_json(data_iterator.get_state())}
+                items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
+            meta["digest"] = _digest(meta)
+            items[META] = ocp.args.JsonSave(meta)
             return bool(self._mngr.save(int(step), args=ocp.args.Composite(**items), force=force))
         except Exception as err:
             raise _write_error(err, step, self.directory) from None
@@ -350,51 +475,75 @@ class StageCheckpoints:
         ``sharding`` says where each array goes: a different mesh than the saving one is
         fine. Any key, shape or dtype difference raises CheckpointError. ``data_iterator``
         (a grain iterator) has its position restored in place.
+
+        Everything the step holds is verified, in the order that reads least first: the
+        meta's digest and format, Orbax's metadata against the recorded layout, the array
+        checksums, and the data-iterator state (read even without ``data_iterator`` when
+        this process count saved it) against the recorded one and ``data_position``. Any
+        damage raises ``DamagedCheckpoint``.
         """
         self.wait()  # an in-flight async save of this step must land first
         step = self._resolve(step)
+        meta = _read_meta(self._mngr, self.directory, step)  # the format is refused before any array is read
         abs_train = _train_item(abstract_state)
-        metadata = self._mngr.item_metadata(step)
-        _check_matches(PARAMS, abstract_state.params, metadata[PARAMS], self.directory, step)
-        _check_matches(TRAIN, abs_train, metadata[TRAIN] if TRAIN in metadata else None, self.directory, step)
+        metadata = _item_metadata(self._mngr, self.directory, step)
+        for item, tree in ((PARAMS, abstract_state.params), (TRAIN, abs_train)):
+            _check_matches(item, tree, metadata[item] if item in metadata else None, meta, self.directory, step)
         items: dict[str, Any] = {PARAMS: ocp.args.StandardRestore(abstract_state.params),
-                                 TRAIN: ocp.args.StandardRestore(abs_train), META: ocp.args.JsonRestore()}
-        if data_iterator is not None:
+                                 TRAIN: ocp.args.StandardRestore(abs_train)}
+        data, reader = meta.get("data_state"), data_iterator
+        if data is None and data_iterator is not None:
+            raise CheckpointError(f"step {step} in {self.directory} holds no data iterator state")
+        if data is not None and data.get("processes") != jax.process_count():
+            if data_iterator is not None:
+                raise CheckpointError(f"step {step} in {self.directory} holds the data iterator states of "
+                                      f"{data.get('processes')} processes, not {jax.process_count()}; restore "
+                                      "without a data iterator and move it to the step's position")
+            data = None  # each process's position is not used on resume (it follows from the step): not read
+        if data is not None:
             import grain
 
-            if not (self.directory / str(step) / DATA).exists():
-                raise CheckpointError(f"step {step} in {self.directory} holds no data iterator state")
-            items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
+            reader = data_iterator if data_iterator is not None else _StateReader()
+            items[DATA] = grain.checkpoint.CheckpointRestore(reader)
         try:
             out = self._mngr.restore(step, args=ocp.args.Composite(**items))
         except Exception as err:  # TensorStore/Orbax errors of a truncated or unreadable file
             raise DamagedCheckpoint(f"step {step} in {self.directory} is damaged: it cannot be read "
-                                  f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-        meta = dict(out[META])
+                                    f"({type(err).__name__}: {_first_line(err)})") from None
         sums = meta.get("checksums", {})
-        user_meta = _user_meta(meta, self.directory, step)
         _verify(PARAMS, out[PARAMS], sums.get(PARAMS), self.directory, step)
         _verify(TRAIN, out[TRAIN], sums.get(TRAIN), self.directory, step)
-        return TrainState(params=out[PARAMS], opt_state=out[TRAIN]["opt_state"], step=out[TRAIN]["step"]), user_meta
+        if data is not None:
+            position = self.data_position(step) if self.data_position is not None else None
+            _check_data_state(reader.get_state(), data, position, self.directory, step)
+        state = TrainState(params=out[PARAMS], opt_state=out[TRAIN]["opt_state"], step=out[TRAIN]["step"])
+        return state, _user_meta(meta)
 
     def newest_intact(self, abstract_state: TrainState) -> tuple[int | None, list[str]]:
-        """Verify steps newest first; set aside each damaged one. Returns the newest intact
-        step (None if none) and one line per step set aside."""
+        """Verify steps newest first (``restore``: arrays, metadata, data-iterator state); set
+        aside each damaged one. Returns the newest intact step (None if none) and one line
+        per step set aside. With several processes, damage any of them found (in its own
+        data-iterator state, say) sets the step aside for all."""
         notes = []
         for step in reversed(self.all_steps()):
             try:
                 self.restore(abstract_state, step=step)
-                return step, notes
+                damage = None
             except DamagedCheckpoint as err:
-                target = self.directory / f"{step}.damaged-{time.time_ns()}"
-                if jax.process_index() == 0:  # every process found the same damage; one renames
-                    (self.directory / str(step)).rename(target)
-                self._mngr.reload()  # Orbax must forget the step it listed at start-up
-                notes.append(f"{err}; set aside as {target.name}")
+                damage = str(err)
+            damage = _damage_anywhere(damage, step, self.directory)
+            if damage is None:
+                return step, notes
+            target = self.directory / f"{step}.damaged-{time.time_ns()}"
+            if jax.process_index() == 0:  # every process now agrees on the damage; one renames
+                (self.directory / str(step)).rename(target)
+            self._mngr.reload()  # Orbax must forget the step it listed at start-up
+            notes.append(f"{damage}; set aside as {target.name}")
         return None, notes
 
     def read_meta(self, step: int | None = None) -> dict[str, Any]:
-        """The JSON meta saved with ``step`` (latest complete by default)."""
+        """The JSON meta saved with ``step`` (latest complete by default); DamagedCheckpoint
+        if it is not the JSON that was written."""
         self.wait()
         return _restore_meta(self._mngr, self.directory, self._resolve(step))
 
@@ -440,15 +589,16 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
     elif step not in steps:
         raise CheckpointError(f"step {step} is not a complete checkpoint in {directory}; complete steps: {steps}")
     with _read_only(directory) as mngr:
-        metadata = mngr.item_metadata(step)
-        _check_matches(PARAMS, abstract_params, metadata[PARAMS], directory, step)
+        meta = _read_meta(mngr, directory, step)
+        metadata = _item_metadata(mngr, directory, step)
+        _check_matches(PARAMS, abstract_params, metadata[PARAMS] if PARAMS in metadata else None, meta, directory,
+                       step)
         try:
-            out = mngr.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params),
-                                                                 META: ocp.args.JsonRestore()}))
+            out = mngr.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}))
         except Exception as err:
             raise DamagedCheckpoint(f"step {step} in {directory} is damaged: it cannot be read "
-                                  f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-    _verify(PARAMS, out[PARAMS], dict(out[META]).get("checksums", {}).get(PARAMS), directory, step)
+                                    f"({type(err).__name__}: {_first_line(err)})") from None
+    _verify(PARAMS, out[PARAMS], meta.get("checksums", {}).get(PARAMS), directory, step)
     return out[PARAMS]
 
 
@@ -477,13 +627,21 @@ def read_latest_meta(directory: str | Path) -> dict[str, Any]:
 
 
 def _restore_meta(mngr: ocp.CheckpointManager, directory: Path, step: int) -> dict[str, Any]:
-    """The user part of ``step``'s JSON meta, read without touching the arrays."""
-    try:
-        meta = mngr.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
-    except Exception as err:
-        raise DamagedCheckpoint(f"step {step} in {directory} is damaged: its metadata cannot be read "
-                                f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-    return _user_meta(dict(meta), directory, step)
+    """The user part of ``step``'s JSON meta, read (and checked) without touching the arrays."""
+    return _user_meta(_read_meta(mngr, directory, step))
+
+
+def _damage_anywhere(damage: str | None, step: int, directory: Path) -> str | None:
+    """``damage`` (this process's verdict on ``step``), or a note if another process found
+    some: every process must set the same steps aside (one small all-gather)."""
+    if jax.process_count() == 1:
+        return damage
+    from jax.experimental import multihost_utils
+
+    found = np.asarray(multihost_utils.process_allgather(np.array(damage is not None, dtype=np.int32)))
+    if damage is None and found.any():
+        return f"step {step} in {directory} is damaged on process(es) {np.flatnonzero(found).tolist()}"
+    return damage
 
 
 # -- preemption ------------------------------------------------------------------------

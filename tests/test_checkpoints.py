@@ -4,7 +4,9 @@ without optimizer state, survive interrupted saves, and refuse mismatched trees.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import pytest
 
 from flax.traverse_util import flatten_dict
 
-from loire_jax.checkpoints import CheckpointError, PreemptionGuard, StageCheckpoints, restore_params, stage_dir
+from loire_jax.checkpoints import (CheckpointError, DamagedCheckpoint, PreemptionGuard, StageCheckpoints, restore_params,
+                                   stage_dir)
 from loire_jax.config import ModelConfig
 from loire_jax.layout import abstract_params
 from loire_jax.model import init_params
@@ -168,6 +171,24 @@ def test_mismatched_tree_is_a_clear_error(saved8):
             ck.restore(wrong_dtype)
     with pytest.raises(CheckpointError, match="shape"):
         restore_params(saved8, abstract(abstract_params(bigger)))
+
+
+@pytest.mark.parametrize("before", [b'"format": ', b'"sha": "ab'])
+def test_a_flipped_bit_in_the_meta_is_damage_even_where_the_json_stays_valid(saved8, tmp_path, before):
+    """Another format number, another tokenizer hash: the meta's digest tells damage (set
+    aside) from a step another loire_jax version wrote (refused) and from a valid meta."""
+    d = tmp_path / "stage_1"
+    shutil.copytree(saved8, d)
+    meta = d / "2" / "meta" / "metadata"
+    data = bytearray(meta.read_bytes())
+    data[data.index(before) + len(before)] ^= 1
+    meta.write_bytes(bytes(data))
+    json.loads(data)  # still valid JSON: only the digest can tell
+    with StageCheckpoints(d, save_every=2) as ck:
+        with pytest.raises(DamagedCheckpoint, match="digest"):
+            ck.read_meta()
+        step, notes = ck.newest_intact(abstract_on(8))
+    assert step is None and len(notes) == 1 and [p.name[:10] for p in d.glob("2.*")] == ["2.damaged-"]
 
 
 def test_no_checkpoint_is_a_clear_error(tmp_path):

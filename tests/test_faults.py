@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from data_helpers import tiny_config_dict  # noqa: E402  (tests/data is on the path: conftest.py)
-from runs import cli, final_losses, in_process, one_line_error, records, snapshot, tiny_run  # noqa: E402
+from runs import cli, final_losses, in_process, one_line_error, records, snapshot, steps_saved, tiny_run  # noqa: E402
 
 from loire_jax.data import DataError  # noqa: E402
 from loire_jax.errors import RunError  # noqa: E402
@@ -37,26 +37,38 @@ shared_reference = pytest.mark.xdist_group("faults")
 
 
 def config_dict(data_dir: Path) -> dict:
-    return tiny_run(tiny_config_dict(data_dir), "faults", "1", eval={"every": 0, "batches": 1}, stages=[
+    """Every step is saved and three kept: a finished run holds steps 2-4 of each stage, so a
+    damaged step 3 (mid-stage once step 4 is gone) has an intact step 2 before it."""
+    return tiny_run(tiny_config_dict(data_dir), "faults", "1", eval={"every": 0, "batches": 1},
+                    checkpoint={"save_every": 1, "keep": 3}, stages=[
         {"name": "A", "domains": ["SCI"], "steps": 4},
         {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "ffn", "size": 48}],
          "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1, "beta_steps": 1},
     ])
 
 
+# One config and one reference run per test process, also for the modules that import these
+# fixtures (tests/test_checkpoint_damage.py): each importing module gets its own fixture.
+_SHARED: dict[str, Path] = {}
+
+
 @pytest.fixture(scope="session")  # session: xdist may interleave modules, which tears module fixtures down
 def config(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("faults")
-    path = base / "faults.yaml"
-    path.write_text(yaml.safe_dump(config_dict(base / "data")))
-    return path
+    if "config" not in _SHARED:
+        base = tmp_path_factory.mktemp("faults")
+        path = base / "faults.yaml"
+        path.write_text(yaml.safe_dump(config_dict(base / "data")))
+        _SHARED["config"] = path
+    return _SHARED["config"]
 
 
 @pytest.fixture(scope="session")
 def reference(config, tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("reference") / "run"
-    assert in_process(config, workdir).complete
-    return workdir
+    if "reference" not in _SHARED:
+        workdir = tmp_path_factory.mktemp("reference") / "run"
+        assert in_process(config, workdir).complete
+        _SHARED["reference"] = workdir
+    return _SHARED["reference"]
 
 
 @pytest.fixture
@@ -194,8 +206,8 @@ def test_a_damaged_step_is_set_aside_and_the_newest_intact_one_used(config, fini
 
 @shared_reference
 def test_no_intact_step_is_refused(config, finished):
-    for step in ("2", "4"):
-        victim = _largest_array_file(finished / "stage_2" / step)
+    for step in steps_saved(finished / "stage_2"):
+        victim = _largest_array_file(finished / "stage_2" / str(step))
         victim.write_bytes(victim.read_bytes()[:8])
     with pytest.raises(RunError, match="no intact checkpoint"):
         in_process(config, finished)
