@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loire_jax.data import DataConfig, train_iterator  # noqa: E402
+from loire_jax.data import DataConfig, DataError, train_iterator  # noqa: E402
 
 
 def run_once(cfg: DataConfig, domain: int, seq_len: int, batch: int, n: int, replay: float,
@@ -33,8 +33,8 @@ def run_once(cfg: DataConfig, domain: int, seq_len: int, batch: int, n: int, rep
     return n * batch * (seq_len + 1) / dt
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs/domains/default.yaml"))
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--seq-len", type=int, default=128)
@@ -44,18 +44,31 @@ def main() -> None:
     ap.add_argument("--domain", type=int, default=-1, help="default: the last domain")
     ap.add_argument("--replay", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    cfg = DataConfig.from_yaml(args.config)
-    if args.data_dir:
-        cfg = cfg.with_data_dir(args.data_dir)
-    domain = args.domain % len(cfg.domains)
-    rates = [run_once(cfg, domain, args.seq_len, args.batch, args.batches, args.replay, seed=r,
-                      threads=args.threads) for r in range(args.repeats)]
+    args = ap.parse_args(argv)
+    try:
+        for flag in ("seq_len", "batch", "batches", "repeats", "threads"):
+            if getattr(args, flag) < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
+        if not 0.0 <= args.replay < 1.0:
+            raise ValueError(f"--replay must be in [0, 1), got {args.replay}")
+        cfg = DataConfig.from_yaml(args.config)
+        if args.data_dir:
+            cfg = cfg.with_data_dir(args.data_dir)
+        if not -len(cfg.domains) <= args.domain < len(cfg.domains):
+            raise ValueError(f"--domain must be in {-len(cfg.domains)}..{len(cfg.domains) - 1} for the "
+                             f"{len(cfg.domains)} domains of {args.config}, got {args.domain}")
+        domain = args.domain % len(cfg.domains)
+        rates = [run_once(cfg, domain, args.seq_len, args.batch, args.batches, args.replay, seed=r,
+                          threads=args.threads) for r in range(args.repeats)]
+    except (DataError, ValueError) as err:  # ConfigError is both
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"domain={cfg.domains[domain].name} seq_len={args.seq_len} batch={args.batch} "
           f"replay={args.replay} threads={args.threads} batches/repeat={args.batches}")
     print("tokens/s per repeat: " + ", ".join(f"{r:,.0f}" for r in rates))
     print(f"median pipeline tokens/s: {statistics.median(rates):,.0f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

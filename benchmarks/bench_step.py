@@ -50,6 +50,9 @@ SCHEDULES = {
 }
 
 
+DTYPES = ("float32", "bfloat16", "float16")  # compute dtypes; parameters stay float32
+
+
 def _configs(case: dict):
     from loire_jax import preset
 
@@ -179,19 +182,54 @@ def _torch_case(student, teachers, case, peak) -> dict:
 
 
 # --------------------------------------------------------------------------- the driver
+def _listed(text: str, flag: str) -> list[str]:
+    items = [x.strip() for x in text.split(",")]
+    if not all(items):
+        raise ValueError(f"{flag} takes a comma-separated list without empty entries, got {text!r}")
+    return items
+
+
 def _cases(args) -> list[dict]:
+    """Every case of the arguments, each checked as far as it can be before any device
+    exists (ValueError, one line): sizes, the model of each shape, the mesh against them."""
+    from loire_jax.sharding import mesh_problems, parse_mesh
+
+    for flag in ("batch", "seq", "vocab", "steps", "repeats", "microbatches"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag} must be a positive integer, got {value}")
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        raise ValueError(f"--peak-tflops must be positive, got {args.peak_tflops}")
+    if args.loss_chunk != "auto" and not (args.loss_chunk.isdigit() and int(args.loss_chunk) > 0):
+        raise ValueError(f"--loss-chunk must be a positive integer or auto, got {args.loss_chunk!r}")
+    teachers = _listed(args.teachers, "--teachers")
+    if not all(t.isdigit() for t in teachers):
+        raise ValueError(f"--teachers takes comma-separated counts (non-negative integers), got {args.teachers!r}")
+    sizes = parse_mesh(args.mesh)
     out = []
-    for shape in args.shapes.split(","):
+    for shape in _listed(args.shapes, "--shapes"):
         if shape not in SCHEDULES:
-            raise SystemExit(f"error: unknown shape {shape!r}; choose from {sorted(SCHEDULES)}")
-        for dtype in args.dtypes.split(","):
-            for t in (int(x) for x in args.teachers.split(",")):
+            raise ValueError(f"unknown shape {shape!r}; choose from {sorted(SCHEDULES)}")
+        for dtype in _listed(args.dtypes, "--dtypes"):
+            for t in map(int, teachers):
                 sched = SCHEDULES[shape]
                 out.append(dict(shape=shape, dtype=dtype, teachers=t, batch=args.batch or sched["batch"],
                                 seq=args.seq or sched["seq"], vocab=args.vocab, mesh=args.mesh, steps=args.steps,
                                 repeats=args.repeats, microbatches=args.microbatches, loss_chunk=args.loss_chunk,
                                 attention=args.attention, remat=args.remat, compile_only=args.compile_only,
                                 torch=args.torch, peak_tflops=args.peak_tflops))
+    for case in out:
+        if case["dtype"] not in DTYPES:
+            raise ValueError(f"--dtypes: unknown compute dtype {case['dtype']!r}; choose from {DTYPES}")
+        shards = case["microbatches"] * sizes["data"] * sizes["fsdp"]
+        if case["batch"] % shards:
+            raise ValueError(f"the batch of shape {case['shape']} ({case['batch']}) is not divisible by microbatches x "
+                             f"data x fsdp = {shards}: every microbatch is split evenly over the devices")
+        student, teachers = _configs(case)  # ModelConfig refuses a bad vocab, attention or remat
+        problems = sorted({p for m in (student, *teachers) for p in mesh_problems(m, sizes)})
+        if problems:
+            raise ValueError(f"shape {case['shape']} does not fit mesh {sizes}: " + "; ".join(problems[:3])
+                             + (" ..." if len(problems) > 3 else ""))
     return out
 
 
@@ -218,14 +256,24 @@ def _table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _engine_rate(workdir: str) -> tuple[int, float] | None:
-    """The trainer's own median tokens/s over the last stage's train phase (steps after the first)."""
-    records = [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    train = [r for r in records if r.get("kind") == "train" and r.get("phase") == "train"]
-    if not train:
-        return None
-    last = max(r["stage"] for r in train)
+def _engine_rate(workdir: str) -> tuple[int, float]:
+    """The trainer's own median tokens/s over the last stage's train phase (steps after the
+    first); ValueError when ``workdir`` has no such steps. Read before the benchmark runs."""
+    from loire_jax.hooks import METRICS_FILE, read_records
+
+    if not (Path(workdir) / METRICS_FILE).is_file():
+        raise ValueError(f"--compare-run {workdir}: no {METRICS_FILE} there; give a loire_jax run's workdir")
+    try:
+        records, _ = read_records(workdir)
+    except OSError as err:
+        raise ValueError(f"--compare-run {workdir}: cannot read {METRICS_FILE} ({err.strerror or err})") from None
+    train = [r for r in records if r.get("kind") == "train" and r.get("phase") == "train"
+             and isinstance(r.get("stage"), int) and isinstance(r.get("tokens_per_s"), (int, float))]
+    last = max((r["stage"] for r in train), default=None)
     rates = [r["tokens_per_s"] for r in train if r["stage"] == last][1:]
+    if not rates:
+        raise ValueError(f"--compare-run {workdir}: its {METRICS_FILE} has no train-phase steps to compare with "
+                         "(a stage needs two or more)")
     return last, statistics.median(rates)
 
 
@@ -261,8 +309,18 @@ def main(argv: list[str] | None = None) -> int:
         print("RECORD " + json.dumps(record))
         return 0
 
+    try:
+        cases = _cases(args)
+        engine = _engine_rate(args.compare_run) if args.compare_run else None
+        if args.json and not Path(args.json).expanduser().resolve().parent.is_dir():
+            raise ValueError(f"--json {args.json}: its folder does not exist")
+        if args.json and Path(args.json).is_dir():
+            raise ValueError(f"--json {args.json} is a directory; give a file name")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     records = []
-    for case in _cases(args):
+    for case in cases:
         out = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True)
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RECORD ")]
         record = json.loads(lines[-1][7:]) if lines else dict(case, error=(out.stderr or "no output").strip()[-300:])
@@ -273,12 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ndevice: {records[0]['device']} ({records[0]['device_kind']}); peak for MFU: "
               f"{records[0].get('peak_source', 'n/a')}")
     print(_table(records))
-    if args.compare_run:
-        got = _engine_rate(args.compare_run)
-        if got and records and records[0].get("tokens_per_s"):
-            stage, rate = got
-            print(f"engine ({args.compare_run}, stage {stage} train phase): {rate:,.0f} tokens/s; this benchmark: "
-                  f"{records[0]['tokens_per_s']:,.0f} ({rate / records[0]['tokens_per_s']:.2f}x)")
+    if engine and records and records[0].get("tokens_per_s"):
+        stage, rate = engine
+        print(f"engine ({args.compare_run}, stage {stage} train phase): {rate:,.0f} tokens/s; this benchmark: "
+              f"{records[0]['tokens_per_s']:,.0f} ({rate / records[0]['tokens_per_s']:.2f}x)")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
         print(f"wrote {args.json}")

@@ -79,7 +79,7 @@ def worker(args: argparse.Namespace) -> None:
                   f"({(t - base) / base:+.1%}; {(t - base) * 1e3:+.2f} ms)", flush=True)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--devices", type=int, default=4, help="CPU devices per process")
@@ -89,7 +89,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved repeats; medians are printed")
     parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    bad = [f"--{name} must be a positive integer, got {getattr(args, name)}"
+           for name in ("processes", "devices", "steps", "width", "rounds") if getattr(args, name) < 1]
+    bad += [f"--every takes positive step counts, got {every}" for every in args.every if every < 1]
+    from launch.devices import MAX_SIMULATED_DEVICES
+
+    if args.devices > MAX_SIMULATED_DEVICES:
+        bad.append(f"--devices simulates at most {MAX_SIMULATED_DEVICES} CPU devices per process, got {args.devices}")
+    if bad:  # checked here: a worker would fail in its own process, with a traceback
+        print(f"error: {'; '.join(bad)}", file=sys.stderr)
+        return 2
     if args.rank is not None:
         worker(args)
         return 0

@@ -22,20 +22,32 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "tiny.yaml"))
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    from loire_jax.data import load_prepared, train_dataset
-    from loire_jax.data.packing import PackedWindows
+    from loire_jax.data import DataError, load_prepared
     from loire_jax.config_loader import load_run_config
+
+    try:
+        run = load_run_config(args.config, args.overrides)
+        prep = load_prepared(run.data)
+        _compare(run, prep)
+    except (ValueError, DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _compare(run, prep) -> None:
+    from loire_jax.data import train_dataset
+    from loire_jax.data.packing import PackedWindows
     from loire_jax.stages import phases, teacher_stages
 
-    run = load_run_config(args.config, args.overrides)
     index = {d.name: i for i, d in enumerate(run.data.domains)}
-    bs, prep = run.batch_size, load_prepared(run.data)
+    bs = run.batch_size
     print(f"{'stage':<12} {'warmup cur windows':>18} {'train windows':>13} {'repeated (one stream)':>22} "
           f"{'repeated (rebuilt)':>19}")
     for k, stage in enumerate(run.stages):
@@ -44,7 +56,7 @@ def main() -> None:
         if replay_steps == 0:
             continue
         d = index[stage.domains[0]]
-        kw = dict(seq_len=run.seq_len, global_batch_size=bs, seed=run.seed * 1000 + k,
+        kw = dict(seq_len=run.seq_len, global_batch_size=bs, seed=run.data_seed(k),
                   replay_ratio=stage.replay_ratio)
         current = {tuple(w) for w in PackedWindows([prep.tokens(d, "pretrain")], run.seq_len)}
         epoch = len(PackedWindows([prep.tokens(d, "pretrain")], run.seq_len))
@@ -66,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

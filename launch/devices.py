@@ -1,8 +1,10 @@
 """Device setup that must happen before JAX starts its backends.
 
 ``--mesh 8`` must work on a laptop: when the default backend has fewer devices than the
-mesh needs, we fall back to that many simulated CPU devices. The CPU device count can
-only be set before the first backend call, so entry points call ``configure`` first.
+mesh needs, we fall back to that many simulated CPU devices (up to
+``MAX_SIMULATED_DEVICES``). The CPU device count can only be set before the first backend
+call, so entry points call ``configure`` first, once the mesh is checked against the batch
+and the model (``check_batch``, ``stages.validate``): a mesh they refuse creates no device.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import os
 
 import jax
 
-from loire_jax.sharding import parse_mesh
+from loire_jax.sharding import BATCH_AXES, parse_mesh
+
+# Simulated CPU devices per process, at most. Each one brings threads (see simulated_cpu_env);
+# thousands of them made a refused run hang for minutes at exit (--mesh 4096: 9,819 threads).
+MAX_SIMULATED_DEVICES = 512
 
 
 def simulated_cpu_env(n_devices: int) -> None:
@@ -84,6 +90,15 @@ def _int_env(name: str) -> int | None:
     return int(value)
 
 
+def check_batch(sizes: dict[str, int], batch: int, what: str = "--batch") -> None:
+    """Refuse a mesh whose data-parallel axes do not split ``batch`` evenly. Cheap, so entry
+    points call it before ``configure`` creates any device: the batch bounds the mesh."""
+    shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
+    if batch % shards:
+        raise ValueError(f"{what} {batch} is not divisible by the mesh's data x fsdp = {shards} devices: every "
+                         "device gets an equal share of the batch")
+
+
 def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes | None = None,
               heartbeat_s: int = 60) -> tuple[dict[str, int], list[jax.Device], str]:
     """Parse the mesh spec, join the other processes if there are any, and pick the mesh's
@@ -99,6 +114,8 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     # simulated CPU devices are per process, so their count follows the expected process count
     expected = (processes.count or int(os.environ.get("SLURM_NTASKS", "0") or 0) or 1) if processes else 1
     local = max(need // expected, 1)
+    if local > MAX_SIMULATED_DEVICES:  # only real devices can serve such a mesh: do not simulate
+        local = 1
     jax.config.update("jax_num_cpu_devices", local)  # only affects the CPU backend
     simulated_cpu_env(local)
     if enable_x64:
@@ -128,6 +145,10 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
         raise ValueError(f"mesh {sizes} needs {need} devices but the {jax.process_count()} processes have "
                          f"{len(devices)}")
     cpus = jax.devices("cpu")
+    if len(cpus) < need:
+        raise ValueError(f"mesh {sizes} needs {need} devices but this machine has {len(devices)} "
+                         f"{devices[0].platform} device(s); --mesh simulates up to {MAX_SIMULATED_DEVICES} CPU "
+                         "devices (more would take minutes to start and stop): choose a smaller --mesh")
     note = (f"{len(devices)} {devices[0].platform} device(s) available, mesh needs {need}: "
             f"simulating {need} CPU devices")
     return sizes, cpus[:need], note

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from loire_jax import suite as suites
+    from loire_jax.sharding import parse_mesh
 
     try:
         suite = suites.load_suite(args.suite, args.seeds)
@@ -63,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             except BrokenPipeError:  # piped into head: the reader has what it wanted
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
-        mesh_spec = args.mesh or suites.base_config(suite).mesh
+        base = suites.base_config(suite)
+        mesh_spec = args.mesh or base.mesh
+        # every system shares the base's batch: a mesh that cannot split it creates no device
+        devices.check_batch(parse_mesh(mesh_spec), base.batch_size // base.microbatches,
+                            "the suite's microbatch (batch_size / microbatches)")
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=False)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -76,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     from launch.train import _library_logs_to
     from loire_jax.sharding import make_mesh
 
-    root = suites.workdir_for(suite, args.workdir)
+    from loire_jax import workdir as rundir
+
+    try:  # resolved (.., links) and refused if it holds other work, before anything is created
+        root = rundir.resolve(suites.workdir_for(suite, args.workdir))
+        rundir.check_place(root)
+    except (rundir.WorkdirError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     root.mkdir(parents=True, exist_ok=True)
     _library_logs_to(root / "python.log")
     print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds"
@@ -251,7 +263,7 @@ class Experiment:
         print(f"{label}: {planned.config.name}", flush=True)
         try:
             result = run(planned.config, self.root / planned.workdir, mesh=self.mesh, progress=self.progress,
-                         hooks=hooks.default_hooks(planned.config, progress=self.progress))
+                         hooks=hooks.default_hooks(planned.config, progress=self.progress), report=False)
         except Diverged as err:  # a result, not a reason to stop: it fails the gate and the suite goes on
             paths.write_atomic(self.root / planned.workdir / DIVERGED,
                                json.dumps({"config": planned.config.to_dict(), "error": str(err)}))

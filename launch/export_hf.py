@@ -42,10 +42,18 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         workdir = Path(args.workdir).expanduser()
+        if not (workdir / "config.json").is_file():
+            raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)")
         try:
-            run = run_config_from_dict(json.loads((workdir / "config.json").read_text()))
-        except FileNotFoundError:
-            raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)") from None
+            saved = json.loads((workdir / "config.json").read_text())
+        except ValueError as err:  # UnicodeDecodeError is one too
+            raise hf.HFError(f"{workdir / 'config.json'} is not valid JSON ({err})") from None
+        try:
+            run = run_config_from_dict(saved)
+        except ValueError as err:
+            raise hf.HFError(f"{workdir / 'config.json'}: {err}") from None
+        if args.stage is not None and not 1 <= args.stage <= len(run.stages):
+            raise hf.HFError(f"--stage must be in 1..{len(run.stages)} (the run's stages), got {args.stage}")
         steps = {k: checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k))
                  for k in range(1, len(run.stages) + 1)}
         stages = [k for k, s in steps.items() if s is not None]

@@ -20,16 +20,59 @@ from launch import devices  # noqa: E402  (must run before any JAX backend call)
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """key=value pairs for the M1 ModelConfig, typed by YAML rules (8 -> int, true -> bool)."""
+    """key=value pairs for the M1 ModelConfig, typed by YAML rules (8 -> int, true -> bool);
+    ValueError names a malformed item or a key that is no ModelConfig field."""
+    import dataclasses
+
     import yaml
 
+    from loire_jax.config import ModelConfig
+
+    fields = sorted(f.name for f in dataclasses.fields(ModelConfig))
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise SystemExit(f"error: expected key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
+            raise ValueError(f"expected key=value, got {item!r}")
+        if key not in fields:
+            raise ValueError(f"unknown model field {key!r}; valid fields are {fields}")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ValueError(f"{item!r}: the value is not valid YAML ({getattr(err, 'problem', None) or err})") \
+                from None
     return out
+
+
+def checked(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, Any], list[tuple[str, int]]]:
+    """(mesh sizes, M1's fields, growth schedule), every argument checked before any device
+    exists: the mesh against the batch and against every model of the schedule."""
+    from loire_jax import plan_growth, preset
+    from loire_jax.sharding import mesh_problems, parse_mesh
+
+    for name in ("batch", "seq"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be in 0..2**63-1, got {args.seed}")
+    sizes = parse_mesh(args.mesh)
+    devices.check_batch(sizes, args.batch)
+    m1 = dict(vocab_size=50257, max_seq_len=1024, hidden=384, ffn=1024, heads=6, head_dim=64, layers=6,
+              dtype=args.dtype, param_dtype=args.dtype)
+    m1.update(parse_overrides(args.overrides))
+    cfg = preset(args.preset, **m1)
+    schedule = [("hidden", 2 * cfg.hidden), ("ffn", 2 * cfg.ffn), ("heads", 2 * cfg.heads),
+                ("layers", 2 * cfg.layers)]
+    for op, size in [("", 0), *schedule]:  # M1, then every grown model
+        if op:
+            cfg = plan_growth(cfg, op, size).new
+        problems = mesh_problems(cfg, sizes)
+        if problems:
+            where = f"after {op} -> {size}" if op else "M1"
+            raise ValueError(f"the model {where} does not fit mesh {sizes}: " + "; ".join(problems[:4])
+                             + (" ..." if len(problems) > 4 else ""))
+    return sizes, m1, schedule
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("overrides", nargs="*", help="M1 ModelConfig fields, e.g. hidden=64 layers=2")
     args = parser.parse_args(argv)
-
-    sizes, devs, note = devices.configure(args.mesh, enable_x64=args.dtype == "float64")
+    try:
+        sizes, m1, schedule = checked(args)
+        sizes, devs, note = devices.configure(args.mesh, enable_x64=args.dtype == "float64")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
     import jax
     import jax.numpy as jnp
@@ -52,25 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     # float32 matmuls in TF32, whose rounding (~1e-3 relative) is not a growth error.
     jax.config.update("jax_default_matmul_precision", "highest")
 
-    from loire_jax import apply_model, grow, init_params, param_count, plan_growth, preset
+    from loire_jax import apply_model, grow, init_params, param_count, preset
     from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
 
-    m1 = dict(vocab_size=50257, max_seq_len=1024, hidden=384, ffn=1024, heads=6, head_dim=64, layers=6,
-              dtype=args.dtype, param_dtype=args.dtype)
-    try:
-        m1.update(parse_overrides(args.overrides))
-        cfg = preset(args.preset, **m1)
-        mesh = make_mesh(sizes, devs)
-        shardings = param_shardings(cfg, mesh)
-        schedule = [("hidden", 2 * cfg.hidden), ("ffn", 2 * cfg.ffn), ("heads", 2 * cfg.heads),
-                    ("layers", 2 * cfg.layers)]
-        for op, size in schedule:  # validate the whole schedule before any compute
-            cfg = plan_growth(cfg, op, size).new
-            param_shardings(cfg, mesh)
-        cfg = preset(args.preset, **m1)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg = preset(args.preset, **m1)
+    mesh = make_mesh(sizes, devs)
+    shardings = param_shardings(cfg, mesh)
 
     print(f"devices: {note}; mesh {dict(mesh.shape)}")
     print(f"M1: {args.preset} preset (hidden, ffn, heads, layers) = "

@@ -24,6 +24,10 @@ ATTENTIONS = ("auto", "xla", "cudnn", "splash")
 REMATS = ("auto", "none", "dots", "full")
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only Transformer (paper eqs 1-3 and its modern variants).
@@ -89,8 +93,15 @@ class ModelConfig:
                 problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not (isinstance(self.norm_eps, float) and self.norm_eps > 0.0):
             problems.append(f"norm_eps must be a positive float, got {self.norm_eps!r}")
-        if not self.init_std > 0.0:
+        numbers = ("init_std", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor")
+        for name in numbers:  # a string here would fail below with a TypeError, not with this line
+            if not _is_number(getattr(self, name)):
+                problems.append(f"{name} must be a number, got {getattr(self, name)!r}")
+        if _is_number(self.init_std) and not self.init_std > 0.0:
             problems.append(f"init_std must be positive, got {self.init_std!r}")
+        for name in ("tie_embeddings", "use_bias"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.kv_heads, int) or isinstance(self.kv_heads, bool) or self.kv_heads < 0:
             problems.append(f"kv_heads must be 0 (one per query head) or a positive integer, got {self.kv_heads!r}")
         elif self.kv_heads and isinstance(self.heads, int) and self.heads % self.kv_heads:
@@ -98,7 +109,7 @@ class ModelConfig:
                             "head serves an equal group of query heads")
         if self.rope_scaling != "none" and self.position != "rope":
             problems.append(f"rope_scaling {self.rope_scaling!r} needs position 'rope', got {self.position!r}")
-        if self.rope_scaling == "llama3":
+        if self.rope_scaling == "llama3" and all(_is_number(getattr(self, n)) for n in numbers):
             if not (self.rope_factor > 0 and 0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
                 problems.append("llama3 rope scaling needs rope_factor > 0 and 0 < rope_low_freq_factor < "
                                 f"rope_high_freq_factor, got {self.rope_factor}, {self.rope_low_freq_factor}, "

@@ -318,18 +318,63 @@ class ReportError(Exception):
     """A workdir that cannot be reported on; printed without a traceback."""
 
 
+# The fields the report reads from each kind of record, and what each must be; a record
+# of another kind passes as it is. "number" admits inf and NaN (json writes them).
+_NUMBER, _INT, _TEXT = "number", "integer", "text"
+RECORD_FIELDS: dict[str, dict[str, str]] = {
+    "train": {"stage": _INT, "step": _INT, "phase": _TEXT, "loss": _NUMBER, "lm_loss": _NUMBER,
+              "kd_loss": _NUMBER, "alpha": _NUMBER, "tokens_per_s": _NUMBER},
+    "eval": {"stage": _INT, "point": _TEXT, "domain": _TEXT, "ppl": _NUMBER},
+    "wall": {"stage": _INT, "train_s": _NUMBER, "eval_s": _NUMBER},
+    "compile": {"stage": _INT, "phase": _TEXT, "seconds": _NUMBER},
+    "setup": {"stage": _INT, "what": _TEXT, "seconds": _NUMBER},
+}
+_OPTIONAL = {"train": {"mfu": _NUMBER, "beta": _NUMBER}}  # may be absent or null
+
+
+def _is(value: Any, kind: str) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind == _INT else isinstance(value, str) if kind == _TEXT \
+        else isinstance(value, (int, float))
+
+
+def record_problem(record: Mapping[str, Any]) -> str | None:
+    """Why the report cannot use ``record`` (a field missing or of the wrong type), or None.
+    A hand-edited or foreign ``metrics.jsonl`` line must not stop the report with a TypeError."""
+    kind = record.get("kind")
+    for name, want in RECORD_FIELDS.get(kind, {}).items():  # type: ignore[arg-type]
+        if not _is(record.get(name), want):
+            return f"a {kind} record's {name} is {record.get(name)!r:.40}, not a {want}"
+    for name, want in _OPTIONAL.get(kind, {}).items():  # type: ignore[arg-type]
+        if record.get(name) is not None and not _is(record[name], want):
+            return f"a {kind} record's {name} is {record[name]!r:.40}, not a {want}"
+    if kind == "eval" and not record["ppl"] > 0:  # AP is a geometric mean: it needs positive perplexities
+        return f"an eval record's ppl is {record['ppl']!r}, not positive"
+    return None
+
+
 def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
-    """(RunConfig, records) of one workdir; malformed lines are left out with a warning."""
+    """(RunConfig, records) of one workdir; malformed lines (not JSON, or a record whose
+    fields the report reads have the wrong type) are left out with one warning line."""
     workdir = paths.as_path(workdir)
     config, metrics = workdir / "config.json", workdir / METRICS_FILE
     if not config.exists() or not metrics.exists():
         raise ReportError(f"{workdir} is not a run workdir: it needs config.json and {METRICS_FILE} "
                           "(written by the trainer)")
-    run = run_config_from_dict(json.loads(config.read_text()))
+    try:
+        saved = json.loads(config.read_text())
+    except ValueError as err:
+        raise ReportError(f"{config} is not valid JSON ({err})") from None
+    run = run_config_from_dict(saved)
     records, bad = read_records(workdir)
-    if bad:
-        print(f"warning: {metrics}: skipped {len(bad)} malformed line(s) ({', '.join(map(str, bad[:5]))}"
-              f"{' ...' if len(bad) > 5 else ''}); the report leaves those records out", file=sys.stderr)
+    wrong = [p for p in map(record_problem, records) if p]
+    if bad or wrong:
+        records = [r for r in records if record_problem(r) is None]
+        examples = [f"line {n}" for n in bad[:3]] + wrong[:1]
+        print(f"warning: {metrics}: skipped {len(bad) + len(wrong)} malformed line(s) ({'; '.join(examples)}"
+              f"{' ...' if len(bad) + len(wrong) > len(examples) else ''}); the report leaves them out",
+              file=sys.stderr)
     return run, records
 
 

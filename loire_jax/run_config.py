@@ -40,6 +40,16 @@ GPT2_VOCAB = 50257
 # Known tokenizer vocabularies; other kinds are read from their files, and the trainer checks them.
 _STATIC_VOCAB = {"gpt2": GPT2_VOCAB}
 DERIVED_MODEL_FIELDS = ("dtype", "param_dtype")  # set by RunConfig.precision, never by hand
+# Stage k's data stream is seeded seed * SEED_STRIDE + k, and the pipeline adds offsets
+# below SEED_HEADROOM (its recovery-memory shuffle); grain and numpy take seeds in [0, 2**32).
+SEED_STRIDE = 1000
+SEED_HEADROOM = 2**16
+SEED_LIMIT = 2**32
+
+
+def max_seed(n_stages: int) -> int:
+    """The largest run seed whose every derived data seed stays below ``SEED_LIMIT``."""
+    return (SEED_LIMIT - SEED_HEADROOM - n_stages) // SEED_STRIDE
 
 
 # --------------------------------------------------------------------------- helpers
@@ -304,8 +314,10 @@ class RunConfig:
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "mesh", str(self.mesh))
         problems = []
-        if not (isinstance(self.name, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or "")):
-            problems.append(f"name must be letters, digits, '.', '_' or '-' (it names the workdir), got {self.name!r}")
+        if not (isinstance(self.name, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or "")
+                and self.name not in (".", "..")):  # runs/.. would be the checkout itself
+            problems.append(f"name must be letters, digits, '.', '_' or '-', and not '.' or '..' (it names the "
+                            f"workdir), got {self.name!r}")
         for field, cls in (("model", ModelConfig), ("data", DataConfig), ("optimizer", OptimizerConfig),
                            ("checkpoint", CheckpointConfig), ("eval", EvalConfig)):
             if not isinstance(getattr(self, field), cls):
@@ -323,8 +335,11 @@ class RunConfig:
             if not (_is_int(value) and value >= 1):
                 extra = " or auto" if name == "loss_chunk" else ""
                 problems.append(f"{name} must be a positive integer{extra}, got {value!r}")
-        if not _is_int(self.seed):
-            problems.append(f"seed must be an integer, got {self.seed!r}")
+        top = max_seed(len(self.stages))
+        if not (_is_int(self.seed) and 0 <= self.seed <= top):
+            # Checked here: a bad seed would otherwise fail only in the data pipeline, after the workdir exists.
+            problems.append(f"seed must be an integer in 0..{top} (stage k's data is seeded seed x {SEED_STRIDE} + k, "
+                            f"and grain and numpy take seeds below 2**32), got {self.seed!r}")
         try:
             parse_mesh(self.mesh)
         except ValueError as err:
@@ -344,6 +359,7 @@ class RunConfig:
         if len(set(names)) != len(names):
             problems.append(f"stage names must be unique, got {names}")
         problems += _stage_order_problems(self.stages)
+        problems += _lr_warmup_problems(self.optimizer, self.stages)
         raise_problems(problems, "run config")
         # Growth and mesh last: they name the stage, and need the fields above to be sane.
         # Imported here: stages plans with these types, so it imports this module.
@@ -355,6 +371,11 @@ class RunConfig:
     @property
     def mesh_sizes(self) -> dict[str, int]:
         return parse_mesh(self.mesh)
+
+    def data_seed(self, k: int) -> int:
+        """The seed of stage ``k``'s (0-based) data stream: one per stage, so each stage
+        draws its own order; validation keeps it in the range the data pipeline takes."""
+        return self.seed * SEED_STRIDE + k
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
@@ -392,6 +413,19 @@ def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:
         return [f"model.vocab_size={model.vocab_size} is smaller than the {tok.kind} tokenizer's {need}; "
                 f"set model.vocab_size to {need} (or more, to pad)"]
     return []
+
+
+def _lr_warmup_problems(optimizer: OptimizerConfig, stages: Sequence[StageConfig]) -> list[str]:
+    """The LR schedule restarts at every stage, so its warmup must fit in each, as a stage's
+    own warmup must (one rule for both: a longer one is refused, not shortened)."""
+    short = [(i, s) for i, s in enumerate(stages) if optimizer.warmup_steps > s.steps]
+    if not short:
+        return []
+    i, first = short[0]
+    more = f" and {len(short) - 1} more" if len(short) > 1 else ""
+    return [f"optimizer.warmup_steps={optimizer.warmup_steps} is longer than stage {first.name!r} (stages.{i}, "
+            f"steps={first.steps}){more}: the LR schedule restarts at every stage, so its warmup must fit in "
+            f"each (at most {min(s.steps for s in stages)} steps)"]
 
 
 def _stage_order_problems(stages: Sequence[StageConfig]) -> list[str]:

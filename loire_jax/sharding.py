@@ -141,13 +141,23 @@ def parse_mesh(spec: str | int) -> dict[str, int]:
             raise ValueError(f"--mesh needs a positive device count, got {n}")
         return {"data": 1, "fsdp": n, "tensor": 1}
     sizes = {a: 1 for a in MESH_AXES}
+    given: set[str] = set()
     for part in filter(None, text.split(",")):
         name, _, value = part.partition("=")
         name = name.strip()
         if name not in MESH_AXES or not value.strip().isdigit() or int(value) < 1:
             raise ValueError(f"bad mesh spec {spec!r}: expected N or comma-separated axis=size with axes {MESH_AXES}")
+        if name in given:  # the last one silently winning would run another mesh than the one meant
+            raise ValueError(f"bad mesh spec {spec!r}: axis {name!r} is given twice")
+        given.add(name)
         sizes[name] = int(value)
     return sizes
+
+
+def simulate_hint(need: int) -> str:
+    """How to get ``need`` devices on a machine that has fewer: simulated CPU devices."""
+    return (f"on a CPU, simulate them by setting XLA_FLAGS=--xla_force_host_platform_device_count={need} "
+            "before JAX starts (launch/train.py --mesh does this for you)")
 
 
 def make_mesh(sizes: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -160,7 +170,8 @@ def make_mesh(sizes: Mapping[str, int], devices: Sequence[jax.Device] | None = N
     devices = sorted(devices if devices is not None else jax.devices(), key=lambda d: (d.process_index, d.id))
     need = math.prod(sizes[a] for a in MESH_AXES)
     if need > len(devices):
-        raise ValueError(f"mesh {dict(sizes)} needs {need} devices but only {len(devices)} are available")
+        raise ValueError(f"mesh {dict(sizes)} needs {need} devices but only {len(devices)} are available; "
+                         + simulate_hint(need))
     grid = np.array(devices[:need]).reshape(tuple(sizes[a] for a in MESH_AXES))
     return Mesh(grid, MESH_AXES)
 

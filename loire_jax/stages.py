@@ -20,7 +20,7 @@ from loire_jax.growth import GrowthPlan, grow_like, plan_growth
 from loire_jax.layout import GATES
 from loire_jax.metrics import seen_domains
 from loire_jax.run_config import OptimizerConfig, RunConfig, StageConfig, raise_problems
-from loire_jax.sharding import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh
+from loire_jax.sharding import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh, simulate_hint
 from loire_jax.train_step import make_optimizer
 
 
@@ -111,7 +111,8 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
 
     need = math.prod(sizes.get(a, 1) for a in MESH_AXES)
     if n_devices is not None and need > n_devices:
-        problems.append(f"mesh {sizes} needs {need} devices but only {n_devices} are available")
+        problems.append(f"mesh {sizes} needs {need} devices but only {n_devices} are available; "
+                        + simulate_hint(need))
     batch_shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
     if run.batch_size % (batch_shards * run.microbatches):
         problems.append(f"batch_size={run.batch_size} is not divisible by microbatches x data x fsdp = "
@@ -163,7 +164,12 @@ def phase_at(stage_phases: list[Phase], step: int) -> Phase:
 
 
 def optimizer_for(cfg: OptimizerConfig, steps: int) -> optax.GradientTransformation:
-    """The stage's optimizer; its schedule spans this stage (restarted at every stage)."""
+    """The stage's optimizer; its schedule spans this stage (restarted at every stage).
+
+    A warmup longer than the stage is refused (``RunConfig`` refuses it first, naming the
+    stage), never shortened in silence; one as long as the stage peaks at its last step."""
+    if cfg.warmup_steps > steps:
+        raise ValueError(f"optimizer.warmup_steps={cfg.warmup_steps} is longer than the stage's steps={steps}")
     peak, warm = cfg.lr, min(cfg.warmup_steps, max(steps - 1, 0))
     end = cfg.lr * cfg.min_lr_ratio
     if cfg.schedule == "constant":

@@ -21,7 +21,7 @@ def plain_run(stages: str):
     """configs/mini.yaml with these stages and no warmup."""
     return load_run_config(ROOT / "configs" / "mini.yaml", [
         "stage_defaults={teachers: none, replay_ratio: 0.0, beta: 0.0, beta_steps: 0, warmup_steps: 0, "
-        "gate_ramp_steps: 0}", f"stages={stages}"])
+        "gate_ramp_steps: 0}", "optimizer.warmup_steps=0", f"stages={stages}"])
 
 
 def result(system: str, seed: int, ap_plus: float, *, passed: bool = True, finished: bool = True,
