@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from launch import devices  # noqa: E402  (before any JAX backend call)
+from loire_jax.cli import devices  # noqa: E402  (before any JAX backend call)
 
 # (hidden, ffn, heads, layers) of each schedule's stages; a shape is the last one listed, and
 # its teachers are the stages before it, nearest first.

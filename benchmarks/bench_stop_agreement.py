@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def worker(args: argparse.Namespace) -> None:
-    from launch.devices import Processes, configure
+    from loire_jax.cli.devices import Processes, configure
 
     configure(str(args.processes * args.devices), processes=Processes(args.coordinator, args.processes, args.rank))
     import jax
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [f"--{name} must be a positive integer, got {getattr(args, name)}"
            for name in ("processes", "devices", "steps", "width", "rounds") if getattr(args, name) < 1]
     bad += [f"--every takes positive step counts, got {every}" for every in args.every if every < 1]
-    from launch.devices import MAX_SIMULATED_DEVICES
+    from loire_jax.cli.devices import MAX_SIMULATED_DEVICES
 
     if args.devices > MAX_SIMULATED_DEVICES:
         bad.append(f"--devices simulates at most {MAX_SIMULATED_DEVICES} CPU devices per process, got {args.devices}")

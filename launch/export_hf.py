@@ -1,100 +1,11 @@
-"""Export a stage's model as a Hugging Face checkpoint: ``python launch/export_hf.py WORKDIR OUT [--stage K]``.
+"""``python launch/export_hf.py ...`` in a checkout: the ``loire-export-hf`` command (loire_jax/cli/export_hf.py)."""
 
-Reads the stage's newest checkpoint (its final one once the stage has finished; default: the
-last stage that has one) and writes OUT as
-a directory transformers loads with ``AutoModelForCausalLM.from_pretrained(OUT)``: a
-``GPT2LMHeadModel`` (preset ``gpt2``) or a ``LlamaForCausalLM`` (preset ``modern``), with
-the run's tokenizer file and its identity (``loire_tokenizer.json``), so that a later run can
-start from OUT through ``init_from``. A model with no exact Hugging Face form (the paper's
-post-norm GPT, a layer still fading in, a widened GPT-2 whose heads no longer fill its
-hidden size) is refused with the reason. The export is written from this host, so the model
-must fit in its memory.
-"""
-
-from __future__ import annotations
-
-import argparse
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout that was not pip-installed
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workdir", help="a loire_jax run's workdir")
-    parser.add_argument("out", help="a new directory for the Hugging Face checkpoint")
-    parser.add_argument("--stage", type=int, default=None, help="the stage to export (1-based; default: the last "
-                                                               "stage with a checkpoint)")
-    args = parser.parse_args(argv)
-
-    import jax
-    from absl import logging as absl_logging
-
-    absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
-    from loire_jax import checkpoints, hf
-    from loire_jax.config import ModelConfig
-    from loire_jax.config_loader import run_config_from_dict
-    from loire_jax.layout import abstract_params
-
-    try:
-        workdir = Path(args.workdir).expanduser()
-        if not (workdir / "config.json").is_file():
-            raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)")
-        try:
-            saved = json.loads((workdir / "config.json").read_text())
-        except ValueError as err:  # UnicodeDecodeError is one too
-            raise hf.HFError(f"{workdir / 'config.json'} is not valid JSON ({err})") from None
-        try:
-            run = run_config_from_dict(saved)
-        except ValueError as err:
-            raise hf.HFError(f"{workdir / 'config.json'}: {err}") from None
-        if args.stage is not None and not 1 <= args.stage <= len(run.stages):
-            raise hf.HFError(f"--stage must be in 1..{len(run.stages)} (the run's stages), got {args.stage}")
-        steps = {k: checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k))
-                 for k in range(1, len(run.stages) + 1)}
-        stages = [k for k, s in steps.items() if s is not None]
-        stage = args.stage if args.stage is not None else (stages[-1] if stages else None)
-        if stage not in stages:
-            raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
-        directory, step = checkpoints.stage_dir(workdir, stage), steps[stage]
-        meta = checkpoints.read_latest_meta(directory)
-        cfg = ModelConfig.from_dict(meta["model"])
-        arch = hf.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
-        one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), abstract_params(cfg))
-        params = checkpoints.restore_params(directory, abstract)
-        files, note = _tokenizer_files(run, meta["tokenizer"])
-        out = hf.save(cfg, params, args.out, tokenizer_files=files, tokenizer_identity=meta["tokenizer"])
-    except (hf.HFError, checkpoints.CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        where = f" ({err.filename})" if err.filename else ""
-        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
-        return 1
-    total = run.stages[stage - 1].steps
-    when = "its final step" if step == total else f"step {step} of {total}: the stage has not finished"
-    print(f"exported stage {stage} of {run.name} ({run.stages[stage - 1].name}), {when}, as {arch} to {out}{note}")
-    return 0
-
-
-def _tokenizer_files(run, identity: dict) -> tuple[dict, str]:
-    """The run's tokenizer file, if its data cache still holds the very tokenizer the model
-    was trained with; otherwise none (the identity file is written regardless)."""
-    from loire_jax.data import load_tokenizer
-
-    try:
-        tokenizer = load_tokenizer(run.data, build=False)
-    except Exception as err:  # a data cache that is gone or moved: the weights still export
-        return {}, f" (tokenizer file not copied: {str(err).splitlines()[0][:120]})"
-    if tokenizer.identity != identity:
-        return {}, " (tokenizer file not copied: the data cache now holds another tokenizer)"
-    return tokenizer.files, ""
-
+from loire_jax.cli.export_hf import entry  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -28,7 +28,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from loire_jax import paths
+from loire_jax import paths, presets
 from loire_jax.config import preset
 from loire_jax.data.config import DataConfig
 from loire_jax.data.errors import ConfigError
@@ -58,9 +58,13 @@ _StageDefaults = pydantic.create_model("StageDefaults", __config__=_STRICT, **{
 def load_run_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     """A run config YAML plus ``key=value`` overrides (see ``apply_overrides``).
 
+    ``path`` may also name a shipped preset (``"tiny"``, ``"gpt_paper"``: loire_jax.presets).
     Relative paths in it (``data``, local sources) resolve against the YAML's folder.
     """
-    cfg, base = _yaml_file(path, ValueError, "run config")
+    found = presets.find(path)
+    if found == str(path) and not presets.looks_like_path(found) and not os.path.exists(os.path.expanduser(found)):
+        raise ValueError(f"run config {presets.unknown(path)}")
+    cfg, base = _yaml_file(found, ValueError, "run config")
     _apply_overrides(cfg, overrides, base)
     return run_config_from_dict(_plain(cfg, ValueError, str(path)), base_dir=base)
 

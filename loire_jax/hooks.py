@@ -17,6 +17,8 @@ order and for every hook in the list:
 - ``on_step_end(trainer, k, done, state)`` after that step's save decision;
 - ``on_stage_end(trainer, k)`` when the stage completes or stops, before the trainer prints;
 - ``on_run_end(trainer)`` always, also after an error: close what you opened.
+
+A hook that prints uses ``say``: a bare ``print`` would land inside the progress bar's line.
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ class Hook:
     def on_step_end(self, trainer: "Trainer", k: int, done: int, state: "TrainState") -> None: ...
     def on_stage_end(self, trainer: "Trainer", k: int) -> None: ...
     def on_run_end(self, trainer: "Trainer") -> None: ...
+
+
+def say(*parts: Any) -> None:
+    """Print one line for the user from a hook: once (process 0), through ``tqdm.write``,
+    which lifts the progress bar, prints above it and redraws it, so the bar stays whole."""
+    import jax
+    from tqdm import tqdm
+
+    if jax.process_index() == 0:
+        tqdm.write(" ".join(str(p) for p in parts), file=sys.stdout)
+        sys.stdout.flush()
 
 
 def read_records(workdir: str | Path) -> tuple[list[dict[str, Any]], list[int]]:

@@ -157,7 +157,7 @@ def parse_mesh(spec: str | int) -> dict[str, int]:
 def simulate_hint(need: int) -> str:
     """How to get ``need`` devices on a machine that has fewer: simulated CPU devices."""
     return (f"on a CPU, simulate them by setting XLA_FLAGS=--xla_force_host_platform_device_count={need} "
-            "before JAX starts (launch/train.py --mesh does this for you)")
+            "before JAX starts (loire-train --mesh does this for you)")
 
 
 def make_mesh(sizes: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -22,12 +22,12 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from loire_jax import paths
+from loire_jax import paths, presets
 from loire_jax.config_loader import load_run_config
 from loire_jax.run_config import RunConfig
 from loire_jax.systems import SYSTEMS, derive
 
-SUITES_DIR = Path(__file__).resolve().parents[1] / "configs" / "suites"
+SUITES_DIR = presets.presets_dir() / "suites"  # the checkout's configs/suites, or the wheel's copy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,17 +10,21 @@ The decisions it acts on are pure and live elsewhere: the run config, stage plan
 progress bar, mid-stage evaluation, the non-finite stop and the checkpoint period are
 ``hooks``. Rerunning on the same workdir resumes where the run stopped.
 
-Workdir layout:
+Workdir layout (``--fresh`` deletes these names, the first two excepted, and no others: ``workdir.RUN_ENTRIES``):
+    .loire_run, .lock      the marker of a run directory, and the lock of the run using it
     config.json            the resolved run config (a resume must not change history)
     stage_<k>/             Orbax checkpoints of stage k (its final one is a teacher later)
     metrics.jsonl          one JSON record per logged step, evaluation, compilation, ...
     tb/                    TensorBoard event files
+    report/                the report of a complete run
+    python*.log, crash-*.log, diverged.json   launch/train.py's logs, launch/experiment.py's verdict
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import math
@@ -66,33 +70,60 @@ class RunResult:
     complete: bool
     stopped: str | None = None
     exit_code: int = 0
+    report: Path | None = None  # the report's folder, once a complete run has written it (process 0)
 
 
 def run(run_config: RunConfig, workdir: str | Path, *, mesh: Mesh | str | None = None,
         hooks: Sequence[Hook] | None = None, fresh: bool = False, break_lock: bool = False,
-        progress: bool = True) -> RunResult:
-    """Run (or resume) the lifelong run ``run_config`` in ``workdir``.
+        progress: bool = True, report: bool = True) -> RunResult:
+    """Run (or resume) the lifelong run ``run_config`` in ``workdir``: everything
+    ``python launch/train.py`` does but its argument parsing, device set-up, compilation
+    cache, library log file and exit codes, so a run from Python leaves the same workdir.
 
     ``mesh``: a ``jax.sharding.Mesh`` with axes (data, fsdp, tensor), a spec such as ``"8"``
     or ``"data=2,fsdp=4"`` over ``jax.devices()``, or None for the config's ``mesh``.
     ``hooks``: None for ``default_hooks(run_config, progress=progress)``; pass your own
-    list to drop, replace or add any. ``fresh`` empties an existing run directory first
-    (never a directory the project did not create). Everything that can be refused is
+    list to drop, replace or add any. ``fresh`` first deletes what an earlier run wrote in
+    ``workdir`` (never a directory the project did not create, nor other files in it); the
+    workdir is resolved (``..``, links) before anything looks at it. Everything that can be refused is
     refused before any compute (``RunError``, ``ValueError`` and the data, workdir and
-    checkpoint errors, each with a one-line message). In the main thread, SIGTERM and
-    SIGINT stop the run cleanly and resumably; the result says so.
+    checkpoint errors, each with a one-line message: the CLI prints it after ``error:``).
+    In the main thread, SIGTERM and SIGINT stop the run cleanly and resumably; the result
+    says so. ``report``: once every stage is trained and evaluated, process 0 writes the
+    report into ``workdir/report`` (``reports.write_report``; it reads the ``JsonlLog``
+    hook's ``metrics.jsonl``, so keep that hook or pass False); if that fails, the run is
+    still complete on disk and ``ReportError`` says how to write the report again.
     """
     hooks = default_hooks(run_config, progress=progress) if hooks is None else list(hooks)
     trainer = Trainer(run_config, paths.as_path(workdir), mesh, hooks, progress=progress)
-    return trainer.run(fresh=fresh, break_lock=break_lock)
+    result = trainer.run(fresh=fresh, break_lock=break_lock)
+    if not (result.complete and report) or jax.process_index() != 0:  # the report is process 0's
+        return result
+    return dataclasses.replace(result, report=_write_report(result.workdir))
+
+
+def _write_report(workdir: Path) -> Path:
+    """The complete run's report (what ``python launch/report.py WORKDIR`` writes), announced
+    in one line; a failure is one ``ReportError`` line naming the command that retries it."""
+    from loire_jax.reports import ReportError, write_report
+
+    try:
+        out = write_report([workdir])
+    except (ReportError, ValueError, OSError) as err:
+        raise ReportError(f"the run is complete, but its report failed: {err}; rerun it with "
+                          f"loire-report {workdir}") from None
+    print(f"report: {out / 'report.md'} and plots in {out}", flush=True)
+    return out
 
 
 class Trainer:
     """One session of a lifelong run: what hooks see as ``trainer``."""
 
-    def __init__(self, run_config: RunConfig, workdir: Path, mesh: Mesh | str | None, hooks: list[Hook], *,
+    def __init__(self, run_config: RunConfig, workdir: str | Path, mesh: Mesh | str | None, hooks: list[Hook], *,
                  progress: bool = True):
-        self.run_config, self.workdir, self.hooks, self.progress = run_config, workdir, hooks, progress
+        # Resolved once, here: every check and every write sees the directory the path names.
+        self.workdir = rundir.resolve(workdir)
+        self.run_config, self.hooks, self.progress = run_config, hooks, progress
         if not isinstance(mesh, Mesh):
             mesh = make_mesh(parse_mesh(run_config.mesh if mesh is None else mesh))
         self.mesh = mesh
@@ -200,14 +231,17 @@ class Trainer:
             self._exec(cfg)  # an attention kernel this platform cannot run is refused here
         if run.stages[0].init_from and (  # configs only: cheap
                 fresh or checkpoints.latest_complete_step(checkpoints.stage_dir(self.workdir, 1)) is None):
-            source = paths.absolute(run.stages[0].init_from)
-            if fresh and str(source).startswith(str(paths.absolute(self.workdir)).rstrip("/") + "/"):
+            source = run.stages[0].init_from
+            source = rundir.resolve(source) if paths.is_local(source) else paths.as_path(source)
+            if fresh and str(source).startswith(str(self.workdir).rstrip("/") + "/"):
                 raise RunError(f"init_from {run.stages[0].init_from} lies inside the workdir, which --fresh would "
                                "empty; copy it elsewhere first")
             pretrained.check_architecture(run.stages[0].init_from, self.models[0])
         for what, where in (("data_dir", run.data.data_dir), ("cache_dir", run.data.cache_dir)):
             if where and paths.as_path(where).exists() and not paths.as_path(where).is_dir():
                 raise RunError(f"{what} {where} is a file, not a directory; set data.{what} to a directory")
+        from loire_jax.data import check_sources  # a missing local file or TFDS dataset: one line, before any workdir
+        check_sources(run.data)
         try:
             rundir.check_usable(self.workdir)
             self._sync("workdir checked")  # every process looked before process 0 changes anything
@@ -219,10 +253,16 @@ class Trainer:
                     self._say(f"workdir {self.workdir}: {note}")
             if fresh and jax.process_index() == 0:
                 self.close()
-                rundir.fresh(self.workdir)
+                kept = rundir.fresh(self.workdir)
+                if kept:
+                    self._say(f"workdir {self.workdir}: --fresh deleted what earlier runs wrote and left "
+                              f"{len(kept)} other entr{'y' if len(kept) == 1 else 'ies'} in place: "
+                              + ", ".join(kept[:8]) + (" ..." if len(kept) > 8 else ""))
             if jax.process_index() == 0:
                 rundir.create(self.workdir)
         except OSError as err:
+            if err.errno == errno.EROFS:  # not a permission: no chmod helps
+                raise RunError(rundir.unwritable(paths.as_path(err.filename or self.workdir), err)) from None
             raise RunError(f"workdir {self.workdir}: {err.strerror or err}") from None
         self._sync("workdir ready")
         # A different run is refused before verification, which could set steps aside; only if a
@@ -273,8 +313,7 @@ class Trainer:
             ck = self._ckpt(k)
             if ck.latest_step() is None:
                 continue
-            try:
-                ck.read_meta()  # the format: an older layout is refused before anything is read
+            try:  # an older format is refused before any array is read; damage of any kind is set aside
                 step, notes = ck.newest_intact(self._abstract(k))
             except checkpoints.CheckpointError as err:
                 raise RunError(str(err)) from None
@@ -286,12 +325,13 @@ class Trainer:
 
     def _saved_run(self) -> RunConfig | None:
         """The run this workdir holds: from the newest checkpoint's meta (a deleted or edited
-        config.json cannot rewrite history), else from config.json."""
+        config.json cannot rewrite history); None if no checkpoint was saved. config.json
+        alone binds nothing: a run that stopped before its first checkpoint (bad data, say)
+        trained nothing that a corrected config could contradict."""
         for k in reversed(range(len(self.run_config.stages))):
             if self._ckpt(k).latest_step() is not None:
                 return run_config_from_dict(self._ckpt(k).read_meta()["run"])
-        saved = self.workdir / "config.json"
-        return run_config_from_dict(json.loads(saved.read_text())) if saved.exists() else None
+        return None
 
     def summary(self) -> None:
         run = self.run_config
@@ -317,7 +357,8 @@ class Trainer:
             # interleave collectives differently per device and deadlock, so save synchronously there.
             self._ckpts[k] = checkpoints.StageCheckpoints(checkpoints.stage_dir(self.workdir, k + 1), save_every=1,
                                                           keep=self.run_config.checkpoint.keep,
-                                                          async_save=self.platform != "cpu")
+                                                          async_save=self.platform != "cpu",
+                                                          data_position=lambda step: {"next_index": step})  # see _seek
         return self._ckpts[k]
 
     def _stage_done(self, k: int) -> bool:
@@ -386,7 +427,7 @@ class Trainer:
         run, stage = self.run_config, self.run_config.stages[k]
         replay_steps = max((p.end for p in stage_phases if p.replay), default=0)
         return train_iterator(run.data, self.domain_index[stage.domains[0]], seq_len=run.seq_len,
-                              global_batch_size=run.batch_size, seed=run.seed * 1000 + k,
+                              global_batch_size=run.batch_size, seed=run.data_seed(k),
                               replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps,
                               memory_domains=[self.domain_index[d] for d in replay_domains(run, k)])
 

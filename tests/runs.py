@@ -45,10 +45,11 @@ def users_numerics() -> Iterator[None]:
 
 
 def in_process(config: Path, workdir: Path, *overrides: str, mesh: str | None = None, **kw: Any):
-    """``loire_jax.run`` on the YAML ``config`` (plus overrides), without a progress bar,
-    with the numerics users get."""
+    """``loire_jax.run`` on the YAML ``config`` (plus overrides), without a progress bar or a
+    report (unless ``report=True``), with the numerics users get."""
     from loire_jax import load_run_config, run
 
+    kw.setdefault("report", False)  # seconds of plotting per run; tests/test_docs.py covers run()'s report
     with users_numerics():
         return run(load_run_config(config, overrides), workdir, mesh=mesh, progress=False, **kw)
 

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launch.devices import CACHE_LIMIT_BYTES, compile_cache  # noqa: E402
+from loire_jax.cli.devices import CACHE_LIMIT_BYTES, compile_cache  # noqa: E402
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ device exists, by every CLI of the project (and by the library's ``run``); none 
 ends in a traceback, a hang or a silent substitute for what was asked.
 
 Most checks call the validation functions or a CLI's ``main(argv)`` in this process; a
-refusal there happens before ``launch.devices.configure``. The devices of this process are
+refusal there happens before ``loire_jax.cli.devices.configure``. The devices of this process are
 started first, so a value that slipped through fails at once in ``configure`` instead of
 running the command in the test. Subprocesses only where the time matters."""
 
@@ -120,7 +120,7 @@ def test_a_mesh_axis_given_twice_is_refused():
     (["--mesh", "1000000"], "not divisible"),
 ])
 def test_the_train_cli_refuses_before_devices_or_workdir(capsys, tmp_path, argv, says):
-    from launch.train import main
+    from loire_jax.cli.train import main
 
     assert says in one_line(capsys, main, ["--workdir", str(tmp_path / "w"), *argv])
     assert not (tmp_path / "w").exists()
@@ -196,14 +196,14 @@ def test_the_other_benchmarks_refuse_bad_arguments_in_one_line(capsys, script, a
     (["--batch", "0"], "--batch"),
 ])
 def test_the_growth_demo_refuses_bad_arguments_in_one_line(capsys, argv, says):
-    from launch.grow_demo import main
+    from loire_jax.cli.grow_demo import main
 
     assert says in one_line(capsys, main, argv)
 
 
 # --------------------------------------------------------------------------- 7. the report
 def test_a_metrics_line_with_a_wrong_type_is_skipped_with_one_warning_and_the_report_written(capsys, tmp_path):
-    from launch.report import main
+    from loire_jax.cli.report import main
 
     config = run_config_from_dict(tiny_run(tiny_config_dict(tmp_path / "data"), "hostile", "1",
                                            stages=[{"name": "A", "domains": ["SCI"], "steps": 2}]))
@@ -225,7 +225,7 @@ def test_a_metrics_line_with_a_wrong_type_is_skipped_with_one_warning_and_the_re
 
 # --------------------------------------------------------------------------- 8. export and experiment
 def test_the_export_refuses_a_missing_or_broken_workdir_in_one_line(capsys, tmp_path):
-    from launch.export_hf import main
+    from loire_jax.cli.export_hf import main
 
     assert "not a loire_jax workdir" in one_line(capsys, main, [str(tmp_path / "nowhere"), str(tmp_path / "out")])
     (tmp_path / "config.json").write_text("{not json")
@@ -238,7 +238,7 @@ def test_the_export_refuses_a_missing_or_broken_workdir_in_one_line(capsys, tmp_
     (["--mesh", "3"], "not divisible"),
 ])
 def test_the_experiment_refuses_bad_arguments_before_devices_or_workdir(capsys, tmp_path, argv, says):
-    from launch.experiment import main
+    from loire_jax.cli.experiment import main
 
     assert says in one_line(capsys, main, ["--workdir", str(tmp_path / "w"), *argv])
     assert not (tmp_path / "w").exists()

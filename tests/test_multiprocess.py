@@ -5,6 +5,7 @@ metrics stream, agree on every stop, and a dead process stops the other in bound
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -113,9 +114,15 @@ def test_a_process_that_fails_alone_stops_the_other_at_once_naming_it(run_config
     print(f"process 0 ended {end0 - end1:+.1f} s after process 1")
 
 
+# How a peer that stops sending heartbeats can end: killed (our fault driver's SIGKILL), or
+# aborted by JAX's own client (SIGABRT) when, on a loaded host, the coordination service
+# declared it dead before the kill came. Either way the other process must stop in bounded time.
+DEAD_PEER_ENDINGS = (-signal.SIGKILL, -signal.SIGABRT)
+
+
 def test_a_killed_process_stops_the_other_in_bounded_time(run_config, tmp_path):
-    (rc0, _, err0, seconds), (rc1, _, _, _) = two_processes(run_config, tmp_path, "--heartbeat-s", "10",
-                                                            faults=(None, "kill:9"))
-    assert rc1 == -9
+    (rc0, _, err0, seconds), (rc1, _, err1, _) = two_processes(run_config, tmp_path, "--heartbeat-s", "10",
+                                                               faults=(None, "kill:9"))
+    assert rc1 in DEAD_PEER_ENDINGS, (rc1, err1[-2000:])
     assert rc0 != 0 and seconds < 120, (rc0, seconds)
     assert "stopped sending heartbeats" in err0, err0[-2000:]

@@ -1,20 +1,22 @@
-"""Command line: ``python -m loire_jax.data prepare [--data-dir DIR] [--config YAML]``."""
+"""Command line: ``loire-data prepare [--data-dir DIR] [--config NAME|YAML]`` (or ``python -m loire_jax.data``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from pathlib import Path
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "domains" / "default.yaml"
+from loire_jax import presets
+
+DEFAULT_CONFIG = presets.presets_dir() / "domains" / "default.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loire_jax.data")
+    parser = argparse.ArgumentParser(prog="loire-data")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="build or verify the domain stream under the data dir")
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="domain stream YAML")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="a domain stream YAML, or a shipped one by name (default, mini, tfds_paper)")
     p.add_argument("--data-dir", default=None, help="cache dir (default: the config's data_dir)")
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     args = parser.parse_args(argv)
@@ -22,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     from loire_jax.data import DataConfig, DataError, format_table, prepare
 
     try:
-        cfg = DataConfig.from_yaml(args.config)
+        found = presets.find(args.config, "domains")
+        if found == args.config and not presets.looks_like_path(found) and not os.path.exists(found):
+            raise DataError(f"data config {presets.unknown(args.config, 'domains')}")
+        cfg = DataConfig.from_yaml(found)
         if args.data_dir:
             cfg = cfg.with_data_dir(args.data_dir)
         summary = prepare(cfg, progress=not args.quiet)
@@ -38,5 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The ``loire-data`` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

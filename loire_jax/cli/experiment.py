@@ -1,0 +1,305 @@
+"""The paper's comparisons as one command: every baseline and ablation, every seed, one report.
+
+    python launch/experiment.py --suite paper-mini [--list] [--seeds 1,2,3] [--workdir DIR]
+                                [--mesh M] [--compile-cache DIR|auto|off]
+
+A suite (``configs/suites/<name>.yaml``) derives every system from one LOIRE config
+(``loire_jax.systems``), so all of them see the same data order, seeds, tokens per stage
+and evaluation batches. The sweep runs first and picks the one setting all systems share;
+then every system runs at every seed; then ``report/report.md`` gives AP and AP+ per
+stage, Init versus Final, cost ratios, where the wall time went and a verdict on each of
+the paper's claims. Rerunning the command skips finished runs and resumes a killed one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loire_jax.cli import devices  # noqa: E402  (before any JAX backend call)
+
+DIVERGED = "diverged.json"  # in a run's workdir: the run diverged with this config (kept, not retried)
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("--seeds needs at least one seed")
+    return seeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", default="paper-mini", help="a suite name in configs/suites, or a YAML path")
+    parser.add_argument("--list", action="store_true", help="print every system's resolved config and exit")
+    parser.add_argument("--seeds", type=_seeds, default=None, help="e.g. 1,2,3 (default: the suite's)")
+    parser.add_argument("--workdir", default=None, help="default: runs/experiments/<suite>")
+    parser.add_argument("--mesh", default=None, help="device mesh for every run (default: the base config's)")
+    parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off")
+    parser.add_argument("--progress", action="store_true", help="a progress bar per stage")
+    args = parser.parse_args(argv)
+
+    from loire_jax import suite as suites
+    from loire_jax.sharding import parse_mesh
+
+    try:
+        suite = suites.load_suite(args.suite, args.seeds)
+        sweep = suites.sweep_runs(suite)
+        chosen = _chosen(suites.workdir_for(suite, args.workdir), suite)
+        if args.list:
+            try:
+                _list(suite, sweep, suites.main_runs(suite, chosen[0] if chosen else ()), chosen)
+                sys.stdout.flush()
+            except BrokenPipeError:  # piped into head: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        base = suites.base_config(suite)
+        mesh_spec = args.mesh or base.mesh
+        # every system shares the base's batch: a mesh that cannot split it creates no device
+        devices.check_batch(parse_mesh(mesh_spec), base.batch_size // base.microbatches,
+                            "the suite's microbatch (batch_size / microbatches)")
+        sizes, devs, note = devices.configure(mesh_spec, enable_x64=False)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        devices.compile_cache(args.compile_cache)
+    except OSError as err:
+        print(f"error: compilation cache {args.compile_cache}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    from loire_jax.cli.train import _library_logs_to
+    from loire_jax.sharding import make_mesh
+
+    from loire_jax import workdir as rundir
+
+    try:  # resolved (.., links) and refused if it holds other work, before anything is created
+        root = rundir.resolve(suites.workdir_for(suite, args.workdir))
+        rundir.check_place(root)
+    except (rundir.WorkdirError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    root.mkdir(parents=True, exist_ok=True)
+    _library_logs_to(root / "python.log")
+    print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds"
+          f"{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")
+    mesh = make_mesh(sizes, devs)
+    return Experiment(suite, root, mesh, progress=args.progress).run(sweep)
+
+
+def _chosen(root, suite) -> tuple[tuple[str, ...], str] | None:
+    """The setting a previous session chose, if it is this suite's (suite.json)."""
+    try:
+        saved = json.loads((root / "suite.json").read_text())
+        if suite.sweep is not None and [list(s) for s in suite.sweep.settings()] != saved.get("grid"):
+            return None
+        return tuple(saved["setting"]), str(saved["why"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent or not ours: the sweep decides
+        return None
+
+
+def _stage_line(stage) -> str:
+    parts = [f"{stage.steps} steps"]
+    if stage.growth:
+        parts.append("grow " + ", ".join(f"{g.op}->{g.size}" + (f" ({g.init})" if g.init != "loire" else "")
+                                         + (" stacked" if g.mode == "stack" else "") for g in stage.growth))
+    if stage.warmup_steps:
+        parts.append(f"warmup {stage.warmup_steps}")
+    if stage.replay_ratio:
+        parts.append(f"replay {stage.replay_ratio:g} from " + ("the previous domain's memory" if stage.replay_from == "previous" else "every earlier domain's memory"))
+    if stage.distills:
+        parts.append(f"KD from {stage.teachers} (beta {stage.beta:g} x {stage.beta_steps})")
+    if stage.gate_ramp_steps and any(g.op == "layers" for g in stage.growth):
+        parts.append(f"gate ramp {stage.gate_ramp_steps}")
+    return f"{stage.name} [{', '.join(stage.domains)}]: " + "; ".join(parts)
+
+
+def _list(suite, sweep, main, chosen) -> None:
+    from loire_jax.stages import stage_models
+    from loire_jax.systems import SYSTEMS
+
+    base = main[0].config
+    o = base.optimizer
+    print(f"suite {suite.name}: {suite.about}".rstrip())
+    print(f"base {suite.base} {' '.join(suite.overrides)}".rstrip())
+    print(f"shared: preset {base.model_preset}, vocab {base.model.vocab_size}, batch {base.batch_size} x seq "
+          f"{base.seq_len}, {base.precision}, {o.name} lr {o.lr:g} ({o.schedule}, warmup {o.warmup_steps}), "
+          f"init_std {base.model.init_std:g}, eval {base.eval.batches} batches/domain, mesh {base.mesh}")
+    if suite.sweep:
+        print(f"sweep on {', '.join(suite.sweep.systems)} at seed {suite.sweep.seed}: "
+              + " | ".join(" ".join(s) for s in suite.sweep.settings()) + f" ({len(sweep)} runs)")
+        print("setting: " + (f"{' '.join(chosen[0])} (chosen: {chosen[1]})" if chosen
+                             else "chosen by the sweep; shown with the base config's"))
+    print(f"seeds {', '.join(map(str, suite.seeds))}; {len(main)} runs; sanity gate {suite.gate_margin} nats "
+          "below the unigram entropy")
+    for system in suite.systems:
+        run = next(r.config for r in main if r.system == system)
+        info = SYSTEMS[system]
+        shapes = " -> ".join(f"({m.hidden},{m.ffn},{m.heads},{m.layers})" for m in _dedupe(stage_models(run)))
+        print(f"\n{system}: {info.what} [{info.where}]\n  model {shapes}")
+        for stage in run.stages:
+            print("  " + _stage_line(stage))
+
+
+def _dedupe(models):
+    out = []
+    for m in models:
+        if not out or (m.hidden, m.ffn, m.heads, m.layers) != (out[-1].hidden, out[-1].ffn, out[-1].heads,
+                                                                out[-1].layers):
+            out.append(m)
+    return out
+
+
+class Experiment:
+    """Carries a suite's plan out: the sweep, the choice, every run, the report."""
+
+    def __init__(self, suite, root, mesh, progress: bool = False) -> None:
+        self.suite, self.root, self.mesh, self.progress = suite, root, mesh, progress
+        self.entropy: dict[str, float] = {}
+        self._results: dict[str, dict[str, Any]] = {}  # workdir -> result of a run that is over
+
+    def run(self, sweep) -> int:
+        from loire_jax import paths
+        from loire_jax import suite as suites
+        from loire_jax.data import DataError
+
+        try:
+            self.entropy = self._entropy(suites.base_config(self.suite))
+            sweep_rows = []
+            for i, planned in enumerate(sweep):
+                code = self._one(planned, f"sweep {i + 1}/{len(sweep)}")
+                if code is not None:
+                    return code
+                result = self._outcome(planned)
+                sweep_rows.append({"setting": list(planned.setting), "system": planned.system,
+                                   "final_ap": result["AP"][-1] if result["AP"] else None,
+                                   "gate_passed": result["gate"]["passed"]})
+            setting, why = suites.choose_setting(
+                self.suite, {(tuple(r["setting"]), r["system"]): r for r in sweep_rows})
+            if sweep:
+                print(f"setting: {' '.join(setting)} ({why})")
+            paths.write_atomic(self.root / "suite.json", json.dumps(
+                {"suite": self.suite.name, "setting": list(setting), "why": why,
+                 "grid": [list(s) for s in self.suite.sweep.settings()] if self.suite.sweep else None}, indent=1))
+            main = suites.main_runs(self.suite, setting)
+            for i, planned in enumerate(main):
+                code = self._one(planned, f"run {i + 1}/{len(main)}")
+                if code is not None:
+                    return code
+            return self._report(main, setting, why, sweep_rows)
+        except (ValueError, DataError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:
+            print(f"error: {err.strerror or err}{f' ({err.filename})' if err.filename else ''}; finished runs are "
+                  "kept: fix this and rerun the same command", file=sys.stderr)
+            return 1
+
+    def _entropy(self, base) -> dict[str, float]:
+        """Unigram entropy (nats) of each domain's training split: the sanity gate's bar."""
+        import numpy as np
+
+        from loire_jax.data import prepare
+        from loire_jax.data.pipeline import load_prepared
+
+        prepare(base.data, progress=self.progress)
+        prep = load_prepared(base.data)
+        out = {}
+        for i, d in enumerate(base.data.domains):
+            counts = np.bincount(np.asarray(prep.tokens(i, "pretrain")), minlength=base.model.vocab_size)
+            p = counts[counts > 0] / counts.sum()
+            out[d.name] = float(-(p * np.log(p)).sum())
+        return out
+
+    def _outcome(self, planned) -> dict[str, Any] | None:
+        """The run's result if it is over (every stage evaluated, or recorded as diverged),
+        else None; read once and kept. A workdir holding another config is refused: its
+        numbers would pass for this one's."""
+        from loire_jax.comparison import run_result
+        from loire_jax.reports import ReportError, load_run
+
+        if planned.workdir in self._results:
+            return self._results[planned.workdir]
+        workdir = self.root / planned.workdir
+        try:
+            run, records = load_run(workdir)
+        except (ReportError, ValueError, OSError):
+            return None
+        if run.to_dict() != planned.config.to_dict():
+            raise ValueError(f"{workdir} holds a run of another config than this suite plans (the suite, its seeds "
+                             "or its sweep changed); give the suite another --workdir, or move that run away")
+        try:
+            saved = json.loads((workdir / DIVERGED).read_text())
+            diverged = saved.get("error") if saved.get("config") == planned.config.to_dict() else None
+        except (OSError, ValueError):
+            diverged = None
+        result = run_result(run, records, self.entropy, self.suite.gate_margin, diverged=diverged)
+        if not result["finished"]:
+            return None
+        self._results[planned.workdir] = result
+        return result
+
+    def _one(self, planned, where: str) -> int | None:
+        """Run (or resume) one planned run; None when it is over, else the exit code."""
+        from loire_jax.cli.train import user_errors
+        from loire_jax import hooks, paths, run
+        from loire_jax.errors import Diverged
+
+        label = f"[{where}] {planned.workdir}"
+        if (done := self._outcome(planned)) is not None:
+            print(f"{label}: {'diverged' if done['diverged'] else 'finished'} earlier")
+            return None
+        t = time.perf_counter()
+        print(f"{label}: {planned.config.name}", flush=True)
+        try:
+            result = run(planned.config, self.root / planned.workdir, mesh=self.mesh, progress=self.progress,
+                         hooks=hooks.default_hooks(planned.config, progress=self.progress), report=False)
+        except Diverged as err:  # a result, not a reason to stop: it fails the gate and the suite goes on
+            paths.write_atomic(self.root / planned.workdir / DIVERGED,
+                               json.dumps({"config": planned.config.to_dict(), "error": str(err)}))
+            print(f"{label}: diverged ({err}); recorded, it counts as failing the sanity gate", flush=True)
+            return None
+        except user_errors() as err:
+            print(f"error: {planned.workdir}: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:
+            print(f"error: {planned.workdir}: {err.strerror or err}; rerun the same command to resume",
+                  file=sys.stderr)
+            return 1
+        if not result.complete:
+            print(f"stopped in {planned.workdir}; rerun the same command to resume the suite")
+            return result.exit_code
+        res = self._outcome(planned)
+        print(f"{label}: done in {time.perf_counter() - t:.0f} s; final AP {res['AP'][-1]:.2f}, "
+              f"gate {'pass' if res['gate']['passed'] else 'FAIL'}", flush=True)
+        return None
+
+    def _report(self, main, setting, why, sweep_rows) -> int:
+        from loire_jax import comparison
+
+        results: dict[str, list] = {}
+        for planned in main:
+            results.setdefault(planned.system, []).append(self._outcome(planned))
+        meta = {"name": self.suite.name, "seeds": list(self.suite.seeds), "setting": list(setting), "why": why,
+                "margin": self.suite.gate_margin, "entropy": self.entropy}
+        out = comparison.write(self.root / "report", meta, results, sweep_rows)
+        print(f"report: {out / 'report.md'}")
+        for v in comparison.verdicts(results):
+            print(f"  {v['verdict']:>13}: {v['claim']} ({v['where']})")
+        return 0
+
+
+def entry() -> None:
+    """The ``loire-experiment`` console script."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

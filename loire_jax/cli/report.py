@@ -1,0 +1,47 @@
+"""The paper's measurements for one or more runs: ``python launch/report.py WORKDIR [WORKDIR ...]``.
+
+Reads each workdir's ``config.json`` and ``metrics.jsonl`` and writes, to ``--out``:
+    report.md      AP/AP+ (Table 2), Init/Final PPL, per-domain PPL (Table 10),
+                   cost per stage (Table 9) and, for several runs, cost ratios of the
+                   first run to each other run (Table 4)
+    report.json    the same numbers, plus the loss/gate/beta curves the plots use
+    ap.png, ppl_heatmap.png, init_final.png, training.png
+
+The default ``--out`` is WORKDIR/report for one run and reports/<name>_vs_<name>... for
+several. ``launch/train.py`` calls this at the end of every completed run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loire_jax.reports import PLOTS, ReportError, write_report  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workdirs", nargs="+", help="run workdirs; the first is compared to the others")
+    parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
+    args = parser.parse_args(argv)
+    try:
+        out = write_report(args.workdirs, args.out)
+    except (ReportError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # an unwritable --out, a vanished workdir, a missing gs:// library
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
+    print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
+    return 0
+
+
+def entry() -> None:
+    """The ``loire-report`` console script."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,326 @@
+"""The README and docs/library.md are true: every figure they quote is what its recorded run
+(docs/results/) renders, every code block runs as pasted or names what covers it, and
+``loire_jax.run`` from Python leaves what ``python launch/train.py`` leaves, report included."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from data_helpers import tiny_config_dict
+from runs import ROOT, cli, one_line_error, tiny_run, users_numerics
+
+DOCS = {"README.md": ROOT / "README.md", "docs/library.md": ROOT / "docs" / "library.md"}
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def _figures_tool():
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "tools" / "docs_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _figures_tool()
+
+
+def blocks(language: str) -> list[tuple[str, int, str]]:
+    """(document, index among its blocks of that language, code) of every fenced block."""
+    out = []
+    for doc, path in DOCS.items():
+        found = [code for lang, code in FENCE.findall(path.read_text()) if lang == language]
+        out += [(doc, i, code) for i, code in enumerate(found)]
+    return out
+
+
+# --------------------------------------------------------------------------- quoted figures
+def test_every_quoted_figure_equals_what_its_record_renders():
+    assert figures.problems() == []
+
+
+def test_a_changed_record_makes_the_check_fail_naming_the_figure(tmp_path, monkeypatch):
+    shutil.copytree(figures.RESULTS, tmp_path / "results")
+    path = tmp_path / "results" / "default-run" / "report.json"
+    report = json.loads(path.read_text())
+    report["runs"][0]["lifelong"][1]["AP"] += 1.0
+    path.write_text(json.dumps(report))
+    monkeypatch.setattr(figures, "RESULTS", tmp_path / "results")
+    found = figures.problems()
+    assert any("figures:default-run-report differs from its record" in line for line in found), found
+    assert figures.main(["--check"]) == 1
+
+
+def test_the_recorded_report_is_what_the_report_code_computes_from_the_recorded_metrics():
+    """The figures were not typed: this code recomputes every number of the recorded report
+    from the recorded metrics.jsonl and config, and would notice a change in how AP, AP+,
+    FLOPs or wall times are computed."""
+    from loire_jax.config_loader import run_config_from_dict
+    from loire_jax.hooks import read_records
+    from loire_jax.reports import summarize
+
+    for name in ("default-run-first", "default-run"):
+        folder = figures.RESULTS / name
+        run = run_config_from_dict(json.loads((folder / "config.json").read_text()))
+        records, bad = read_records(folder)
+        assert bad == []
+        (recorded,) = json.loads((folder / "report.json").read_text())["runs"]
+        recorded.pop("workdir")
+        assert json.loads(json.dumps(summarize(run, records, name=run.name))) == recorded, name
+
+
+def test_the_recorded_commands_are_the_documented_ones_and_ran_cleanly():
+    for name, spec in figures.RECORDINGS.items():
+        record = figures.load(name)["record"]
+        assert record["exit_code"] == 0 and record["wall_s"] > 0
+        assert re.fullmatch(re.escape(" ".join(spec.command)).replace(r"\{workdir\}", r"\S+"), record["command"])
+        typed = " ".join(w for w in spec.command if w not in ("--workdir", "{workdir}"))
+        assert typed in DOCS["README.md"].read_text(), typed  # what the README tells a user to type
+
+
+def test_the_growth_demo_record_has_the_parameter_counts_of_its_shapes():
+    from loire_jax import param_count, preset
+
+    rows = figures.demo_rows(figures.load("grow-demo")["stdout"])
+    for step, _op, shape, params, _delta in rows:
+        hidden, ffn, heads, layers = (int(x) for x in shape.strip("()").split(", "))
+        cfg = preset("paper", vocab_size=50257, max_seq_len=1024, hidden=hidden, ffn=ffn, heads=heads, head_dim=64,
+                     layers=layers)
+        assert param_count(cfg) == int(params.replace(",", "")), step
+
+
+def test_the_recorded_growth_deviations_are_within_the_demo_tolerance():
+    stdout = figures.load("grow-demo")["stdout"]
+    tolerance = float(re.search(r"tolerance on max \|dlogits\|: (\S+)", stdout).group(1))
+    rows = figures.demo_rows(stdout)
+    assert float(rows[0][4]) == 0.0 and all(0.0 <= float(r[4]) <= tolerance for r in rows)
+    assert "function preserved at every step" in stdout
+
+
+# --------------------------------------------------------------------------- code blocks
+LIBRARY_RUN = 'load_run_config("configs/tiny.yaml"'  # the one block that needs the default corpus
+
+
+@pytest.fixture(scope="module")
+def fixture_config(tmp_path_factory) -> Path:
+    """Two stages on the test fixtures' small corpus, shaped like configs/tiny.yaml (stage_defaults
+    and all), so that the library example's overrides apply to it unchanged."""
+    base = tmp_path_factory.mktemp("docs-config")
+    config = tiny_run(tiny_config_dict(base / "data"), "docs", "1", eval={"every": 0, "batches": 2},
+                      checkpoint={"save_every": 0, "keep": 1},
+                      stage_defaults={"steps": 6, "warmup_steps": 2, "gate_ramp_steps": 2, "teachers": "all",
+                                      "replay_ratio": 0.2, "beta": 0.1, "beta_steps": 2},
+                      stages=[{"name": "A", "domains": ["SCI"], "teachers": "none", "replay_ratio": 0.0, "beta": 0.0,
+                               "beta_steps": 0, "warmup_steps": 0, "gate_ramp_steps": 0},
+                              {"name": "B", "domains": ["NEWS"], "growth": [{"op": "hidden", "size": 32}]}])
+    path = base / "docs.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _exec(code: str, cwd: Path, monkeypatch) -> str:
+    """Run a block as a script in ``cwd``; returns what it printed."""
+    monkeypatch.chdir(cwd)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), users_numerics():
+        exec(compile(code, "<docs block>", "exec"), {"__name__": "__main__"})
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("doc,index,code", [b for b in blocks("python") if LIBRARY_RUN not in b[2]],
+                         ids=[f"{doc}#{i}" for doc, i, code in blocks("python") if LIBRARY_RUN not in code])
+def test_python_block_runs_as_pasted(doc, index, code, tmp_path, monkeypatch):
+    _exec(code, tmp_path, monkeypatch)
+
+
+def test_only_the_library_run_example_is_not_executed_verbatim():
+    held_back = [(doc, i) for doc, i, code in blocks("python") if LIBRARY_RUN in code]
+    assert held_back == [("docs/library.md", 0)]
+
+
+@pytest.fixture(scope="module")
+def library_run(fixture_config, tmp_path_factory):
+    """The library run example, verbatim but for its config path, in a fresh directory; its output."""
+    (code,) = [code for _doc, _i, code in blocks("python") if LIBRARY_RUN in code]
+    assert code.count('"configs/tiny.yaml"') == 1
+    cwd = tmp_path_factory.mktemp("library-run")
+    with pytest.MonkeyPatch.context() as mp:
+        printed = _exec(code.replace('"configs/tiny.yaml"', repr(str(fixture_config))), cwd, mp)
+    return cwd / "runs" / "tiny-lib", printed
+
+
+def test_the_library_run_example_runs_with_only_its_config_path_replaced(library_run):
+    workdir, printed = library_run
+    assert printed.rstrip().endswith(str(workdir.resolve() / "report" / "report.md"))
+
+
+def test_the_hook_example_prints_above_the_progress_bar_not_into_it(library_run):
+    _workdir, printed = library_run
+    said = [line.rsplit("\r", 1)[-1] for line in printed.split("\n") if " step 10: loss " in line]
+    assert len(said) == 2, printed[-2000:]  # stage 1 and stage 2, step 10
+    assert all(re.fullmatch(r"stage [12] step 10: loss \d+\.\d{3}", line) for line in said), said
+    assert "it/s" in printed or "step/s" in printed or "s/step" in printed  # the bar was there to break
+
+
+def test_say_writes_a_whole_line_above_a_live_bar():
+    from tqdm import tqdm
+
+    from loire_jax.hooks import say
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bar = tqdm(total=4, file=sys.stdout, desc="stage 1/1")
+        bar.update(1)
+        say("hello", 1)
+        bar.close()
+    lines = [line.rsplit("\r", 1)[-1] for line in out.getvalue().split("\n")]
+    assert "hello 1" in lines, out.getvalue()
+
+
+# --------------------------------------------------------------------------- the CLI and run() agree
+def _files(workdir: Path) -> set[str]:
+    """The workdir's files, with the names that hold a time, a host or a content hash (TensorBoard's
+    event files, OCDBT's data files) reduced to their folder."""
+    out = set()
+    for p in workdir.rglob("*"):
+        if p.is_file():
+            rel = p.relative_to(workdir).as_posix()
+            rel = re.sub(r"events\.out\.tfevents\..*", "events.out.tfevents.*", rel)
+            out.add(re.sub(r"/d/[0-9a-f]+$", "/d/*", rel))
+    return out
+
+
+def test_run_from_python_writes_the_report_and_files_the_cli_writes(library_run, fixture_config, tmp_path):
+    from_python, _ = library_run
+    done = cli(fixture_config, tmp_path / "cli", "optimizer.lr=2e-3", "stage_defaults.steps=20")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"report: {(tmp_path / 'cli').resolve() / 'report' / 'report.md'}" in done.stdout
+    cli_files = _files(tmp_path / "cli")
+    assert {f for f in cli_files if f.startswith("report/")} == {
+        "report/report.md", "report/report.json", "report/ap.png", "report/ppl_heatmap.png",
+        "report/init_final.png", "report/training.png"}
+    assert cli_files - {"python.log"} == _files(from_python)  # python.log: the CLI's library log file
+    (a,) = json.loads((tmp_path / "cli" / "report" / "report.json").read_text())["runs"]
+    (b,) = json.loads((from_python / "report" / "report.json").read_text())["runs"]
+    assert [r["AP"] for r in a["lifelong"]] == pytest.approx([r["AP"] for r in b["lifelong"]], rel=1e-5)
+
+
+def test_run_from_python_refuses_with_the_line_the_cli_prints(fixture_config, tmp_path):
+    from loire_jax import load_run_config, run
+
+    foreign = tmp_path / "not-a-run"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    line = one_line_error(cli(fixture_config, foreign, "--fresh"))
+    with pytest.raises(Exception) as err:
+        run(load_run_config(fixture_config), foreign, fresh=True)
+    assert line == f"error: {err.value}"
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(library_run, tmp_path):
+    from loire_jax import run
+    from loire_jax.config_loader import run_config_from_dict
+    from loire_jax.hooks import Hook, default_hooks
+    from loire_jax.reports import ReportError
+
+    workdir = tmp_path / "done"
+    shutil.copytree(library_run[0], workdir)
+    shutil.rmtree(workdir / "report")
+    cfg = run_config_from_dict(json.loads((workdir / "config.json").read_text()))
+
+    class BlockReport(Hook):  # a file where the report's folder goes: the report cannot be written
+        def on_run_end(self, trainer):
+            (trainer.workdir / "report").write_text("in the way")
+
+    with pytest.raises(ReportError) as err, users_numerics():
+        run(cfg, workdir, mesh="1", progress=False, hooks=[*default_hooks(cfg, progress=False), BlockReport()])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("the run is complete, but its report failed: ")
+    assert message.endswith(f"; rerun it with loire-report {workdir.resolve()}")
+
+
+# --------------------------------------------------------------------------- shell commands
+# Every shell command of README.md and docs/library.md: "run" (executed verbatim below), or
+# what covers it and why it is not run here.
+SHELL = {
+    "pip install -e . && python launch/train.py --mesh 8":
+        "not run here: the install is the environment's, and the default run needs the downloaded corpus and "
+        "minutes; it made docs/results/default-run* (python tools/docs_figures.py --reproduce default-run reruns "
+        "it), and test_run_from_python_writes_the_report_and_files_the_cli_writes runs the CLI end to end",
+    "pip install -e '.[test]' && python -m pytest -n auto --dist loadgroup":
+        "not run here: it is this suite",
+    "python launch/experiment.py --suite paper-mini --list": "run",
+    "python launch/experiment.py --suite paper-mini":
+        "not run here (44 runs); tests/test_experiment.py runs a micro suite end to end",
+    "python launch/report.py runs/experiments/paper-mini/runs/{LOIRE,GPT_L}/seed1":
+        "not run here (needs the suite's runs); tests/test_trainer.py runs launch/report.py on two workdirs",
+    "python launch/train.py --config configs/tiny_gpt2_general.yaml --mesh 8":
+        "not run here (needs the corpus); tests/test_trainer.py starts a stage from another run's checkpoint",
+    "python launch/train.py --config configs/tiny_gpt2.yaml --mesh 8":
+        "not run here (needs the corpus and the run above); see the line above",
+    "pip install -e '.[tensorboard]'":
+        "not run here: the install is the environment's; test_install.py installs the wheel and runs its scripts",
+}
+
+
+def shell_commands() -> list[str]:
+    out = []
+    for _doc, _i, code in blocks("bash"):
+        for line in code.replace("\\\n", " ").splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def test_every_shell_command_in_the_docs_is_run_or_names_what_covers_it():
+    assert sorted(shell_commands()) == sorted(SHELL)
+
+
+@pytest.mark.parametrize("command", [c for c, how in SHELL.items() if how != "run"])
+def test_a_shell_command_not_run_names_scripts_and_flags_that_exist(command):
+    """Parsed only: each ``python SCRIPT`` exists and its ``--help`` lists every ``--flag`` the
+    command uses; ``pip install -e '.[test]'`` names an extra that brings pytest-xdist."""
+    for part in command.split("&&"):
+        words = shlex.split(part)
+        if words[:2] == ["python", "-m"] or words[0] == "pip":
+            continue
+        assert (ROOT / words[1]).exists(), words[1]
+        flags = [w for w in words[2:] if w.startswith("--")]
+        if flags:
+            done = subprocess.run([sys.executable, words[1], "--help"], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert all(flag in done.stdout for flag in flags), (flags, done.stdout[-2000:])
+    if "[test]" in command:  # the extra exists and brings pytest-xdist, which -n and --dist need
+        extras = (ROOT / "setup.cfg").read_text().split("[options.extras_require]", 1)[1]
+        assert re.search(r"^test\s*=(\s*\n\s+\S.*)*?pytest-xdist", extras, re.M), extras[:500]
+    if "[tensorboard]" in command:  # the extra exists and brings the viewer the README tells users to start
+        extras = (ROOT / "setup.cfg").read_text().split("[options.extras_require]", 1)[1]
+        assert re.search(r"^tensorboard\s*=(\s*\n\s+\S.*)*?\n\s+tensorboard>=", extras, re.M), extras[:500]
+
+
+@pytest.mark.parametrize("command", [c for c, how in SHELL.items() if how == "run"])
+def test_a_cheap_shell_command_runs_verbatim(command):
+    done = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          executable="/bin/bash", env={**os.environ, "PATH": _path_with_python()})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def _path_with_python() -> str:
+    """PATH with this interpreter's folder first, so ``python`` is the one the tests run under."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])

@@ -1,0 +1,429 @@
+"""The figures README.md quotes, rendered from recorded runs, so that none goes stale.
+
+    python tools/docs_figures.py --check            # exit 1 if a quoted figure differs from its record
+    python tools/docs_figures.py --write            # rewrite the quoted figures from the records
+    python tools/docs_figures.py --record NAME      # rerun NAME's command here and record it anew
+    python tools/docs_figures.py --reproduce NAME   # rerun it in a temporary workdir and compare its
+                                                    # deterministic figures with the record (nothing written)
+
+A record is a folder ``docs/results/NAME/``: ``record.json`` (the command as typed, the
+commit and version that ran it, the machine, the wall time, the exit code), the command's
+``stdout.txt`` and ``stderr.txt`` (progress-bar redraws collapsed to what a terminal shows
+last) and the run's own files (``config.json``, ``metrics.jsonl``, ``report/report.json``).
+
+In README.md a figure sits between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``; the
+text between the markers is exactly what ``render(NAME)`` returns. Wall times are quoted as
+what they are, one measurement on the recorded machine; AP, AP+, Init - Prev final, the
+FLOPs, the perplexity log and the growth deviations are deterministic, and the two recorded
+default runs must agree on them (``--check`` says so if they do not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+DOCS = (ROOT / "README.md", ROOT / "docs" / "library.md")  # the files that may hold figure markers
+MARKER = re.compile(r"<!-- figures:([\w-]+) -->(.*?)<!-- /figures -->", re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recording:
+    """A command whose output the docs quote. ``{workdir}`` in ``command`` is the run's workdir;
+    ``keep`` are the workdir's files the record holds."""
+
+    command: tuple[str, ...]
+    keep: tuple[str, ...] = ()
+    about: str = ""
+    workdir: str | None = None  # a fixed workdir (relative to the repository root) instead of a fresh temporary one
+
+
+_RUN_FILES = ("config.json", "metrics.jsonl", "report/report.json")
+RECORDINGS = {
+    "default-run-first": Recording(("python", "launch/train.py", "--mesh", "8", "--workdir", "{workdir}"), _RUN_FILES,
+                                   "the default run on a fresh checkout: it prepares the corpus and compiles into an "
+                                   "empty compilation cache"),
+    "default-run": Recording(("python", "launch/train.py", "--mesh", "8", "--workdir", "{workdir}"), _RUN_FILES,
+                             "the default run again, into a new workdir: corpus prepared, compilation cache warm"),
+    "grow-demo": Recording(("python", "launch/grow_demo.py", "--mesh", "8"), (), "the growth demo"),
+    # LOIRE-GPT2 as README.md types it: the second run starts from the first's runs/tiny_gpt2_general/stage_1
+    "gpt2-plm": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2_general.yaml", "--mesh", "8"),
+                          _RUN_FILES, "the PLM that LOIRE-GPT2 starts from", workdir="runs/tiny_gpt2_general"),
+    "gpt2-loire": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2.yaml", "--mesh", "8"),
+                            _RUN_FILES, "LOIRE-GPT2: the default schedule from the PLM", workdir="runs/tiny_gpt2"),
+}
+
+
+# --------------------------------------------------------------------------- records
+def terminal_text(raw: str) -> str:
+    """What a terminal shows at the end: each line's last carriage-return segment (tqdm redraws
+    its bar with ``\\r``), without the blank lines the bars leave."""
+    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in raw.split("\n")]
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def machine() -> str:
+    """The machine in words: cores, CPU model, memory."""
+    model = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory = f", {pages / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        memory = ""
+    return f"a {os.cpu_count()}-core {model} {platform.machine()} machine{memory}"
+
+
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def store(name: str, command: list[str], workdir: Path | None, stdout: str, stderr: str, *, wall_s: float,
+          exit_code: int, started: str, machine_text: str, load_text: str) -> Path:
+    """Write the record ``docs/results/NAME`` of one finished command (replacing an old one)."""
+    from importlib.metadata import version
+
+    out = RESULTS / name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / "stdout.txt").write_text(terminal_text(stdout))
+    (out / "stderr.txt").write_text(terminal_text(stderr))
+    for rel in RECORDINGS[name].keep:
+        src = workdir / rel
+        if src.exists():
+            shutil.copyfile(src, out / Path(rel).name)
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    record = {
+        "name": name, "about": RECORDINGS[name].about, "command": " ".join(command), "cwd": "the repository root",
+        "commit": _git("rev-parse", "HEAD"), "uncommitted_changes": dirty not in ("", "unknown"),
+        "version": version("loire_jax"), "jax": version("jax"), "python": platform.python_version(),
+        "machine": machine_text, "load_average": load_text, "started": started, "wall_s": round(wall_s, 1), "exit_code": exit_code,
+    }
+    (out / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+    return out
+
+
+def record(name: str, workdir: Path | None = None) -> Path:
+    """Run NAME's command as a user types it (``python`` is this interpreter) and store it."""
+    spec = RECORDINGS[name]
+    if spec.workdir is not None:
+        workdir = ROOT / spec.workdir
+        if workdir.exists():  # it would resume, not run: a record must come from a whole run
+            raise SystemExit(f"error: {workdir} exists; move it away to record {name}")
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
+    command = [part.format(workdir=workdir) for part in spec.command]
+    started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load()
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)  # bytes: keep the \r
+    wall = time.perf_counter() - t
+    stdout, stderr = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    load_text = f"{load:.1f} at the start, {_load():.1f} at the end"
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} exited {done.returncode}: {stderr.strip()[-500:]}")
+    return store(name, command, workdir, stdout, stderr, wall_s=wall, exit_code=done.returncode,
+                 started=started, machine_text=machine(), load_text=load_text)
+
+
+def load(name: str) -> dict[str, Any]:
+    """A record's files: ``record`` (record.json), ``stdout``, ``stderr`` and, for a run, ``report``
+    (the run's summary from report.json)."""
+    folder = RESULTS / name
+    if not (folder / "record.json").exists():
+        raise FileNotFoundError(f"{folder} holds no record.json; make it with: python tools/docs_figures.py "
+                                f"--record {name}")
+    got: dict[str, Any] = {"record": json.loads((folder / "record.json").read_text()),
+                           "stdout": (folder / "stdout.txt").read_text(), "stderr": (folder / "stderr.txt").read_text()}
+    if (folder / "report.json").exists():
+        (got["report"],) = json.loads((folder / "report.json").read_text())["runs"]
+    return got
+
+
+# --------------------------------------------------------------------------- deterministic figures
+def run_figures(report: dict[str, Any], stdout: str) -> dict[str, Any]:
+    """What a rerun of the same run on the same platform reproduces exactly: everything but times."""
+    return {
+        "AP": [row["AP"] for row in report["lifelong"]],
+        "AP+": [row["AP+"] for row in report["lifelong"]],
+        "init_minus_prev": [p["delta"] for p in report["preservation"]],
+        "flops": [s["flops"] for s in report["stages"]],
+        "params": [s["params"] for s in report["stages"]],
+        "ppl_log": ppl_lines(stdout),
+    }
+
+
+def ppl_lines(stdout: str) -> list[str]:
+    """The trainer's evaluation lines, ``  [init] stage 2 PPL: WB 2941.15, NEWS 3369.51``."""
+    return [line for line in stdout.splitlines() if re.match(r"\s*\[(init|final)\] stage \d+ PPL:", line)]
+
+
+def demo_rows(stdout: str) -> list[tuple[str, ...]]:
+    """The growth demo's table rows (step, operator, shape, params, max |dlogits|), seconds left out."""
+    rows = re.findall(r"^(M\d)\s+(\S+)\s+(\(\d+, \d+, \d+, \d+\))\s+([\d,]+)\s+([\d.e+-]+)", stdout, re.M)
+    if len(rows) != 5:
+        raise ValueError(f"the growth demo's output holds {len(rows)} table rows, not 5")
+    return rows
+
+
+# --------------------------------------------------------------------------- rendering
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}".replace("-", "−")
+
+
+def _prep_seconds(stderr: str) -> float | None:
+    found = re.search(r"\[loire_jax\.data\] ready in ([\d.]+)s", stderr)
+    return float(found.group(1)) if found else None
+
+
+def _cmd(rec: dict[str, Any]) -> str:
+    return f"`{rec['record']['command']}`"
+
+
+def _on(rec: dict[str, Any]) -> str:
+    """Where and how loaded: ``on a 2-core ... machine (load average 8.7 at the start, 19.4 at the end)``."""
+    return f"on {rec['record']['machine']} (load average {rec['record']['load_average']})"
+
+
+def _prose(text: str) -> str:
+    return textwrap.fill(text, width=90, break_on_hyphens=False, break_long_words=False) + "\n"
+
+
+def fig_default_run_log(got: Callable[[str], dict[str, Any]]) -> str:
+    first, warm = got("default-run-first"), got("default-run")
+    prep = _prep_seconds(first["stderr"])
+    lines = ppl_lines(warm["stdout"])
+    shown = [*lines[1:5], "  ...", lines[-1]]
+    return _prose(
+        f"Measured once each, {_on(first)}, shared with other jobs: in a fresh checkout, {_cmd(first)} took "
+        f"**{_duration(first['record']['wall_s'])}** wall, {_duration(prep or 0)} of it preparing the corpus, and "
+        f"compiled into an empty compilation cache. Into a new workdir, with both warm, {_cmd(warm)} took "
+        f"**{_duration(warm['record']['wall_s'])}** (load average {warm['record']['load_average']}). Records: `docs/results/default-run-first`, "
+        "`docs/results/default-run`. The function-preservation check reads straight off the log:"
+    ) + "\n```\n" + "\n".join(shown) + "\n```\n"
+
+
+def fig_default_run_report(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("default-run")
+    run = rec["report"]
+    n = len(run["stages"])
+    pres = {p["stage"]: p["delta"] for p in run["preservation"]}
+    worst = max(((p["delta"], p["previous_final"]) for p in run["preservation"] if p["delta"] is not None),
+                key=lambda pair: abs(pair[0]))
+    rows = [
+        ["AP"] + [_num(r["AP"]) for r in run["lifelong"]],
+        ["AP+"] + [_num(r["AP+"]) for r in run["lifelong"]],
+        ["Init − Prev final (AP)"] + [_num(pres.get(k + 1), 4) if k else "-" for k in range(n)],
+        ["training FLOPs"] + [f"{s['flops']:.2e}" for s in run["stages"]],
+        ["wall (s)"] + [_num(s["wall_s"], 1) for s in run["stages"]],
+    ]
+    table = ["| | " + " | ".join(f"M{k + 1}" for k in range(n)) + " |", "|---" * (n + 1) + "|"]
+    table += ["| " + " | ".join(row) + " |" for row in rows]
+    return _prose(
+        "The default run's report (`runs/tiny/report/report.md`), from `docs/results/default-run`. The wall "
+        f"times are one measurement, by {_cmd(rec)} {_on(rec)}. The other rows are deterministic: both "
+        "recorded runs agree on them bit for bit. On another CPU the last digits of Init − Prev final may "
+        f"differ: its largest value here, {_num(worst[0], 4)} at an AP of {_num(worst[1])}, is float32 rounding "
+        f"({abs(worst[0]) / worst[1]:.0e} relative)."
+    ) + "\n" + "\n".join(table) + "\n"
+
+
+def fig_default_run_wall(got: Callable[[str], dict[str, Any]]) -> str:
+    first, warm = got("default-run-first"), got("default-run")
+    return _prose(
+        f"The default `--mesh 8` run of all five stages took {_duration(first['record']['wall_s'])} on first use "
+        f"(corpus preparation included, compilation cache empty) and {_duration(warm['record']['wall_s'])} with "
+        f"both warm: one measurement each, {_on(warm)} (`docs/results/default-run-first`, "
+        "`docs/results/default-run`).")
+
+
+def fig_grow_demo(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("grow-demo")
+    rows = demo_rows(rec["stdout"])
+    lines = [f"{'step':<6}{'operator':<10}{'(hidden, ffn, heads, layers)':<30}{'params':>14}{'max |dlogits|':>16}"]
+    lines += [f"{s:<6}{op:<10}{shape:<30}{params:>14}{delta:>16}" for s, op, shape, params, delta in rows]
+    tolerance = re.search(r"tolerance on max \|dlogits\|: (\S+)", rec["stdout"])
+    return _prose(
+        f"Measured (float32, 8 simulated CPU devices) by {_cmd(rec)} {_on(rec)}, recorded in "
+        "`docs/results/grow-demo`. The deviations are float32 rounding: their last digits differ from one CPU to "
+        f"another, far below the demo's tolerance of {tolerance.group(1) if tolerance else '?'}."
+    ) + "\n```\n" + "\n".join(lines) + "\n```\n"
+
+
+def fig_gpt2(got: Callable[[str], dict[str, Any]]) -> str:
+    plm, gpt2, gpt1 = got("gpt2-plm"), got("gpt2-loire"), got("default-run")
+    plm_wb = re.search(r"\[final\] stage 1 PPL: WB ([\d.]+)", plm["stdout"]).group(1)
+    start_wb = re.search(r"\[init\] stage 1 PPL: WB ([\d.]+)", gpt2["stdout"]).group(1)
+    pres = [p["delta"] for p in gpt2["report"]["preservation"] if p["delta"] is not None]
+
+    def row(label: str, run: dict[str, Any]) -> str:
+        cells = [_num(r["AP"]) if r["AP+"] is None else f"{_num(r['AP'])} / {_num(r['AP+'])}" for r in run["lifelong"]]
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    n = len(gpt2["report"]["lifelong"])
+    worse = [k + 1 for k, (a, b) in enumerate(zip(gpt2["report"]["lifelong"], gpt1["report"]["lifelong"]))
+             if a["AP"] >= b["AP"]]
+    table = ["| run | M1 AP | " + " | ".join(f"M{k + 1} AP / AP+" for k in range(1, n)) + " |", "|---" * (n + 1) + "|",
+             row("LOIRE-GPT1 (`tiny`, M1 from scratch)", gpt1["report"]),
+             row("LOIRE-GPT2 (`tiny_gpt2`, M1 from the PLM)", gpt2["report"])]
+    return _prose(
+        f"Measured once each {_on(plm)}, 8 simulated devices, data prepared: the PLM run took "
+        f"{_duration(plm['record']['wall_s'])} and LOIRE-GPT2's five stages {_duration(gpt2['record']['wall_s'])} "
+        f"(`docs/results/gpt2-plm`, `docs/results/gpt2-loire`, made by the two commands above). Stage 1 starts "
+        f"where the PLM ended (WB {plm_wb} after the PLM, {start_wb} at stage 1's start), and every later Init is "
+        f"within {max(abs(d) for d in pres):.4f} AP of the previous Final. `python launch/report.py runs/tiny "
+        "runs/tiny_gpt2` puts the two side by side (AP, lower is better; AP+, negative means earlier domains "
+        "improved):"
+    ) + "\n" + "\n".join(table) + "\n\n" + _prose(
+        f"At this scale ({gpt2['report']['stages'][0]['steps']} steps a stage) the PLM start lowers AP at "
+        + ("every stage." if not worse else f"every stage but {', '.join(f'M{k}' for k in worse)}."))
+
+
+FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
+    "default-run-log": fig_default_run_log,
+    "default-run-report": fig_default_run_report,
+    "default-run-wall": fig_default_run_wall,
+    "grow-demo": fig_grow_demo,
+    "gpt2": fig_gpt2,
+}
+
+
+def render(name: str) -> str:
+    """The text between NAME's markers, from the records alone."""
+    cache: dict[str, dict[str, Any]] = {}
+
+    def got(rec: str) -> dict[str, Any]:
+        if rec not in cache:
+            cache[rec] = load(rec)
+        return cache[rec]
+
+    return "\n" + FIGURES[name](got) + "\n"
+
+
+def quoted(text: str) -> dict[str, str]:
+    """NAME -> the text between its markers in one document."""
+    return {m.group(1): m.group(2) for m in MARKER.finditer(text)}
+
+
+def problems() -> list[str]:
+    """Every way the docs and the records disagree, one line each (none: all figures hold)."""
+    out = []
+    seen = set()
+    for doc in DOCS:
+        if not doc.exists():
+            continue
+        for name, text in quoted(doc.read_text()).items():
+            seen.add(name)
+            if name not in FIGURES:
+                out.append(f"{doc.relative_to(ROOT)}: figures:{name} is no figure this script renders "
+                           f"({', '.join(FIGURES)})")
+            elif text != render(name):
+                out.append(f"{doc.relative_to(ROOT)}: figures:{name} differs from its record; "
+                           "python tools/docs_figures.py --write renders it")
+    out += [f"figures:{name} is quoted nowhere in {', '.join(str(d.relative_to(ROOT)) for d in DOCS)}"
+            for name in FIGURES if name not in seen]
+    first, warm = load("default-run-first"), load("default-run")
+    a, b = run_figures(first["report"], first["stdout"]), run_figures(warm["report"], warm["stdout"])
+    out += [f"the two recorded default runs differ in {key}: {a[key]} vs {b[key]}" for key in a if a[key] != b[key]]
+    return out
+
+
+def write() -> list[str]:
+    """Re-render every marked figure in place; returns the documents changed."""
+    changed = []
+    for doc in DOCS:
+        if not doc.exists():
+            continue
+        text = doc.read_text()
+        new = MARKER.sub(lambda m: f"<!-- figures:{m.group(1)} -->{render(m.group(1))}<!-- /figures -->"
+                         if m.group(1) in FIGURES else m.group(0), text)
+        if new != text:
+            doc.write_text(new)
+            changed.append(str(doc.relative_to(ROOT)))
+    return changed
+
+
+def reproduce(name: str) -> list[str]:
+    """Rerun NAME's command in a temporary workdir and compare its deterministic figures with the
+    record's; returns the differences (the record is left as it is)."""
+    spec = RECORDINGS[name]
+    with tempfile.TemporaryDirectory(prefix=f"loire-{name}-") as tmp:
+        workdir = Path(tmp) / "run" if spec.workdir is None else ROOT / spec.workdir
+        if spec.workdir is not None and workdir.exists():
+            return [f"{workdir} exists; move it away to rerun {name} (a rerun there would resume, not run)"]
+        command = [part.format(workdir=workdir) for part in spec.command]
+        done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)
+        if done.returncode != 0:
+            return [f"{' '.join(command)} exited {done.returncode}: {done.stderr.decode(errors='replace')[-500:]}"]
+        stdout, saved = terminal_text(done.stdout.decode(errors="replace")), load(name)
+        if name == "grow-demo":
+            got, want = demo_rows(stdout), demo_rows(saved["stdout"])
+            return [] if got == want else [f"growth demo rows {got} != recorded {want}"]
+        (report,) = json.loads((workdir / "report" / "report.json").read_text())["runs"]
+    got, want = run_figures(report, stdout), run_figures(saved["report"], saved["stdout"])
+    return [f"{key}: {got[key]} != recorded {want[key]}" for key in want if got[key] != want[key]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--check", action="store_true", help="exit 1 if a quoted figure differs from its record")
+    group.add_argument("--write", action="store_true", help="rewrite the quoted figures from the records")
+    group.add_argument("--record", choices=sorted(RECORDINGS), help="rerun a recorded command and record it anew")
+    group.add_argument("--reproduce", choices=sorted(RECORDINGS),
+                       help="rerun a recorded command and compare its deterministic figures with the record")
+    args = parser.parse_args(argv)
+    try:
+        if args.record:
+            print(f"recorded: {record(args.record)}")
+            return 0
+        if args.reproduce:
+            diffs = reproduce(args.reproduce)
+            for line in diffs:
+                print(f"differs: {line}", file=sys.stderr)
+            print("reproduced: the deterministic figures equal the record's" if not diffs else "", end="")
+            return 1 if diffs else 0
+        if args.write:
+            changed = write()
+            print(f"rewrote figures in {', '.join(changed)}" if changed else "every figure was current")
+        found = problems()
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for line in found:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
