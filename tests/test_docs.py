@@ -1,5 +1,6 @@
-"""The README and docs/library.md are true: every figure they quote is what its recorded run
-(docs/results/) renders, every code block runs as pasted or names what covers it, and
+"""The README and docs/ are true: every figure README.md and docs/*.md quote is what its recorded
+run (docs/results/, benchmarks/results/) renders, every code block of README.md and
+docs/library.md runs as pasted or names what covers it, and
 ``loire_jax.run`` from Python leaves what ``python launch/train.py`` leaves, report included."""
 
 from __future__ import annotations
@@ -62,6 +63,40 @@ def test_a_changed_record_makes_the_check_fail_naming_the_figure(tmp_path, monke
     assert figures.main(["--check"]) == 1
 
 
+def test_a_hand_edited_figure_in_any_document_fails_the_check_naming_it(tmp_path, monkeypatch):
+    """Every document that quotes a figure is checked, docs/*.md as well as README.md: a number
+    typed over a rendered one (here a benchmark's memory figure) is caught."""
+    copies = []
+    for doc in figures.DOCS:
+        copy = tmp_path / doc.relative_to(figures.ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(doc.read_text())
+        copies.append(copy)
+    monkeypatch.setattr(figures, "ROOT", tmp_path)
+    monkeypatch.setattr(figures, "DOCS", tuple(copies))
+    assert figures.problems() == []
+    for name, doc in (("bench-memory", "README.md"), ("bench-data", "docs/data.md")):
+        text = (tmp_path / doc).read_text()
+        quoted = figures.quoted(text)[name]
+        edited = re.sub(r"\d\.\d", lambda m: "9" + m.group(0)[1:], quoted, count=1)
+        assert edited != quoted
+        (tmp_path / doc).write_text(text.replace(quoted, edited))
+        assert f"{doc}: figures:{name} differs from its record; python tools/docs_figures.py --write renders it" \
+            in figures.problems()
+        (tmp_path / doc).write_text(text)
+
+
+def test_the_recorded_measurements_are_within_what_the_tests_require():
+    """The quoted measurements come from the code the tests check: the Hugging Face import within
+    its bound, XLA's FLOPs within the analytic count's tolerance, float64 growth within 1e-9."""
+    hf_rel = [float(x) for x in re.findall(r"relative (\S+)$", figures.load("hf-import")["stdout"], re.M)]
+    assert len(hf_rel) == 3 and all(0.0 <= x <= 1e-5 for x in hf_rel), hf_rel
+    gaps = [float(x) for x in re.findall(r"= ([+-][\d.]+)%$", figures.load("flops-xla")["stdout"], re.M)]
+    assert len(gaps) == 2 and all(abs(g) <= 5.0 for g in gaps), gaps
+    f64 = [float(x) for x in re.findall(r"max \|dlogits\| (\S+)$", figures.load("growth-f64")["stdout"], re.M)]
+    assert len(f64) == 12 and all(x <= 1e-9 for x in f64), f64
+
+
 def test_the_recorded_report_is_what_the_report_code_computes_from_the_recorded_metrics():
     """The figures were not typed: this code recomputes every number of the recorded report
     from the recorded metrics.jsonl and config, and would notice a change in how AP, AP+,
@@ -86,7 +121,8 @@ def test_the_recorded_commands_are_the_documented_ones_and_ran_cleanly():
         assert record["exit_code"] == 0 and record["wall_s"] > 0
         assert re.fullmatch(re.escape(" ".join(spec.command)).replace(r"\{workdir\}", r"\S+"), record["command"])
         typed = " ".join(w for w in spec.command if w not in ("--workdir", "{workdir}"))
-        assert typed in DOCS["README.md"].read_text(), typed  # what the README tells a user to type
+        # what the docs tell a user to type (line breaks of the rendered prose aside)
+        assert any(typed in " ".join(doc.read_text().split()) for doc in figures.DOCS), typed
 
 
 def test_the_growth_demo_record_has_the_parameter_counts_of_its_shapes():

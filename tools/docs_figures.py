@@ -11,7 +11,11 @@ commit and version that ran it, the machine, the wall time, the exit code), the 
 ``stdout.txt`` and ``stderr.txt`` (progress-bar redraws collapsed to what a terminal shows
 last) and the run's own files (``config.json``, ``metrics.jsonl``, ``report/report.json``).
 
-In README.md a figure sits between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``; the
+A benchmark's figures come from its ``--json`` file in ``benchmarks/results/`` instead (``bench:NAME``).
+``--measure NAME`` prints a small measurement (Hugging Face import, XLA's FLOPs, float64 growth)
+that a record runs as its command.
+
+In README.md and docs/*.md a figure sits between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``; the
 text between the markers is exactly what ``render(NAME)`` returns. Wall times are quoted as
 what they are, one measurement on the recorded machine; AP, AP+, Init - Prev final, the
 FLOPs, the perplexity log and the growth deviations are deterministic, and the two recorded
@@ -37,7 +41,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-DOCS = (ROOT / "README.md", ROOT / "docs" / "library.md")  # the files that may hold figure markers
+BENCH = ROOT / "benchmarks" / "results"  # bench_step.py --json files, read as ``bench:NAME``
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))  # the files that may hold figure markers
 MARKER = re.compile(r"<!-- figures:([\w-]+) -->(.*?)<!-- /figures -->", re.S)
 
 
@@ -65,6 +70,15 @@ RECORDINGS = {
                           _RUN_FILES, "the PLM that LOIRE-GPT2 starts from", workdir="runs/tiny_gpt2_general"),
     "gpt2-loire": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2.yaml", "--mesh", "8"),
                             _RUN_FILES, "LOIRE-GPT2: the default schedule from the PLM", workdir="runs/tiny_gpt2"),
+    "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
+                              "the default corpus's second prepare: verify the cache, print the table"),
+    "bench-data": Recording(("python", "benchmarks/bench_data.py"), (), "the data pipeline's tokens/s"),
+    "hf-import": Recording(("python", "tools/docs_figures.py", "--measure", "hf-import"), (),
+                           "loire_jax's logits on the Hugging Face fixtures against transformers' saved ones"),
+    "flops-xla": Recording(("python", "tools/docs_figures.py", "--measure", "flops-xla"), (),
+                           "the analytic training FLOPs against XLA's cost analysis of the compiled step"),
+    "growth-f64": Recording(("python", "tools/docs_figures.py", "--measure", "growth-f64"), (),
+                            "max |dlogits| of each growth step in float64, per preset"),
 }
 
 
@@ -153,7 +167,12 @@ def record(name: str, workdir: Path | None = None) -> Path:
 
 def load(name: str) -> dict[str, Any]:
     """A record's files: ``record`` (record.json), ``stdout``, ``stderr`` and, for a run, ``report``
-    (the run's summary from report.json)."""
+    (the run's summary from report.json). ``bench:NAME``: ``rows``, benchmarks/results/NAME.json."""
+    if name.startswith("bench:"):
+        path = BENCH / f"{name[len('bench:'):]}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist; bench_step.py --json writes it")
+        return {"rows": json.loads(path.read_text()), "path": f"benchmarks/results/{path.name}"}
     folder = RESULTS / name
     if not (folder / "record.json").exists():
         raise FileNotFoundError(f"{folder} holds no record.json; make it with: python tools/docs_figures.py "
@@ -163,6 +182,80 @@ def load(name: str) -> dict[str, Any]:
     if (folder / "report.json").exists():
         (got["report"],) = json.loads((folder / "report.json").read_text())["runs"]
     return got
+
+
+# --------------------------------------------------------------------------- measurements
+def measure_hf_import() -> None:
+    """loire_jax's float32 logits on tests/fixtures/hf against the ones transformers saved."""
+    import jax
+    import numpy as np
+
+    from loire_jax import apply_model, hf
+
+    fixtures = ROOT / "tests" / "fixtures" / "hf"
+    tokens = np.load(fixtures / "tokens.npy")
+    with jax.default_matmul_precision("highest"):
+        for name in ("gpt2", "llama_gqa", "llama_tied"):
+            cfg, params = hf.load(fixtures / name)
+            got = np.asarray(apply_model(cfg, params, tokens), np.float64)
+            want = np.load(fixtures / name / "logits.npy").astype(np.float64)
+            largest = np.max(np.abs(want))
+            print(f"{name}: max |dlogits| {np.max(np.abs(got - want)):.2e}, largest logit {largest:.3f}, "
+                  f"relative {np.max(np.abs(got - want)) / largest:.1e}")
+
+
+def measure_flops_xla() -> None:
+    """The analytic training FLOPs of one layer's step (dense attention) against XLA's cost
+    analysis of the compiled step, without and with a teacher (tests/test_flops.py's shapes)."""
+    import jax
+
+    from loire_jax import init_params, preset
+    from loire_jax.flops import train_flops_per_token
+    from loire_jax.train_state import init_state
+    from loire_jax.train_step import StepSpec, make_optimizer, make_train_step
+
+    batch, seq = 4, 64
+    student = preset("paper", vocab_size=512, max_seq_len=seq, hidden=256, ffn=1024, heads=4, head_dim=64, layers=1)
+    teacher = student.replace(hidden=128, ffn=512, heads=2)
+    opt = make_optimizer("adam", learning_rate=1e-3)
+    for label, teachers in (("no teacher", ()), ("one teacher", (teacher,))):
+        spec = StepSpec(student, teachers=teachers, betas=(0.1,) * len(teachers))
+        params = jax.eval_shape(lambda: init_params(student, jax.random.key(0)))
+        state = jax.eval_shape(lambda p: init_state(p, opt), params)
+        shapes = tuple(jax.eval_shape(lambda c=c: init_params(c, jax.random.key(0))) for c in teachers)
+        tokens = {"tokens": jax.ShapeDtypeStruct((batch, seq + 1), jax.numpy.int32)}
+        cost = jax.jit(make_train_step(spec, opt)).lower(state, tokens, shapes).compile().cost_analysis()
+        compiled = float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
+        analytic = batch * seq * train_flops_per_token(student, seq, teachers, causal=False)
+        print(f"{label}: compiled {compiled:.4e}, analytic {analytic:.4e}, compiled/analytic - 1 = "
+              f"{100 * (compiled / analytic - 1):+.1f}%")
+
+
+def measure_growth_f64() -> None:
+    """max |dlogits| against the original after each step of the paper's schedule (hidden, ffn,
+    heads, layers), in float64, for each preset."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+
+    from loire_jax import apply_model, grow, init_params, preset
+
+    tokens = np.random.default_rng(0).integers(0, 256, (2, 32))
+    with jax.default_matmul_precision("highest"):
+        for name in ("paper", "gpt2", "modern"):
+            cfg = preset(name, vocab_size=256, max_seq_len=32, hidden=32, ffn=64, heads=2, head_dim=16, layers=2,
+                         dtype="float64", param_dtype="float64")
+            params = init_params(cfg, jax.random.key(0))
+            base = np.asarray(apply_model(cfg, params, tokens))
+            for k, (op, size) in enumerate((("hidden", 64), ("ffn", 128), ("heads", 4), ("layers", 4))):
+                cfg, params = grow(cfg, params, op, size, jax.random.key(k + 1))
+                delta = np.max(np.abs(np.asarray(apply_model(cfg, params, tokens)) - base))
+                print(f"{name} {op}: max |dlogits| {delta:.1e}")
+
+
+MEASURES: dict[str, Callable[[], None]] = {
+    "hf-import": measure_hf_import, "flops-xla": measure_flops_xla, "growth-f64": measure_growth_f64}
 
 
 # --------------------------------------------------------------------------- deterministic figures
@@ -309,12 +402,141 @@ def fig_gpt2(got: Callable[[str], dict[str, Any]]) -> str:
         + ("every stage." if not worse else f"every stage but {', '.join(f'M{k}' for k in worse)}."))
 
 
+# (label, default vocabulary) of bench_step.py's shapes: configuration, not measurement
+_SHAPES = {"tiny": ("tiny (128, 512, 8, 4)", 8192), "m1": ("paper M1 (384, 1024, 6, 6)", 50257),
+           "m5": ("paper M5 (768, 2048, 12, 12)", 50257), "1b": ("1.1B final stage (2048, 6144, 32, 24)", 50257)}
+
+
+def _int(x: float) -> str:
+    return f"{round(x):,}"
+
+
+def _bench_rows(rows: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
+    found = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    if not found:
+        raise ValueError(f"no benchmark row has {match}")
+    return found
+
+
+def fig_bench_throughput(got: Callable[[str], dict[str, Any]]) -> str:
+    m1, tiny = got("bench:cpu-m1-target"), got("bench:cpu-tiny")
+    table = ["| shape (h, f, heads, L), vocab | batch × seq | teachers | loire_jax tokens/s | PyTorch eager tokens/s |",
+             "|---|---|---|---|---|"]
+    (r,) = _bench_rows(m1["rows"], shape="m1", teachers=0)
+    label, vocab = _SHAPES["m1"]
+    table.append(f"| {label}, {r['vocab'] or vocab}, {r['dtype']} | {r['batch']} × {r['seq']} | 0 | "
+                 f"{_int(r['tokens_per_s'])} ({100 * r['mfu']:.1f}% MFU) | {_int(r['torch_tokens_per_s'])} |")
+    for dtype, name in (("float32", None), ("bfloat16", "tiny, bf16 compute")):
+        rows = sorted(_bench_rows(tiny["rows"], shape="tiny", dtype=dtype), key=lambda row: row["teachers"])
+        label, vocab = _SHAPES["tiny"]
+        name = name or f"{label}, {rows[0]['vocab'] or vocab}, {dtype}"
+        table.append(f"| {name} | {rows[0]['batch']} × {rows[0]['seq']} | "
+                     f"{' / '.join(str(row['teachers']) for row in rows)} | "
+                     f"{' / '.join(_int(row['tokens_per_s']) for row in rows)} | "
+                     f"{' / '.join(_int(row['torch_tokens_per_s']) for row in rows)} |")
+    return _prose(
+        "Measured on this project's 2-core CPU machine, one device, by the two commands below; "
+        f"the records are `{m1['path']}` and `{tiny['path']}` (torch {r['torch_version']}). Each figure is the "
+        "median of the benchmark's repeats in one sitting on a shared machine, not a promise:"
+    ) + "\n" + "\n".join(table) + "\n"
+
+
+def fig_bench_memory(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("bench:cpu-compile-remat-dots")
+    table = ["| shape | batch × seq | 0 teachers | 1 teacher | 4 teachers |", "|---|---|---|---|---|"]
+    for shape in ("m1", "m5", "1b"):
+        rows = sorted(_bench_rows(rec["rows"], shape=shape, dtype="bfloat16", remat="dots", compile_only=True),
+                      key=lambda row: row["teachers"])
+        label, vocab = _SHAPES[shape]
+        table.append(f"| {label}, {rows[0]['vocab'] or vocab} | {rows[0]['batch']} × {rows[0]['seq']} | "
+                     + " | ".join(f"{row['compiled_peak_gib']:.2f} GiB" for row in rows) + " |")
+    return _prose(
+        f"Memory of the compiled bf16 step with `remat=dots` (the GPU and TPU default), from XLA's memory "
+        f"analysis on CPU with XLA attention and {rec['rows'][0]['loss_chunk']}-token loss blocks (`--shapes "
+        "m1,m5,1b --teachers 0,1,4 --dtypes float32,bfloat16 --compile-only --remat dots --loss-chunk 1024 "
+        f"--json`; recorded in `{rec['path']}`); cuDNN attention on a GPU needs less:"
+    ) + "\n" + "\n".join(table) + "\n"
+
+
+def _measured_lines(stdout: str, pattern: str) -> list[tuple[str, ...]]:
+    found = re.findall(pattern, stdout, re.M)
+    if not found:
+        raise ValueError(f"the recorded output holds no line matching {pattern!r}")
+    return found
+
+
+def fig_flops_xla(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("flops-xla")
+    gaps = {k: float(v) for k, v in _measured_lines(rec["stdout"], r"^(no teacher|one teacher): .* = ([+-][\d.]+)%$")}
+
+    def said(gap: float) -> str:
+        return f"{abs(gap):.1f}% {'more' if gap >= 0 else 'less'}"
+
+    return _prose(
+        f"Measured by {_cmd(rec)} {_on(rec)} (`docs/results/flops-xla`): XLA counts "
+        f"{said(gaps['no teacher'])} than the analytic count without a teacher and {said(gaps['one teacher'])} "
+        "with one, from norms, softmax and Adam, which the analytic count leaves out.")
+
+
+def fig_hf_import(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("hf-import")
+    rows = _measured_lines(rec["stdout"], r"^(\w+): max \|dlogits\| \S+, largest logit \S+, relative (\S+)$")
+    return _prose(
+        "Measured on the three fixtures (" + ", ".join(f"{name} {rel}" for name, rel in rows) + " of the "
+        f"largest logit) by {_cmd(rec)} {_on(rec)}, recorded in `docs/results/hf-import`. The last digits "
+        "depend on the CPU.")
+
+
+def fig_growth_f64(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("growth-f64")
+    rows = _measured_lines(rec["stdout"], r"^(\w+) (\w+): max \|dlogits\| (\S+)$")
+    values = sorted({float(d) for _, _, d in rows})
+    presets = sorted({p for p, _, _ in rows})
+    return _prose(
+        f"Measured in float64 after each step of the schedule hidden → ffn → heads → layers on the "
+        f"{', '.join(presets)} presets: max |Δlogits| from {values[0]:.1e} to {values[-1]:.1e}, by {_cmd(rec)} "
+        f"{_on(rec)} (`docs/results/growth-f64`).")
+
+
+def fig_data_prepare(got: Callable[[str], dict[str, Any]]) -> str:
+    first, again = got("default-run-first"), got("data-prepare")
+    ready = _prep_seconds(first["stderr"])
+    bpe = re.search(r"BPE trained in ([\d.]+)s", first["stderr"])
+    table = [line for line in again["stdout"].splitlines() if not line.startswith(("summary written", "tokenizer:"))]
+    return _prose(
+        "Measured on this 2-core machine: the first build (all five domains and the BPE), inside the default "
+        f"run's first use (`docs/results/default-run-first`), took {ready:.1f} s, "
+        f"{float(bpe.group(1)) if bpe else 0:.1f} s of it training the BPE; a second {_cmd(again)} "
+        f"verified the cache in {again['record']['wall_s']:.1f} s wall ({_on(again)}, "
+        "`docs/results/data-prepare`). Its table:"
+    ) + "\n```\n" + "\n".join(table) + "\n```\n"
+
+
+def fig_bench_data(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("bench-data")
+    setting = re.search(r"^domain=(\S+) seq_len=(\d+) batch=(\d+) replay=(\S+) threads=\d+ batches/repeat=(\d+)$",
+                        rec["stdout"], re.M)
+    runs = re.search(r"^tokens/s per repeat: (.+)$", rec["stdout"], re.M).group(1).split(", ")
+    median = re.search(r"^median pipeline tokens/s: (\S+)$", rec["stdout"], re.M).group(1)
+    domain, seq, batch, replay, n = setting.groups()
+    return _prose(
+        f"{_cmd(rec)} ({domain} domain with {replay} replay, seq_len {seq}, batch {batch}, {int(n):,} batches × "
+        f"{len(runs)} repeats): a median of {median} tokens/s, {_on(rec)} (`docs/results/bench-data`).")
+
+
 FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "default-run-log": fig_default_run_log,
     "default-run-report": fig_default_run_report,
     "default-run-wall": fig_default_run_wall,
     "grow-demo": fig_grow_demo,
     "gpt2": fig_gpt2,
+    "bench-throughput": fig_bench_throughput,
+    "bench-memory": fig_bench_memory,
+    "flops-xla": fig_flops_xla,
+    "hf-import": fig_hf_import,
+    "growth-f64": fig_growth_f64,
+    "data-prepare": fig_data_prepare,
+    "bench-data": fig_bench_data,
 }
 
 
@@ -373,6 +595,9 @@ def write() -> list[str]:
     return changed
 
 
+_WHOLE_STDOUT = ("data-prepare", "hf-import", "flops-xla", "growth-f64")
+
+
 def reproduce(name: str) -> list[str]:
     """Rerun NAME's command in a temporary workdir and compare its deterministic figures with the
     record's; returns the differences (the record is left as it is)."""
@@ -389,6 +614,10 @@ def reproduce(name: str) -> list[str]:
         if name == "grow-demo":
             got, want = demo_rows(stdout), demo_rows(saved["stdout"])
             return [] if got == want else [f"growth demo rows {got} != recorded {want}"]
+        if name in _WHOLE_STDOUT:  # deterministic output on the same platform: all of it
+            return [] if stdout == saved["stdout"] else [f"output {stdout!r} != recorded {saved['stdout']!r}"]
+        if not spec.keep:
+            return [f"{name} records timings only; nothing deterministic to compare"]
         (report,) = json.loads((workdir / "report" / "report.json").read_text())["runs"]
     got, want = run_figures(report, stdout), run_figures(saved["report"], saved["stdout"])
     return [f"{key}: {got[key]} != recorded {want[key]}" for key in want if got[key] != want[key]]
@@ -402,7 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--record", choices=sorted(RECORDINGS), help="rerun a recorded command and record it anew")
     group.add_argument("--reproduce", choices=sorted(RECORDINGS),
                        help="rerun a recorded command and compare its deterministic figures with the record")
+    group.add_argument("--measure", choices=sorted(MEASURES), help="print a measurement a record runs")
     args = parser.parse_args(argv)
+    if args.measure:
+        MEASURES[args.measure]()
+        return 0
     try:
         if args.record:
             print(f"recorded: {record(args.record)}")
