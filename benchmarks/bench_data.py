@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loire_jax.config.loader import load_data_config
 from loire_jax.data import DataConfig, DataError, train_iterator  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
         if not 0.0 <= args.replay < 1.0:
             raise ValueError(f"--replay must be in [0, 1), got {args.replay}")
-        cfg = DataConfig.from_yaml(args.config)
+        cfg = load_data_config(args.config)
         if args.data_dir:
             cfg = cfg.with_data_dir(args.data_dir)
         if not -len(cfg.domains) <= args.domain < len(cfg.domains):

@@ -6,7 +6,7 @@ StepSpec, state shardings, donation, ahead-of-time compilation and execution cho
 (``kernels.for_platform``), on random tokens.
 
 - tokens/s: median over ``--repeats`` timed runs of ``--steps`` steps, compilation excluded.
-- MFU: analytic model FLOPs (``loire_jax.flops``, true vocabulary, causal attention at
+- MFU: analytic model FLOPs (``loire_jax.analysis.flops``, true vocabulary, causal attention at
   half) over the peak: published bf16 dense peaks on accelerators, and on CPU a large fp32
   matmul measured in the same run.
 - memory: the compiled executable's analysis (per device) and, where the backend reports
@@ -79,12 +79,13 @@ def run_case(case: dict) -> dict:
     import numpy as np
 
     from loire_jax import init_params, param_count
-    from loire_jax.flops import train_flops_per_token
-    from loire_jax.kernels import for_platform, loss_chunk_for
-    from loire_jax.memory import peak_in_use, step_memory
-    from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
-    from loire_jax.train_state import abstract_state, new_train_state, state_shardings
-    from loire_jax.train_step import StepSpec, frozen_teacher, make_optimizer, make_train_step
+    from loire_jax.analysis.flops import train_flops_per_token
+    from loire_jax.analysis.memory import peak_in_use, step_memory
+    from loire_jax.model.kernels import for_platform, loss_chunk_for
+    from loire_jax.parallel.sharding import batch_sharding, make_mesh, param_shardings
+    from loire_jax.train.optimizer import make_optimizer
+    from loire_jax.train.state import abstract_state, new_train_state, state_shardings
+    from loire_jax.train.step import StepSpec, frozen_teacher, make_train_step
 
     mesh = make_mesh(sizes, devs)
     platform = devs[0].platform
@@ -109,7 +110,7 @@ def run_case(case: dict) -> dict:
         return jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), tree,
                                       shardings)
 
-    from loire_jax.layout import abstract_params
+    from loire_jax.model.params import abstract_params
 
     t_abs = tuple(abstract(jax.tree_util.tree_map(lambda x, c=c: jax.ShapeDtypeStruct(x.shape, c.params_dtype),
                                                   abstract_params(c)), sh) for c, sh in zip(run_teachers, teacher_sh))
@@ -155,7 +156,7 @@ def run_case(case: dict) -> dict:
 
 
 def _peak(case, devs, platform) -> dict:
-    from loire_jax import flops
+    from loire_jax.analysis import flops
 
     if case.get("peak_tflops"):
         return {"peak_flops": case["peak_tflops"] * 1e12 * len(devs), "peak_source": "given"}
@@ -175,7 +176,7 @@ def _torch_case(student, teachers, case, peak) -> dict:
     from torch_reference import train_step_rate
 
     rate = train_step_rate(student, teachers, case, torch)
-    from loire_jax.flops import train_flops_per_token
+    from loire_jax.analysis.flops import train_flops_per_token
 
     return {"torch_tokens_per_s": rate, "torch_version": torch.__version__,
             "torch_mfu": rate * train_flops_per_token(student, case["seq"], teachers) / peak if peak else None}
@@ -192,7 +193,7 @@ def _listed(text: str, flag: str) -> list[str]:
 def _cases(args) -> list[dict]:
     """Every case of the arguments, each checked as far as it can be before any device
     exists (ValueError, one line): sizes, the model of each shape, the mesh against them."""
-    from loire_jax.sharding import mesh_problems, parse_mesh
+    from loire_jax.config.mesh import mesh_problems, parse_mesh
 
     for flag in ("batch", "seq", "vocab", "steps", "repeats", "microbatches"):
         value = getattr(args, flag)
@@ -259,7 +260,7 @@ def _table(records: list[dict]) -> str:
 def _engine_rate(workdir: str) -> tuple[int, float]:
     """The trainer's own median tokens/s over the last stage's train phase (steps after the
     first); ValueError when ``workdir`` has no such steps. Read before the benchmark runs."""
-    from loire_jax.hooks import METRICS_FILE, read_records
+    from loire_jax.analysis.records import METRICS_FILE, read_records
 
     if not (Path(workdir) / METRICS_FILE).is_file():
         raise ValueError(f"--compare-run {workdir}: no {METRICS_FILE} there; give a loire_jax run's workdir")

@@ -33,9 +33,10 @@ def worker(args: argparse.Namespace) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    from loire_jax.checkpoints import RunSignals
+    from loire_jax.store.checkpoints import RunSignals
 
     mesh = jax.make_mesh((len(jax.devices()),), ("data",), devices=jax.devices())
     rows = 16 * len(jax.devices())

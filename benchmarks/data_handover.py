@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
 
+    from loire_jax.config.loader import load_run_config
     from loire_jax.data import DataError, load_prepared
-    from loire_jax.config_loader import load_run_config
 
     try:
         run = load_run_config(args.config, args.overrides)
@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compare(run, prep) -> None:
+    from loire_jax.config.schedule import phases, teacher_stages
     from loire_jax.data import train_dataset
     from loire_jax.data.packing import PackedWindows
-    from loire_jax.stages import phases, teacher_stages
 
     index = {d.name: i for i, d in enumerate(run.data.domains)}
     bs = run.batch_size

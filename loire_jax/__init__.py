@@ -1,48 +1,37 @@
 """loire_jax: LOIRE lifelong pretraining through exact, function-preserving model growth.
 
-Growth (pure pytree transforms): ``plan_growth``, ``grow``, ``grow_like``,
-``grow_optimizer_state``. The lifelong trainer: ``run(load_run_config(path), workdir)``,
-with ``hooks`` for everything around training (``default_hooks``, ``Hook``).
+The public API, one import away (``from loire_jax import ...``):
+
+- configs: ``ModelConfig``, ``preset``, ``RunConfig``, ``DataConfig``, ``load_run_config``;
+- the model: ``init_params``, ``apply_model``, ``param_count``;
+- growth (pure pytree transforms): ``plan_growth``, ``GrowthPlan``, ``grow``, ``grow_like``,
+  ``grow_optimizer_state``, ``TrainState``, ``grow_train_state``;
+- the lifelong trainer: ``run(load_run_config(path), workdir)``, ``RunResult``, with ``hooks``
+  for everything around training (``default_hooks``, ``Hook``);
+- ``LoireError``, the base of every error a user must act on.
+
+Names load on first use, so that ``import loire_jax`` is cheap and a config or a growth
+transform never pulls in Orbax or grain. The subpackages (``config``, ``parallel``, ``model``,
+``growth``, ``data``, ``analysis``, ``store``, ``interop``, ``train``, ``experiments``,
+``cli``) are layered; CONTRIBUTING.md maps them.
 """
 
-from importlib import import_module
-from typing import Any
+from loire_jax._lazy import lazy_exports
 
-from loire_jax.config import ModelConfig, preset
-from loire_jax.growth import GrowthPlan, grow, grow_like, grow_optimizer_state, plan_growth
-from loire_jax.layout import param_count
-from loire_jax.model import apply_model, init_params
-
-# The trainer pulls in Orbax, grain and friends: imported on first use, so that growth
-# alone stays a light import.
-_LAZY = {
-    "run": "loire_jax.trainer",
-    "RunResult": "loire_jax.trainer",
-    "Hook": "loire_jax.hooks",
-    "default_hooks": "loire_jax.hooks",
-    "RunConfig": "loire_jax.run_config",
-    "load_run_config": "loire_jax.config_loader",
-    "TrainState": "loire_jax.train_state",
-    "grow_train_state": "loire_jax.train_state",
+_EXPORTS = {
+    **dict.fromkeys(("ModelConfig", "preset"), "config.model"),
+    "RunConfig": "config.run",
+    "DataConfig": "config.data",
+    "load_run_config": "config.loader",
+    **dict.fromkeys(("GrowthPlan", "plan_growth"), "config.growth_plan"),
+    "param_count": "config.shapes",
+    **dict.fromkeys(("init_params", "apply_model"), "model.transformer"),
+    **dict.fromkeys(("grow", "grow_like", "grow_optimizer_state"), "growth.transforms"),
+    **dict.fromkeys(("TrainState", "grow_train_state"), "train.state"),
+    **dict.fromkeys(("run", "RunResult"), "train.trainer"),
+    **dict.fromkeys(("Hook", "default_hooks"), "train.hooks"),
+    "LoireError": "errors",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'loire_jax' has no attribute {name!r}")
-
-
-__all__ = [
-    "ModelConfig",
-    "preset",
-    "init_params",
-    "apply_model",
-    "grow",
-    "plan_growth",
-    "GrowthPlan",
-    "grow_like",
-    "grow_optimizer_state",
-    "param_count",
-    *_LAZY,
-]
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -19,14 +19,14 @@ for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_collective_
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
-import jax  # noqa: E402
-
 # One persistent compilation cache for the session's CLI runs (separate processes that compile
 # the same programs again and again), kept out of the user's ~/.cache; launch/devices.py
 # gives each process layout and process its own directory in it. Each test worker has its own
 # directory too, so that no worker loads a program another process compiled: JAX's cache key
 # does not tell apart processes with other device counts.
 import tempfile  # noqa: E402
+
+import jax  # noqa: E402
 
 _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                                os.path.join(tempfile.gettempdir(), f"loire-tests-xla-{os.getuid()}"))
@@ -97,8 +97,9 @@ def run_config(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference(run_config, tmp_path_factory):
     """The run, undisturbed, in this process through the library (with its report)."""
-    from loire_jax.reports import write_report
     from runs import in_process
+
+    from loire_jax.analysis.reports import write_report
 
     workdir = tmp_path_factory.mktemp("reference")
     assert in_process(run_config, workdir).complete

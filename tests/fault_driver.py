@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loire_jax.cli.train import main  # noqa: E402
-from loire_jax.hooks import Hook  # noqa: E402
+from loire_jax.train.hooks import Hook  # noqa: E402
 
 
 class SignalAfter(Hook):

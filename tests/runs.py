@@ -80,7 +80,7 @@ def one_line_error(result, code: int = 2) -> str:
 
 def records(workdir: Path, kind: str | None = None) -> list[dict]:
     """The run's metrics.jsonl records (of one kind), as the trainer and the report read them."""
-    from loire_jax.hooks import read_records
+    from loire_jax.analysis.records import read_records
 
     return [r for r in read_records(workdir)[0] if kind is None or r["kind"] == kind]
 

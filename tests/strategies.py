@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from loire_jax import ModelConfig
-from loire_jax.config import ACTIVATIONS, NORM_POSITIONS, NORMS, POSITIONS
+from loire_jax.config.model import ACTIVATIONS, NORM_POSITIONS, NORMS, POSITIONS
 
 OPS = ("hidden", "ffn", "heads", "layers")
 

@@ -20,7 +20,7 @@ from runs import snapshot, steps_saved  # noqa: E402  (tests/ is on the path: co
 from test_faults import config, finished, reference, resumes_to_reference, shared_reference  # noqa: F401,E402
 
 from loire_jax import load_run_config
-from loire_jax.trainer import Trainer
+from loire_jax.train.trainer import Trainer
 
 
 def _flip_bit(path: Path, old: bytes, bit: int) -> None:

@@ -15,18 +15,23 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
+from data_helpers import tiny_config_dict  # noqa: E402  (tests/data is on the path: conftest.py)
 from flax.traverse_util import flatten_dict
 
-from loire_jax.checkpoints import (CheckpointError, DamagedCheckpoint, PreemptionGuard, StageCheckpoints, restore_params,
-                                   stage_dir)
-from loire_jax.config import ModelConfig
-from loire_jax.layout import abstract_params
-from loire_jax.model import init_params
-from loire_jax.sharding import make_mesh, param_shardings
-from loire_jax.train_state import TrainState
-
-from data_helpers import tiny_config_dict  # noqa: E402  (tests/data is on the path: conftest.py)
+from loire_jax.config.loader import data_config_from_dict
+from loire_jax.config.model import ModelConfig
+from loire_jax.model.params import abstract_params
+from loire_jax.model.transformer import init_params
+from loire_jax.parallel.sharding import make_mesh, param_shardings
+from loire_jax.store.checkpoints import (
+    CheckpointError,
+    DamagedCheckpoint,
+    PreemptionGuard,
+    StageCheckpoints,
+    restore_params,
+    stage_dir,
+)
+from loire_jax.train.state import TrainState
 
 CFG = ModelConfig(vocab_size=64, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=2)
 MESHES = {8: {"data": 2, "fsdp": 2, "tensor": 2}, 4: {"data": 1, "fsdp": 2, "tensor": 2},
@@ -263,10 +268,10 @@ def test_save_policy_and_keep(tmp_path):
 
 
 def test_grain_iterator_state_round_trip(tmp_path):
-    from loire_jax.data import DataConfig, prepare
+    from loire_jax.data import prepare
     from loire_jax.data.pipeline import train_iterator
 
-    data_cfg = DataConfig.from_dict(tiny_config_dict(tmp_path / "data"))
+    data_cfg = data_config_from_dict(tiny_config_dict(tmp_path / "data"))
     prepare(data_cfg, progress=False)
     kw = dict(seq_len=32, global_batch_size=8, seed=3, replay_ratio=0.25)
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loire_jax import load_run_config
-from loire_jax.comparison import MIN_SEEDS, breakdown, gate, markdown, verdicts
-from loire_jax.suite import Suite, Sweep, choose_setting
+from loire_jax.analysis.comparison import MIN_SEEDS, breakdown, gate, markdown, verdicts
+from loire_jax.experiments.suite import Suite, Sweep, choose_setting
 
 ROOT = Path(__file__).resolve().parents[1]
 

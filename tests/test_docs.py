@@ -101,9 +101,9 @@ def test_the_recorded_report_is_what_the_report_code_computes_from_the_recorded_
     """The figures were not typed: this code recomputes every number of the recorded report
     from the recorded metrics.jsonl and config, and would notice a change in how AP, AP+,
     FLOPs or wall times are computed."""
-    from loire_jax.config_loader import run_config_from_dict
-    from loire_jax.hooks import read_records
-    from loire_jax.reports import summarize
+    from loire_jax.analysis.records import read_records
+    from loire_jax.analysis.reports import summarize
+    from loire_jax.config.loader import run_config_from_dict
 
     for name in ("default-run-first", "default-run"):
         folder = figures.RESULTS / name
@@ -212,7 +212,7 @@ def test_the_hook_example_prints_above_the_progress_bar_not_into_it(library_run)
 def test_say_writes_a_whole_line_above_a_live_bar():
     from tqdm import tqdm
 
-    from loire_jax.hooks import say
+    from loire_jax.train.hooks import say
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -267,9 +267,9 @@ def test_run_from_python_refuses_with_the_line_the_cli_prints(fixture_config, tm
 
 def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(library_run, tmp_path):
     from loire_jax import run
-    from loire_jax.config_loader import run_config_from_dict
-    from loire_jax.hooks import Hook, default_hooks
-    from loire_jax.reports import ReportError
+    from loire_jax.analysis.reports import ReportError
+    from loire_jax.config.loader import run_config_from_dict
+    from loire_jax.train.hooks import Hook, default_hooks
 
     workdir = tmp_path / "done"
     shutil.copytree(library_run[0], workdir)

@@ -13,14 +13,14 @@ import jax
 import numpy as np
 import optax
 import pytest
-
 from flax.traverse_util import flatten_dict
 
 from loire_jax import apply_model, init_params, preset
-from loire_jax.kernels import attention_for, for_platform, remat_for
-from loire_jax.layout import GATES
-from loire_jax.train_state import init_state, trainable
-from loire_jax.train_step import StepSpec, lm_and_kd, make_optimizer, make_train_step
+from loire_jax.config.shapes import GATES
+from loire_jax.model.kernels import attention_for, for_platform, remat_for
+from loire_jax.train.optimizer import make_optimizer
+from loire_jax.train.state import init_state, trainable
+from loire_jax.train.step import StepSpec, lm_and_kd, make_train_step
 
 pytestmark = pytest.mark.float64  # exactness is checked in float64
 

@@ -14,7 +14,6 @@ import yaml
 from data_helpers import tiny_config_dict
 from runs import ROOT, one_line_error, tiny_run
 
-
 # Runs in the "engine" group, one after another with the two-process tests: a suite
 # subprocess beside them overloaded this 2-core CI machine, and the two-process runs aborted
 # inside JAX's coordination service (three CI runs, three different tests of that module).

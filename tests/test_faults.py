@@ -24,13 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from data_helpers import tiny_config_dict  # noqa: E402  (tests/data is on the path: conftest.py)
 from runs import cli, final_losses, in_process, one_line_error, records, snapshot, steps_saved, tiny_run  # noqa: E402
 
 from loire_jax.data import DataError  # noqa: E402
 from loire_jax.errors import RunError  # noqa: E402
-from loire_jax.workdir import WorkdirError  # noqa: E402
+from loire_jax.store.workdir import WorkdirError  # noqa: E402
 
 # Cases that compare with the reference run share one worker (and one reference run).
 shared_reference = pytest.mark.xdist_group("faults")
@@ -218,9 +217,9 @@ def test_divergence_saves_nothing_non_finite(config, tmp_path):
     workdir = tmp_path / "run"
     with pytest.raises(RunError, match="diverged|non-finite loss"):
         in_process(config, workdir, "optimizer.lr=1e30", "checkpoint.save_every=1")
-    from loire_jax.checkpoints import StageCheckpoints, non_finite_leaves, restore_params  # noqa: PLC0415
-    from loire_jax.config import ModelConfig  # noqa: PLC0415
-    from loire_jax.layout import abstract_params  # noqa: PLC0415
+    from loire_jax.config.model import ModelConfig  # noqa: PLC0415
+    from loire_jax.model.params import abstract_params  # noqa: PLC0415
+    from loire_jax.store.checkpoints import StageCheckpoints, non_finite_leaves, restore_params  # noqa: PLC0415
 
     steps = sorted(int(p.name) for p in (workdir / "stage_1").iterdir() if p.name.isdigit())
     assert steps, "the steps before the divergence were saved"
@@ -334,7 +333,7 @@ def test_token_ids_outside_the_vocabulary_are_refused():
 
 def test_an_unwritable_workdir_is_refused_before_compute(tmp_path, monkeypatch):
     """As root (CI) permission bits do not bind, so the check itself is exercised here."""
-    from loire_jax.workdir import WorkdirError, check_usable  # noqa: PLC0415
+    from loire_jax.store.workdir import WorkdirError, check_usable  # noqa: PLC0415
 
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(WorkdirError, match="permission denied"):

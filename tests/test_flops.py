@@ -18,9 +18,10 @@ import jax
 import pytest
 
 from loire_jax import init_params, preset
-from loire_jax.flops import forward_flops_per_token, train_flops_per_token
-from loire_jax.train_state import init_state
-from loire_jax.train_step import StepSpec, make_optimizer, make_train_step
+from loire_jax.analysis.flops import forward_flops_per_token, train_flops_per_token
+from loire_jax.train.optimizer import make_optimizer
+from loire_jax.train.state import init_state
+from loire_jax.train.step import StepSpec, make_train_step
 
 TOLERANCE = 0.05  # relative; measured gaps are printed by the test on failure
 BATCH, SEQ = 4, 64
@@ -61,8 +62,9 @@ def test_causal_counts_half_the_attention_matmuls():
 
 
 def test_stage_flops_add_the_teacher_forwards_of_the_distillation_phase():
-    from loire_jax.config_loader import load_run_config
-    from loire_jax.stages import stage_flops, stage_models
+    from loire_jax.analysis.flops import stage_flops
+    from loire_jax.config.loader import load_run_config
+    from loire_jax.config.schedule import stage_models
 
     run = load_run_config("configs/tiny.yaml")
     models = stage_models(run)

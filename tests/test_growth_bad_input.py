@@ -11,8 +11,8 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 from loire_jax import ModelConfig, grow, init_params, preset
-from loire_jax.growth import default_positions
-from loire_jax.sharding import make_mesh, shard_params
+from loire_jax.config.growth_plan import default_positions
+from loire_jax.parallel.sharding import make_mesh, shard_params
 
 CFG = preset("paper", vocab_size=13, max_seq_len=6, hidden=6, ffn=8, heads=2, head_dim=4, layers=3)
 PARAMS = init_params(CFG, jax.random.key(0))

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import model_configs, op_sequences, target_size
 
 from loire_jax import ModelConfig, apply_model, grow, init_params, param_count, plan_growth
-from loire_jax.growth import grow_like
-from loire_jax.layout import count_leaves
-from strategies import model_configs, op_sequences, target_size
+from loire_jax.growth.transforms import grow_like
+from loire_jax.model.params import count_leaves
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.float64]  # see conftest.py
 

@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 import jax
-import pytest
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax.traverse_util import flatten_dict
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import model_configs, target_size
 
 from loire_jax import apply_model, grow, init_params
-from loire_jax.sharding import make_mesh, param_shardings, shard_params
-from strategies import model_configs, target_size
+from loire_jax.parallel.sharding import make_mesh, param_shardings, shard_params
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.float64]  # see conftest.py
 

@@ -17,8 +17,9 @@ import pytest
 from flax.traverse_util import flatten_dict
 from safetensors.numpy import load_file, save_file
 
-from loire_jax import apply_model, grow, hf
-from loire_jax.sharding import make_mesh, param_shardings
+from loire_jax import apply_model, grow
+from loire_jax.interop import hf
+from loire_jax.parallel.sharding import make_mesh, param_shardings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 MODELS = ("gpt2", "llama_gqa", "llama_tied")
@@ -307,9 +308,9 @@ def test_a_large_export_is_sharded_with_an_index_that_loads_back(tmp_path):
 
 # --------------------------------------------------------------------------- init_from a Hugging Face directory
 def test_init_from_checks_the_tokenizer_it_can_prove_and_refuses_one_it_cannot(tmp_path):
-    from loire_jax import pretrained
     from loire_jax.data.fetch import sha256_file
     from loire_jax.errors import RunError
+    from loire_jax.interop import pretrained
 
     mine = {"kind": "trained_bpe", "vocab_size": 100, "eos_id": 2, "sha256": "ab" * 32}
     with pytest.raises(RunError, match="no tokenizer to check the run's against"):
@@ -329,9 +330,9 @@ def test_init_from_checks_the_tokenizer_it_can_prove_and_refuses_one_it_cannot(t
 
 
 def test_init_from_loads_the_weights_onto_the_mesh_only_for_the_same_architecture():
-    from loire_jax import pretrained
     from loire_jax.errors import RunError
-    from loire_jax.layout import abstract_params
+    from loire_jax.interop import pretrained
+    from loire_jax.model.params import abstract_params
 
     mesh = make_mesh({"data": 1, "fsdp": 4, "tensor": 2})
     cfg, params = hf.load(FIXTURES / "llama_gqa")

@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT))
 from data_helpers import tiny_config_dict  # noqa: E402
 from runs import tiny_run  # noqa: E402
 
-from loire_jax.config_loader import load_run_config, run_config_from_dict  # noqa: E402
-from loire_jax.run_config import OptimizerConfig, max_seed  # noqa: E402
-from loire_jax.sharding import parse_mesh  # noqa: E402
-from loire_jax.stages import optimizer_for  # noqa: E402
+from loire_jax.config.loader import load_run_config, run_config_from_dict  # noqa: E402
+from loire_jax.config.mesh import parse_mesh  # noqa: E402
+from loire_jax.config.run import OptimizerConfig, max_seed  # noqa: E402
+from loire_jax.train.optimizer import optimizer_for  # noqa: E402
 
 TINY = ROOT / "configs" / "tiny.yaml"
 

@@ -12,16 +12,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax.traverse_util import flatten_dict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flax.traverse_util import flatten_dict
-
 from loire_jax import grow, init_params, preset
-from loire_jax.layout import GATES
-from loire_jax.losses import fused_losses
-from loire_jax.train_state import trainable
-from loire_jax.train_step import StepSpec, lm_and_kd
+from loire_jax.config.shapes import GATES
+from loire_jax.train.losses import fused_losses
+from loire_jax.train.state import trainable
+from loire_jax.train.step import StepSpec, lm_and_kd
 
 pytestmark = pytest.mark.float64  # exactness is checked in float64
 

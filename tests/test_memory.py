@@ -15,10 +15,12 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from loire_jax import memory, preset
-from loire_jax.layout import abstract_params
-from loire_jax.train_state import init_state
-from loire_jax.train_step import StepSpec, make_optimizer, make_train_step
+from loire_jax import preset
+from loire_jax.analysis import memory
+from loire_jax.model.params import abstract_params
+from loire_jax.train.optimizer import make_optimizer
+from loire_jax.train.state import init_state
+from loire_jax.train.step import StepSpec, make_train_step
 
 BOUND_GIB = 24.0  # measured 18.5 GiB (XLA:CPU buffer assignment, jax 0.10.2)
 

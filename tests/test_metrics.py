@@ -9,8 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loire_jax.metrics import (average_increased_perplexity, average_perplexity, lifelong_metrics, preservation,
-                               seen_domains)
+from loire_jax.analysis.metrics import (
+    average_increased_perplexity,
+    average_perplexity,
+    lifelong_metrics,
+    preservation,
+)
+from loire_jax.config.schedule import seen_domains
 
 DOMAINS = ["WB", "NEWS", "REV", "BIO", "CS"]
 # Table 10: the individual PPL of LOIRE-GPT1 on each seen domain after each stage.

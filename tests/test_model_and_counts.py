@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from flax.traverse_util import flatten_dict
 from hypothesis import given, settings
+from strategies import model_configs
 
 from loire_jax import ModelConfig, apply_model, grow, init_params, param_count, preset
-from loire_jax.layout import count_leaves, leaf_shapes
-from loire_jax.model import Decoder
-from strategies import model_configs
+from loire_jax.config.shapes import leaf_shapes
+from loire_jax.model.transformer import Decoder
 
 pytestmark = pytest.mark.usefixtures("highest_precision")  # see conftest.py
 
@@ -55,7 +55,7 @@ def test_loire_gpt2_table1_row_and_which_stages_export_as_gpt2():
     """LOIRE-GPT2 grows a GPT-2-layout model (a final LayerNorm more than the paper's GPT):
     GPT2LMHeadModel needs heads x head_dim = hidden, so M2 and M3 (hidden 768 over 6 heads
     of 64) have no GPT-2 form; M1, M4 and M5 do."""
-    from loire_jax.hf import HFError, config_to_hf
+    from loire_jax.interop.hf import HFError, config_to_hf
 
     sizes, exportable = [], []
     for h, f, a, layers in TABLE1:

@@ -25,12 +25,13 @@ import pytest
 from flax.traverse_util import flatten_dict
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from strategies import model_configs, target_size
 
 from loire_jax import ModelConfig, apply_model, grow_optimizer_state, init_params, plan_growth
-from loire_jax.growth import grow_like
-from loire_jax.layout import GATES, leaf_axes
-from loire_jax.train_step import decay_mask, make_optimizer, trainable
-from strategies import model_configs, target_size
+from loire_jax.config.shapes import GATES, leaf_axes
+from loire_jax.growth.transforms import grow_like
+from loire_jax.train.optimizer import decay_mask, make_optimizer
+from loire_jax.train.step import trainable
 
 pytestmark = pytest.mark.float64  # exactness is checked in float64
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from loire_jax import paths
-from loire_jax import workdir as rundir
+from loire_jax.store import workdir as rundir
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_a_uri_without_its_filesystem_library_is_refused_in_one_line(monkeypatch
     monkeypatch.setattr(fsspec, "get_filesystem_class", missing)
     with pytest.raises(paths.PathError, match=r"gs:// paths cannot be used here .*pip install 'loire_jax\[gcs\]'"):
         paths.as_path("gs://bucket/run")
-    from loire_jax.config_loader import load_data_config
+    from loire_jax.config.loader import load_data_config
     from loire_jax.data import ConfigError
 
     with pytest.raises(ConfigError, match="gs:// paths cannot be used here"):  # a config file named by URI too

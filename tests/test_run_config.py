@@ -10,13 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from loire_jax.config import ModelConfig
-from loire_jax.config_loader import apply_overrides, load_run_config, run_config_from_dict
-from loire_jax.data.config import DataConfig, DomainSpec, SourceSpec, TokenizerSpec
-from loire_jax.metrics import seen_domains
-from loire_jax.resume import history_compatible
-from loire_jax.run_config import GrowthSpec, OptimizerConfig, RunConfig, StageConfig
-from loire_jax.stages import replay_domains, seen_domains_at, stage_models, teacher_stages, validate
+from loire_jax.config.data import DataConfig, DomainSpec, SourceSpec, TokenizerSpec
+from loire_jax.config.loader import apply_overrides, load_run_config, run_config_from_dict
+from loire_jax.config.model import ModelConfig
+from loire_jax.config.run import GrowthSpec, OptimizerConfig, RunConfig, StageConfig
+from loire_jax.config.schedule import (
+    replay_domains,
+    seen_domains,
+    seen_domains_at,
+    stage_models,
+    teacher_stages,
+    validate,
+)
+from loire_jax.store.resume import history_compatible
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -216,7 +222,7 @@ def test_missing_keys_and_default_stage_names():
 
 def test_importing_the_run_config_and_loader_pulls_in_no_data_library():
     heavy = ("grain", "tensorflow_datasets", "tiktoken", "sentencepiece")
-    code = ("import sys, loire_jax.run_config, loire_jax.config_loader; "
+    code = ("import sys, loire_jax.config.run, loire_jax.config.loader; "
             f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
@@ -339,7 +345,7 @@ def test_history_compatible_allows_layout_bookkeeping_and_future_stages():
 
 
 def test_loss_chunk_is_auto_or_a_positive_integer():
-    from loire_jax.kernels import loss_chunk_for
+    from loire_jax.model.kernels import loss_chunk_for
 
     assert tiny().loss_chunk == "auto"
     assert (loss_chunk_for("auto", "cpu"), loss_chunk_for("auto", "gpu")) == (256, 2048)

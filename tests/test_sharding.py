@@ -15,10 +15,12 @@ from flax.traverse_util import flatten_dict
 from jax.sharding import NamedSharding, PartitionSpec
 
 from loire_jax import ModelConfig, init_params
-from loire_jax.layout import abstract_params, leaf_axes
-from loire_jax.sharding import (axes_spec, make_mesh, mesh_problems, opt_state_shardings, param_shardings,
-                                param_specs, partition_spec)
-from loire_jax.train_step import decay_mask, make_optimizer, trainable
+from loire_jax.config.mesh import axes_spec, mesh_problems
+from loire_jax.config.shapes import leaf_axes
+from loire_jax.model.params import abstract_params
+from loire_jax.parallel.sharding import make_mesh, opt_state_shardings, param_shardings, param_specs, partition_spec
+from loire_jax.train.optimizer import decay_mask, make_optimizer
+from loire_jax.train.step import trainable
 
 # The path table sharding.py used before it read the layout (kept here as the reference):
 # a spec per regular expression over '/'-joined parameter paths.
@@ -67,7 +69,7 @@ def test_an_axis_without_a_rule_is_an_error_naming_it(monkeypatch):
         axes_spec(("layers", "experts", "hidden:r"))
     # ... also when the layout grows a leaf whose axis has no rule (param_specs reads the layout)
     table = leaf_axes(ModelConfig())
-    monkeypatch.setattr("loire_jax.sharding.leaf_axes", lambda cfg: {**table, "router/kernel": ("hidden:r", "experts")})
+    monkeypatch.setattr("loire_jax.parallel.sharding.leaf_axes", lambda cfg: {**table, "router/kernel": ("hidden:r", "experts")})
     with pytest.raises(ValueError, match="'experts'"):
         param_specs(ModelConfig())
     with pytest.raises(ValueError, match="not a parameter"):

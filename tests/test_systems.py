@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from loire_jax import load_run_config
-from loire_jax.stages import replay_domains, stage_models
-from loire_jax.systems import SYSTEMS, derive
+from loire_jax.config.schedule import replay_domains, stage_models
+from loire_jax.experiments.systems import SYSTEMS, derive
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("data", "seed", "batch_size", "seq_len", "eval", "optimizer", "precision", "mesh", "microbatches",
@@ -108,7 +108,7 @@ def test_refusals(loire):
 
 @pytest.mark.parametrize("name", ["paper-mini", "paper"])
 def test_the_shipped_suites_plan_every_run(name):
-    from loire_jax.suite import load_suite, main_runs, sweep_runs
+    from loire_jax.experiments.suite import load_suite, main_runs, sweep_runs
 
     suite = load_suite(name)
     sweep = sweep_runs(suite)

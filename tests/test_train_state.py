@@ -15,12 +15,18 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 from loire_jax import apply_model, grow_optimizer_state, init_params, plan_growth, preset
-from loire_jax.growth import grow_like
-from loire_jax.sharding import make_mesh
-from loire_jax.stages import optimizer_for
-from loire_jax.run_config import OptimizerConfig
-from loire_jax.train_state import (TrainState, grow_train_state, init_state, restart_schedules, state_shardings,
-                                   trainable)
+from loire_jax.config.run import OptimizerConfig
+from loire_jax.growth.transforms import grow_like
+from loire_jax.parallel.sharding import make_mesh
+from loire_jax.train.optimizer import optimizer_for
+from loire_jax.train.state import (
+    TrainState,
+    grow_train_state,
+    init_state,
+    restart_schedules,
+    state_shardings,
+    trainable,
+)
 
 CFG = preset("modern", vocab_size=64, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=2)
 TOKENS = jnp.asarray(np.random.default_rng(0).integers(0, 64, (4, 9)), jnp.int32)

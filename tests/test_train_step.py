@@ -9,15 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-from loire_jax import apply_model, grow, init_params, preset
-from loire_jax.flops import forward_flops_per_token, train_flops_per_token
 from flax.traverse_util import flatten_dict
 
-from loire_jax.layout import leaf_axes
-from loire_jax.stages import Phase, phase_at
-from loire_jax.train_state import init_state, trainable
-from loire_jax.train_step import StepSpec, decay_mask, gate_values, make_optimizer, make_train_step
+from loire_jax import apply_model, grow, init_params, preset
+from loire_jax.analysis.flops import forward_flops_per_token, train_flops_per_token
+from loire_jax.config.schedule import Phase, phase_at
+from loire_jax.config.shapes import leaf_axes
+from loire_jax.train.optimizer import decay_mask, make_optimizer
+from loire_jax.train.state import init_state, trainable
+from loire_jax.train.step import StepSpec, gate_values, make_train_step
 
 CFG = preset("paper", vocab_size=32, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=2, init_std=0.3)
 TOKENS = jnp.asarray(np.random.default_rng(0).integers(0, 32, (4, 9)), jnp.int32)

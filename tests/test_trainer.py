@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from runs import ROOT, cli, final_losses, in_process, records, steps_saved
 
-from loire_jax import checkpoints
 from loire_jax.errors import RunError
+from loire_jax.store import checkpoints
 
 pytestmark = pytest.mark.xdist_group("engine")  # one worker runs the shared reference once (conftest.py)
 
@@ -51,7 +51,7 @@ def test_two_stage_run_on_8_devices(reference):
 
 
 def _recompute_from_jsonl(workdir: Path) -> tuple[list[float], list[float | None]]:
-    """AP and AP+ straight from metrics.jsonl, independently of loire_jax.metrics."""
+    """AP and AP+ straight from metrics.jsonl, independently of loire_jax.analysis.metrics."""
     final = {}
     for r in records(workdir, "eval"):
         if r["point"] == "final":
@@ -164,8 +164,8 @@ def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(run_config, 
     """Another run broke this run's lock (``--break-lock``) after step 1: the checkpoint of
     step 2 is not written over that run's work; the message names the new holder."""
     from loire_jax import load_run_config
-    from loire_jax.hooks import Hook, default_hooks
-    from loire_jax.workdir import LOCK, WorkdirError
+    from loire_jax.store.workdir import LOCK, WorkdirError
+    from loire_jax.train.hooks import Hook, default_hooks
 
     class BreakLockAfterStep1(Hook):
         def on_step(self, trainer, k, done):

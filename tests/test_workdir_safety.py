@@ -20,12 +20,12 @@ from data_helpers import tiny_config_dict  # noqa: E402  (tests/data is on the p
 from runs import ROOT, snapshot, tiny_run  # noqa: E402
 
 from loire_jax import paths
-from loire_jax import workdir as rundir
-from loire_jax.config_loader import load_run_config, run_config_from_dict
+from loire_jax.config.loader import load_run_config, run_config_from_dict
+from loire_jax.config.run import RunConfig
 from loire_jax.errors import RunError
-from loire_jax.run_config import RunConfig
-from loire_jax.trainer import Trainer
-from loire_jax.workdir import MARKER, WorkdirError
+from loire_jax.store import workdir as rundir
+from loire_jax.store.workdir import MARKER, WorkdirError
+from loire_jax.train.trainer import Trainer
 
 
 def run_dict(data_dir: Path, **changes) -> dict:
@@ -140,8 +140,9 @@ def test_fresh_deletes_only_what_runs_write_and_names_what_it_left(run_config, t
 # --------------------------------------------------------------------------- history and the environment
 def test_a_run_that_failed_before_its_first_step_does_not_block_a_corrected_config(tmp_path, monkeypatch):
     """Bad data stops the run before it trains anything: the corrected data is no 'different run'."""
-    from loire_jax import run, trainer
+    from loire_jax import run
     from loire_jax.data import DataError
+    from loire_jax.train import trainer
 
     monkeypatch.setattr(trainer, "peak_flops", lambda devices: (None, "not measured"))  # the summary's matmul
 

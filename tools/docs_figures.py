@@ -190,7 +190,8 @@ def measure_hf_import() -> None:
     import jax
     import numpy as np
 
-    from loire_jax import apply_model, hf
+    from loire_jax import apply_model
+    from loire_jax.interop import hf
 
     fixtures = ROOT / "tests" / "fixtures" / "hf"
     tokens = np.load(fixtures / "tokens.npy")
@@ -210,9 +211,10 @@ def measure_flops_xla() -> None:
     import jax
 
     from loire_jax import init_params, preset
-    from loire_jax.flops import train_flops_per_token
-    from loire_jax.train_state import init_state
-    from loire_jax.train_step import StepSpec, make_optimizer, make_train_step
+    from loire_jax.analysis.flops import train_flops_per_token
+    from loire_jax.train.optimizer import make_optimizer
+    from loire_jax.train.state import init_state
+    from loire_jax.train.step import StepSpec, make_train_step
 
     batch, seq = 4, 64
     student = preset("paper", vocab_size=512, max_seq_len=seq, hidden=256, ffn=1024, heads=4, head_dim=64, layers=1)

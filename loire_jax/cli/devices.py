@@ -16,7 +16,7 @@ import os
 
 import jax
 
-from loire_jax.sharding import BATCH_AXES, parse_mesh
+from loire_jax.config.mesh import BATCH_AXES, parse_mesh
 
 # Simulated CPU devices per process, at most. Each one brings threads (see simulated_cpu_env);
 # thousands of them made a refused run hang for minutes at exit (--mesh 4096: 9,819 threads).

@@ -4,7 +4,7 @@
                                 [--mesh M] [--compile-cache DIR|auto|off]
 
 A suite (``configs/suites/<name>.yaml``) derives every system from one LOIRE config
-(``loire_jax.systems``), so all of them see the same data order, seeds, tokens per stage
+(``loire_jax.experiments.systems``), so all of them see the same data order, seeds, tokens per stage
 and evaluation batches. The sweep runs first and picks the one setting all systems share;
 then every system runs at every seed; then ``report/report.md`` gives AP and AP+ per
 stage, Init versus Final, cost ratios, where the wall time went and a verdict on each of
@@ -18,7 +18,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from loire_jax.cli import devices  # noqa: E402  (before any JAX backend call)
@@ -47,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", action="store_true", help="a progress bar per stage")
     args = parser.parse_args(argv)
 
-    from loire_jax import suite as suites
-    from loire_jax.sharding import parse_mesh
+    from loire_jax.config.mesh import parse_mesh
+    from loire_jax.experiments import suite as suites
 
     try:
         suite = suites.load_suite(args.suite, args.seeds)
@@ -76,9 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: compilation cache {args.compile_cache}: {err.strerror or err}", file=sys.stderr)
         return 2
     from loire_jax.cli.train import _library_logs_to
-    from loire_jax.sharding import make_mesh
-
-    from loire_jax import workdir as rundir
+    from loire_jax.parallel.sharding import make_mesh
+    from loire_jax.store import workdir as rundir
 
     try:  # resolved (.., links) and refused if it holds other work, before anything is created
         root = rundir.resolve(suites.workdir_for(suite, args.workdir))
@@ -122,8 +120,8 @@ def _stage_line(stage) -> str:
 
 
 def _list(suite, sweep, main, chosen) -> None:
-    from loire_jax.stages import stage_models
-    from loire_jax.systems import SYSTEMS
+    from loire_jax.config.schedule import stage_models
+    from loire_jax.experiments.systems import SYSTEMS
 
     base = main[0].config
     o = base.optimizer
@@ -167,8 +165,8 @@ class Experiment:
 
     def run(self, sweep) -> int:
         from loire_jax import paths
-        from loire_jax import suite as suites
         from loire_jax.data import DataError
+        from loire_jax.experiments import suite as suites
 
         try:
             self.entropy = self._entropy(suites.base_config(self.suite))
@@ -222,8 +220,8 @@ class Experiment:
         """The run's result if it is over (every stage evaluated, or recorded as diverged),
         else None; read once and kept. A workdir holding another config is refused: its
         numbers would pass for this one's."""
-        from loire_jax.comparison import run_result
-        from loire_jax.reports import ReportError, load_run
+        from loire_jax.analysis.comparison import run_result
+        from loire_jax.analysis.reports import ReportError, load_run
 
         if planned.workdir in self._results:
             return self._results[planned.workdir]
@@ -248,9 +246,10 @@ class Experiment:
 
     def _one(self, planned, where: str) -> int | None:
         """Run (or resume) one planned run; None when it is over, else the exit code."""
+        from loire_jax import paths, run
         from loire_jax.cli.train import user_errors
-        from loire_jax import hooks, paths, run
         from loire_jax.errors import Diverged
+        from loire_jax.train import hooks
 
         label = f"[{where}] {planned.workdir}"
         if (done := self._outcome(planned)) is not None:
@@ -282,7 +281,7 @@ class Experiment:
         return None
 
     def _report(self, main, setting, why, sweep_rows) -> int:
-        from loire_jax import comparison
+        from loire_jax.analysis import comparison
 
         results: dict[str, list] = {}
         for planned in main:

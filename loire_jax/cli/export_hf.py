@@ -31,10 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
-    from loire_jax import checkpoints, hf
-    from loire_jax.config import ModelConfig
-    from loire_jax.config_loader import run_config_from_dict
-    from loire_jax.layout import abstract_params
+    from loire_jax.config.loader import run_config_from_dict
+    from loire_jax.config.model import ModelConfig
+    from loire_jax.interop import hf
+    from loire_jax.model.params import abstract_params
+    from loire_jax.store import checkpoints
 
     try:
         workdir = Path(args.workdir).expanduser()

@@ -9,7 +9,6 @@ any step breaks function preservation beyond tolerance.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
@@ -24,7 +23,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
     import yaml
 
-    from loire_jax.config import ModelConfig
+    from loire_jax.config.model import ModelConfig
 
     fields = sorted(f.name for f in dataclasses.fields(ModelConfig))
     out = {}
@@ -47,7 +46,7 @@ def checked(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, Any], l
     """(mesh sizes, M1's fields, growth schedule), every argument checked before any device
     exists: the mesh against the batch and against every model of the schedule."""
     from loire_jax import plan_growth, preset
-    from loire_jax.sharding import mesh_problems, parse_mesh
+    from loire_jax.config.mesh import mesh_problems, parse_mesh
 
     for name in ("batch", "seq"):
         if getattr(args, name) < 1:
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     jax.config.update("jax_default_matmul_precision", "highest")
 
     from loire_jax import apply_model, grow, init_params, param_count, preset
-    from loire_jax.sharding import batch_sharding, make_mesh, param_shardings
+    from loire_jax.parallel.sharding import batch_sharding, make_mesh, param_shardings
 
     cfg = preset(args.preset, **m1)
     mesh = make_mesh(sizes, devs)

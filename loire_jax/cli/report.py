@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from loire_jax.reports import PLOTS, ReportError, write_report  # noqa: E402
+from loire_jax.analysis.reports import PLOTS, ReportError, write_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from loire_jax.cli import devices  # before any JAX backend call
-from loire_jax.hooks import Hook
+from loire_jax.train.hooks import Hook
 
 
 def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     args = parser.parse_args(argv)
 
-    from loire_jax.config_loader import load_run_config
+    from loire_jax.config.loader import load_run_config
 
     try:
         run_config = load_run_config(args.config, args.overrides)
@@ -81,13 +81,13 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
               "another directory", file=sys.stderr)
         return 2
 
-    from loire_jax import hooks, run
-    from loire_jax.reports import ReportError
-    from loire_jax.sharding import make_mesh
-
     import jax
 
-    from loire_jax import workdir as rundir
+    from loire_jax import run
+    from loire_jax.analysis.reports import ReportError
+    from loire_jax.parallel.sharding import make_mesh
+    from loire_jax.store import workdir as rundir
+    from loire_jax.train import hooks
 
     try:  # resolved (.., links) before anything looks at it; the run uses the same directory
         workdir = rundir.resolve(args.workdir or rundir.default_workdir(run_config.name))
@@ -127,8 +127,8 @@ def _check_mesh(run_config, mesh_spec: str, processes) -> None:
     cannot use is refused at once, not after simulating its devices. With several processes
     a bare count becomes data x fsdp only once they have joined, so it is checked here as
     data parallelism alone (the batch split), and fully by the run."""
-    from loire_jax.sharding import parse_mesh
-    from loire_jax.stages import validate
+    from loire_jax.config.mesh import parse_mesh
+    from loire_jax.config.schedule import validate
 
     sizes = parse_mesh(mesh_spec)
     if processes is not None and str(mesh_spec).strip().isdigit():
@@ -139,10 +139,10 @@ def _check_mesh(run_config, mesh_spec: str, processes) -> None:
 def user_errors() -> tuple[type[Exception], ...]:
     """What a run refuses or stops with when the user must change something: answered with
     one line and exit code 2 (by this CLI and by loire-experiment)."""
-    from loire_jax.checkpoints import CheckpointError
     from loire_jax.data import DataError
     from loire_jax.errors import RunError
-    from loire_jax.workdir import WorkdirError
+    from loire_jax.store.checkpoints import CheckpointError
+    from loire_jax.store.workdir import WorkdirError
 
     return RunError, DataError, WorkdirError, CheckpointError, ValueError
 
@@ -154,7 +154,7 @@ def _failed(message: str, code: int) -> int:
 
     print(message, file=sys.stderr)
     if jax.process_count() > 1:
-        from loire_jax import peers
+        from loire_jax.parallel import peers
 
         peers.leave(code)
     return code
@@ -262,6 +262,7 @@ def _crash_log(workdir):
     import traceback
 
     import jax
+
     from loire_jax import paths
 
     try:

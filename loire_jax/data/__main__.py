@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from loire_jax import presets
+from loire_jax.config import presets
+from loire_jax.config.loader import load_data_config
 
 DEFAULT_CONFIG = presets.presets_dir() / "domains" / "default.yaml"
 
@@ -21,13 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     args = parser.parse_args(argv)
 
-    from loire_jax.data import DataConfig, DataError, format_table, prepare
+    from loire_jax.data import DataError, format_table, prepare
 
     try:
         found = presets.find(args.config, "domains")
         if found == args.config and not presets.looks_like_path(found) and not os.path.exists(found):
             raise DataError(f"data config {presets.unknown(args.config, 'domains')}")
-        cfg = DataConfig.from_yaml(found)
+        cfg = load_data_config(found)
         if args.data_dir:
             cfg = cfg.with_data_dir(args.data_dir)
         summary = prepare(cfg, progress=not args.quiet)

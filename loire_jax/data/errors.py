@@ -6,13 +6,13 @@ separately from model errors and show the message, which always says what to do.
 
 from __future__ import annotations
 
+from loire_jax.errors import ConfigError, LoireError
 
-class DataError(Exception):
+__all__ = ["ConfigError", "DataError", "FetchError", "InsufficientDataError", "SourceError", "TokenizerMismatchError"]
+
+
+class DataError(LoireError):
     """Base class: a data problem the user can fix; the message says how."""
-
-
-class ConfigError(DataError, ValueError):
-    """A data config that cannot be valid (bad field, unknown kind, wrong type)."""
 
 
 class SourceError(DataError):

@@ -11,7 +11,7 @@ copy cut short leaves no marker, so the next preparation verifies and rebuilds i
 from __future__ import annotations
 
 from loire_jax import paths
-from loire_jax.data.config import DataConfig
+from loire_jax.config.data import DataConfig
 from loire_jax.data.errors import DataError
 
 # The markers the cache trusts (storage.MARKER, prepare.TOKENS_META, the summary).

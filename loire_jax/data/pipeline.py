@@ -17,7 +17,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from loire_jax.data.config import DataConfig
+from loire_jax.config.data import DataConfig
 from loire_jax.data.errors import ConfigError, InsufficientDataError
 from loire_jax.data.packing import PackedWindows, eval_windows
 from loire_jax.data.prepare import load_prepared

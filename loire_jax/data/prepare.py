@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from loire_jax import paths
+from loire_jax.config.data import DataConfig, DomainSpec, fingerprint
 from loire_jax.data import builtin, cleaning, sources, splits, storage, tokenizers
-from loire_jax.data.config import DataConfig, DomainSpec, fingerprint
 from loire_jax.data.errors import DataError, SourceError
 from loire_jax.data.fetch import sha256_file
 from loire_jax.data.sources import iter_documents

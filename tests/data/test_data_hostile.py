@@ -16,13 +16,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from data_helpers import FIXTURES, local_domain, tiny_config_dict
-from loire_jax.data import (DataConfig, DataError, SourceError, cleaning, load_prepared, prepare, sources,
-                            storage)
+
+from loire_jax.config.loader import data_config_from_dict
+from loire_jax.data import DataConfig, DataError, SourceError, cleaning, load_prepared, prepare, sources, storage
 from loire_jax.data import __main__ as data_cli
+
 prepare_module = importlib.import_module("loire_jax.data.prepare")  # the package binds `prepare` to the function
-from loire_jax.data.config import SourceSpec
+from loire_jax.config.data import SourceSpec
 from loire_jax.data.prepare import domain_config_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def one_domain(tmp_path: Path, text: str, **overrides) -> DataConfig:
     src = tmp_path / "src" / "a.txt"
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text(text)
-    return DataConfig.from_dict(tiny_config_dict(
+    return data_config_from_dict(tiny_config_dict(
         tmp_path / "data", validation_docs=5,
         domains=[{"name": "A", "source": {"kind": "local", "paths": [str(src)]}}], **overrides))
 
@@ -90,7 +91,7 @@ def test_a_data_dir_that_is_a_file_is_one_line_and_exit_2(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- a damaged shard
 def test_a_damaged_shard_is_named_with_the_fix_and_prepare_rebuilds_it(tmp_path, capsys):
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path, domains=[local_domain("SCI", "science.txt")]))
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path, domains=[local_domain("SCI", "science.txt")]))
     ref = prepare(cfg, progress=False)
     ddir = storage.dataset_dir(cfg.root / "tfds", domain_config_name(cfg, cfg.domains[0]))
     shard = next(ddir.glob("*pretrain.array_record*"))
@@ -131,7 +132,7 @@ class _FullDisk:
 def test_a_full_disk_while_writing_shards_is_one_line_and_keeps_nothing(tmp_path, monkeypatch):
     from tensorflow_datasets.core import file_adapters
 
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path, domains=[local_domain("SCI", "science.txt")]))
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path, domains=[local_domain("SCI", "science.txt")]))
 
     def full(cls, path, examples):
         Path(path).write_bytes(b"\0" * 100)  # part of a shard
@@ -149,7 +150,7 @@ def test_a_full_disk_while_writing_shards_is_one_line_and_keeps_nothing(tmp_path
 
 
 def test_a_full_disk_while_writing_tokens_is_one_line_and_keeps_nothing(tmp_path, monkeypatch):
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path, domains=[local_domain("SCI", "science.txt")]))
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path, domains=[local_domain("SCI", "science.txt")]))
     monkeypatch.setattr(prepare_module, "open",
                         lambda path, mode="r", *a, **k: _FullDisk(open(path, mode, *a, **k)), raising=False)
     with pytest.raises(DataError) as err:
@@ -173,8 +174,8 @@ def test_a_missing_tfds_dataset_is_one_line_before_anything_is_created(tmp_path,
 
 
 def test_the_gpt_paper_run_without_its_data_is_refused_before_its_workdir(tmp_path):
-    from loire_jax.config_loader import load_run_config
-    from loire_jax.trainer import Trainer
+    from loire_jax.config.loader import load_run_config
+    from loire_jax.train.trainer import Trainer
 
     run_config = load_run_config(REPO / "configs/gpt_paper.yaml", [f"data.data_dir={tmp_path / 'data'}"])
     trainer = Trainer(run_config, tmp_path / "run", None, [], progress=False)
@@ -193,7 +194,7 @@ def test_preparing_leaves_no_tmp_tfds_folders(tmp_path, monkeypatch):
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() looks at TMPDIR again
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path / "data", domains=[local_domain("SCI", "science.txt")]))
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path / "data", domains=[local_domain("SCI", "science.txt")]))
     prepare(cfg, progress=False)
     missing = SourceSpec(kind="tfds", name="scientific_papers", config="pubmed",
                          tfds_data_dir=str(tmp_path / "nothing_here"))

@@ -1,3 +1,4 @@
+
 """Specification: a shared data store (gs://, NFS) is mirrored into each host's local cache.
 
 The host that prepares pushes what it built (markers last, raw downloads never); every
@@ -9,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from loire_jax.config.loader import data_config_from_dict
 
 
 def test_one_host_publishes_and_another_reads_it_without_building(tiny_cfg, tmp_path, monkeypatch, capsys):
@@ -44,14 +47,14 @@ def test_one_host_publishes_and_another_reads_it_without_building(tiny_cfg, tmp_
 
 
 def test_a_remote_data_dir_gets_a_local_cache_and_a_remote_cache_is_refused():
-    from loire_jax.data import ConfigError, DataConfig
+    from loire_jax.data import ConfigError
 
     base = {"domains": [{"name": "SCI", "source": {"kind": "builtin", "corpus": "wb"}}]}
-    cfg = DataConfig.from_dict({**base, "data_dir": "gs://bucket/loire"})
+    cfg = data_config_from_dict({**base, "data_dir": "gs://bucket/loire"})
     assert cfg.store == "gs://bucket/loire" and "://" not in str(cfg.root) and "mirror" in str(cfg.root)
     other = cfg.with_data_dir("gs://bucket/other")  # another store never shares a derived cache
     assert other.store == "gs://bucket/other" and "mirror" in str(other.root) and other.root != cfg.root
     local = cfg.with_data_dir("/data/loire")
     assert local.store is None and str(local.root) == "/data/loire" and cfg.to_dict()["cache_dir"] == ""
     with pytest.raises(ConfigError, match="cache_dir must be a local path"):
-        DataConfig.from_dict({**base, "cache_dir": "gs://bucket/cache"})
+        data_config_from_dict({**base, "cache_dir": "gs://bucket/cache"})

@@ -10,13 +10,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from data_helpers import local_domain, tiny_config_dict
-from loire_jax.data import (ConfigError, DataConfig, DataError, InsufficientDataError, SourceError,
-                            TokenizerMismatchError, check_compatible, eval_iterator,
-                            format_table, load_prepared, load_tokenizer, prepare,
-                            to_global_batch, train_dataset, train_iterator)
-from loire_jax.data import storage
+
+from loire_jax.config.loader import data_config_from_dict, load_data_config
+from loire_jax.data import (
+    ConfigError,
+    DataError,
+    InsufficientDataError,
+    SourceError,
+    TokenizerMismatchError,
+    check_compatible,
+    eval_iterator,
+    format_table,
+    load_prepared,
+    load_tokenizer,
+    prepare,
+    storage,
+    to_global_batch,
+    train_dataset,
+    train_iterator,
+)
 from loire_jax.data.packing import PackedWindows
 from loire_jax.data.prepare import domain_config_name
 from loire_jax.data.splits import assign_splits
@@ -32,7 +45,7 @@ def _take(it, n):
 
 def test_config_validation_errors(tmp_path):
     good = tiny_config_dict(tmp_path)
-    DataConfig.from_dict(good)
+    data_config_from_dict(good)
     for bad in (
         {**good, "domains": []},
         {**good, "recovery_fraction": 1.5},
@@ -43,7 +56,7 @@ def test_config_validation_errors(tmp_path):
         {**good, "domains": [{"name": "X", "source": {"kind": "builtin", "corpus": "poetry"}}]},
     ):
         with pytest.raises(ConfigError):
-            DataConfig.from_dict(bad)
+            data_config_from_dict(bad)
 
 
 def test_config_errors_are_one_line_naming_the_key_and_the_valid_ones(tmp_path):
@@ -51,13 +64,13 @@ def test_config_errors_are_one_line_naming_the_key_and_the_valid_ones(tmp_path):
     (tmp_path / "broken.yaml").write_text("domains: [\n  - {name: A\n")
     bad_source = {**good, "domains": [{"name": "A", "source": {"kind": "local", "paths": ["a"], "fromat": "text"}}]}
     for load, needle in (
-        (lambda: DataConfig.from_dict({**good, "typo_field": 1}),
+        (lambda: data_config_from_dict({**good, "typo_field": 1}),
          "unknown key 'typo_field' in the data config; valid keys are ['cache_dir', 'data_dir', 'domains', "
          "'min_doc_chars', 'recovery_fraction', 'split_seed', 'tokenizer', 'validation_docs']"),
-        (lambda: DataConfig.from_dict(bad_source), "unknown key 'fromat' in domains.0.source; valid keys are ["),
-        (lambda: DataConfig.from_dict({**good, "validation_docs": "ten"}),
+        (lambda: data_config_from_dict(bad_source), "unknown key 'fromat' in domains.0.source; valid keys are ["),
+        (lambda: data_config_from_dict({**good, "validation_docs": "ten"}),
          "validation_docs: Input should be a valid integer"),
-        (lambda: DataConfig.from_yaml(tmp_path / "broken.yaml"), "is not valid YAML"),
+        (lambda: load_data_config(tmp_path / "broken.yaml"), "is not valid YAML"),
     ):
         with pytest.raises(ConfigError) as err:
             load()
@@ -68,7 +81,7 @@ def test_config_yaml_resolves_paths_relative_to_file(tmp_path):
     (tmp_path / "cfg.yaml").write_text(
         "data_dir: %s\ndomains:\n  - {name: A, source: {kind: local, paths: [fix/a.txt]}}\n"
         % tmp_path)
-    cfg = DataConfig.from_yaml(tmp_path / "cfg.yaml")
+    cfg = load_data_config(tmp_path / "cfg.yaml")
     assert cfg.domains[0].source.paths == (str(tmp_path / "fix" / "a.txt"),)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.split_seed = 3  # type: ignore[misc]
@@ -76,9 +89,9 @@ def test_config_yaml_resolves_paths_relative_to_file(tmp_path):
 
 def test_shipped_yaml_configs_parse():
     root = Path(__file__).resolve().parents[2] / "configs" / "domains"
-    default = DataConfig.from_yaml(root / "default.yaml")
+    default = load_data_config(root / "default.yaml")
     assert [d.name for d in default.domains] == ["WB", "NEWS", "REV", "BIO", "CS"]
-    paper = DataConfig.from_yaml(root / "tfds_paper.yaml")
+    paper = load_data_config(root / "tfds_paper.yaml")
     assert {d.source.kind for d in paper.domains} == {"tfds"}
 
 
@@ -120,7 +133,7 @@ def test_prepare_is_idempotent_and_reuses_cache(tiny_cfg):
 
 
 def test_corrupt_or_partial_cache_is_rebuilt(tmp_path):
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path, domains=[
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path, domains=[
         local_domain("SCI", "science.txt"), local_domain("REV", "reviews.txt")]))
     ref = prepare(cfg, progress=False)
     root = Path(cfg.data_dir)
@@ -164,7 +177,7 @@ def test_trained_tokenizer_identity_and_mismatch(tiny_cfg, tmp_path):
 
 def test_local_sentencepiece_tokenizer(tiny_cfg, tmp_path):
     model = next((Path(tiny_cfg.data_dir) / "tokenizers").rglob("spm.model"))
-    cfg = DataConfig.from_dict(tiny_config_dict(
+    cfg = data_config_from_dict(tiny_config_dict(
         tmp_path, tokenizer={"kind": "sentencepiece", "path": str(model)}))
     tok = load_tokenizer(cfg)
     assert tok.identity["kind"] == "sentencepiece"
@@ -359,7 +372,7 @@ def test_eval_iterator_covers_validation_exactly_once(tiny_cfg):
 # --- bad input ----------------------------------------------------------------------------
 
 def _prep_one(tmp_path, domain, **kw):
-    cfg = DataConfig.from_dict(tiny_config_dict(
+    cfg = data_config_from_dict(tiny_config_dict(
         tmp_path, domains=[local_domain("SCI", "science.txt"), domain], **kw))
     return prepare(cfg, progress=False), cfg
 
@@ -395,7 +408,7 @@ def test_domain_smaller_than_one_batch(tmp_path):
 
 
 def test_missing_tfds_dataset_says_what_to_do(tmp_path):
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path, domains=[{"name": "BIO", "source": {
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path, domains=[{"name": "BIO", "source": {
         "kind": "tfds", "name": "scientific_papers", "config": "pubmed",
         "tfds_data_dir": str(tmp_path / "nothing_here"), "text_field": "abstract"}}]))
     with pytest.raises(SourceError, match="tfds build scientific_papers/pubmed"):
@@ -405,7 +418,7 @@ def test_missing_tfds_dataset_says_what_to_do(tmp_path):
 def test_tfds_source_reads_a_prepared_dataset(tiny_cfg, tmp_path):
     # Our own ArrayRecord output is a real TFDS dataset: read it back as a "tfds" source.
     src_cfg = domain_config_name(tiny_cfg, tiny_cfg.domains[0])
-    cfg = DataConfig.from_dict(tiny_config_dict(tmp_path, validation_docs=5, domains=[{
+    cfg = data_config_from_dict(tiny_config_dict(tmp_path, validation_docs=5, domains=[{
         "name": "T", "source": {"kind": "tfds", "name": "loire_text", "config": src_cfg,
                                 "split": "pretrain", "tfds_data_dir": str(Path(tiny_cfg.data_dir) / "tfds")}}]))
     summary = prepare(cfg, progress=False)

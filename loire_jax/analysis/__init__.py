@@ -1,0 +1,21 @@
+"""Analysis: the paper's metrics and everything read back from a run's records.
+
+Owns AP and AP+ (``metrics``), FLOPs and peak throughput (``flops``), memory estimates
+(``memory``), the metrics file format (``records``), a run's report (``reports``) and the
+comparison of systems with verdicts (``comparison``).
+
+May import: ``config``, ``errors``, ``paths``, jax (device queries), matplotlib.
+"""
+
+from loire_jax._lazy import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(("average_perplexity", "average_increased_perplexity", "lifelong_metrics"), "metrics"),
+    **dict.fromkeys(("train_flops_per_token", "stage_flops"), "flops"),
+    **dict.fromkeys(("METRICS_FILE", "read_records"), "records"),
+    **dict.fromkeys(("write_report", "ReportError"), "reports"),
+    "OutOfMemory": "memory",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

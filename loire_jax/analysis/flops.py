@@ -1,0 +1,92 @@
+"""Analytic FLOPs of the model, as MFU and the paper's cost tables count them, and the
+devices' peak FLOP/s that MFU divides by.
+
+Matmul FLOPs only (2 per multiply-add), attention included; the causal mask is counted
+at half, as MaxText does. Training is forward + backward = 3 x forward. Teachers in
+distillation add one forward each. Norms, softmax and elementwise work are not counted,
+which is the usual convention, so MFU is conservative.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from loire_jax.config.model import ModelConfig
+from loire_jax.config.run import RunConfig
+from loire_jax.config.schedule import phases, teacher_stages
+
+
+def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs for one token at context length ``seq_len``.
+
+    ``causal=False`` counts the full S x S score and value matmuls, which is what a dense
+    attention kernel executes (and what XLA's cost analysis reports); the default counts
+    the useful causal half, as MFU and the paper's cost tables do.
+    """
+    h, f, H, d, L, V = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers, cfg.vocab_size
+    K = cfg.n_kv_heads
+    ffn_in = 2 if cfg.activation == "swiglu" else 1
+    per_layer = 2 * (2 * h * H * d + 2 * h * K * d + (ffn_in + 1) * h * f)  # Q, O, K, V and the FFN matmuls
+    per_layer += 2 * 2 * H * d * seq_len * (0.5 if causal else 1.0)  # QK^T and PV
+    return L * per_layer + 2 * h * V  # LM head
+
+
+def train_flops_per_token(cfg: ModelConfig, seq_len: int, teachers: Sequence[ModelConfig] = (),
+                          causal: bool = True) -> float:
+    """One training step's FLOPs per token: 3x the student forward (the backward pass costs
+    two forwards), plus each teacher's forward (eq. 15; teachers get no backward)."""
+    return 3 * forward_flops_per_token(cfg, seq_len, causal) + sum(
+        forward_flops_per_token(t, seq_len, causal) for t in teachers)
+
+
+# Dense bf16 peaks (FLOP/s) per device, from the vendors' datasheets, for MFU on accelerators.
+PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12,
+                   "TPU v5 lite": 197e12, "TPU v6 lite": 918e12}
+
+
+def peak_flops(devices: list[jax.Device]) -> tuple[float | None, str]:
+    """The mesh's peak FLOP/s for MFU: measured with a large matmul on CPU, published elsewhere."""
+    kind = devices[0].device_kind
+    if devices[0].platform == "cpu":
+        return measured_matmul_flops(), "measured (2048^2 fp32 matmul)"
+    for name, peak in PUBLISHED_PEAKS.items():
+        if name.lower() in kind.lower():
+            return peak * len(devices), f"published {name} bf16 x {len(devices)}"
+    return None, f"unknown peak for {kind!r}"
+
+
+def measured_matmul_flops(n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a jitted fp32 n x n matmul in this process: the CPU's practical peak."""
+    import statistics
+    import time
+
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    mm = jax.jit(lambda x: x @ x)
+    mm(a).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        mm(a).block_until_ready()
+        times.append(time.perf_counter() - t)
+    return 2 * n**3 / statistics.median(times)
+
+
+def stage_flops(run: RunConfig, models: Sequence[ModelConfig]) -> list[float]:
+    """Analytic training FLOPs of every stage, as Tables 4 and 9 compare them.
+
+    Per phase: its tokens x (3 x the student's forward + one forward per teacher while
+    distilling, eq. 15). Evaluation and the growth transforms are not training and are
+    not counted; ``models`` are the stage architectures (``stage_models``).
+    """
+    tokens_per_step = run.batch_size * run.seq_len
+    out = []
+    for k, stage in enumerate(run.stages):
+        teachers = [models[j] for j in teacher_stages(run, k)]
+        out.append(sum((p.end - p.start) * tokens_per_step
+                       * train_flops_per_token(models[k], run.seq_len, teachers if p.distill else ())
+                       for p in phases(stage, bool(teachers))))
+    return out

@@ -1,0 +1,416 @@
+"""What a lifelong run measured, laid out like the paper's tables (Tables 2, 4, 9, 10).
+
+``summarize`` turns a run's config and its metrics records into one plain dict: the
+perplexity matrix PPL_(t),j, AP and AP+ per stage (eq. 16), the Init/Final
+function-preservation check, and per-stage cost (analytic FLOPs, measured wall time).
+``compare`` adds the ratios between runs, ``markdown`` renders the tables and
+``figures`` draws the plots; those four are pure. ``write_report`` reads workdirs and
+writes report.md, report.json and the PNGs (the CLI is ``launch/report.py``).
+
+The records are the lines of ``metrics.jsonl``. A resumed run re-logs the steps and
+evaluations it redid, so the last record of each key wins, which is what the run's
+checkpoints hold.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import statistics
+import sys
+from typing import Any, Iterable, Mapping, Sequence
+
+from loire_jax import paths
+from loire_jax.analysis.flops import stage_flops
+from loire_jax.analysis.metrics import lifelong_metrics, preservation
+from loire_jax.analysis.records import METRICS_FILE, read_records
+from loire_jax.config.loader import run_config_from_dict
+from loire_jax.config.run import RunConfig
+from loire_jax.config.schedule import global_step, seen_domains, stage_models
+from loire_jax.config.shapes import param_count
+from loire_jax.paths import Path
+
+
+def last_by(records: Iterable[Mapping[str, Any]], kind: str, key: Sequence[str]) -> dict[tuple, Mapping[str, Any]]:
+    out: dict[tuple, Mapping[str, Any]] = {}
+    for r in records:
+        if r.get("kind") == kind:
+            out[tuple(r[k] for k in key)] = r
+    return out
+
+
+def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | None = None) -> dict[str, Any]:
+    """One run's report data. Stages without a "final" evaluation (not finished) are left out
+    of the metrics but keep their planned cost."""
+    models = stage_models(run)
+    stage_domains = [list(s.domains) for s in run.stages]
+    seen = seen_domains(stage_domains)
+    evals = last_by(records, "eval", ("stage", "point", "domain"))
+    train = last_by(records, "train", ("stage", "step"))
+
+    def ppl_at(k: int, point: str) -> dict[str, float] | None:
+        got = {d: evals[k + 1, point, d]["ppl"] for d in seen[k] if (k + 1, point, d) in evals}
+        return got if len(got) == len(seen[k]) else None
+
+    def leading(point: str) -> list[dict[str, float]]:
+        """PPL rows of the stages evaluated at ``point``, up to the first one that was not."""
+        rows = []
+        for k in range(len(run.stages)):
+            if (row := ppl_at(k, point)) is None:
+                break
+            rows.append(row)
+        return rows
+
+    final, init = leading("final"), leading("init")
+
+    flops = stage_flops(run, models)
+    wall: dict[int, float] = {}
+    eval_s: dict[int, float] = {}
+    for r in records:
+        if r.get("kind") == "wall":
+            wall[r["stage"]] = wall.get(r["stage"], 0.0) + r["train_s"]
+            eval_s[r["stage"]] = eval_s.get(r["stage"], 0.0) + r["eval_s"]
+    stages, cumulative = [], 0.0
+    for k, (stage, cfg) in enumerate(zip(run.stages, models)):
+        cumulative += flops[k]
+        steps = [r for (s, _), r in sorted(train.items()) if s == k + 1]
+        rates = [r["tokens_per_s"] for r in steps[1:]]  # the first step of a session includes compilation
+        mfus = [r["mfu"] for r in steps[1:] if r.get("mfu") is not None and math.isfinite(r["mfu"])]
+        stages.append({
+            "stage": k + 1, "name": stage.name, "domains": list(stage.domains),
+            "growth": [f"{g.op}->{g.size}" for g in stage.growth],
+            "shape": [cfg.hidden, cfg.ffn, cfg.heads, cfg.layers], "params": param_count(cfg),
+            "steps": stage.steps, "steps_logged": len(steps), "finished": k < len(final),
+            "flops": flops[k], "flops_cumulative": cumulative,
+            "wall_s": wall.get(k + 1), "eval_s": eval_s.get(k + 1),
+            "tokens_per_s": statistics.median(rates) if rates else None,
+            "mfu": statistics.median(mfus) if mfus else None,
+        })
+    finished_wall = [s["wall_s"] for s in stages if s["finished"] and s["wall_s"] is not None]
+    curves = [{"stage": s, "step": i, "global_step": global_step(run, s - 1, i),
+               "phase": r["phase"], "loss": r["loss"], "lm_loss": r["lm_loss"], "kd_loss": r["kd_loss"],
+               "alpha": r["alpha"], "beta": r.get("beta")}
+              for (s, i), r in sorted(train.items())]
+    return {
+        "name": name or run.name,
+        "domains": seen[-1],
+        "stages": stages,
+        "ppl": {"final": final, "init": init},
+        "lifelong": lifelong_metrics(stage_domains, final),
+        "preservation": preservation(stage_domains, init, final),
+        "totals": {"flops": sum(s["flops"] for s in stages if s["finished"]),
+                   "wall_s": sum(finished_wall) if finished_wall else None,
+                   "stages_finished": len(final), "stages": len(run.stages)},
+        "curves": curves,
+        "stage_starts": [global_step(run, k, 0) for k in range(len(run.stages))],
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def compare(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Cost of the first run relative to each other run, per stage and overall (Tables 4 and 9).
+
+    ``mean`` averages the per-stage ratios; ``total`` is the ratio of the summed costs
+    over the stages both runs finished (the two differ when stages differ in size).
+    """
+    base, out = summaries[0], []
+    for other in summaries[1:]:
+        n = min(base["totals"]["stages_finished"], other["totals"]["stages_finished"])
+        row: dict[str, Any] = {"run": base["name"], "versus": other["name"], "stages": n}
+        for key in ("flops", "wall_s"):
+            per = [_ratio(base["stages"][k][key], other["stages"][k][key]) for k in range(n)]
+            ok = [p for p in per if p is not None]
+            a = [base["stages"][k][key] for k in range(n)]
+            b = [other["stages"][k][key] for k in range(n)]
+            total = _ratio(sum(a), sum(b)) if n and None not in a and None not in b else None
+            row[key] = {"per_stage": per, "mean": sum(ok) / len(ok) if ok and len(ok) == n else None,
+                        "total": total}
+        out.append(row)
+    return out
+
+
+# ---------------------------------------------------------------------------- markdown
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _sci(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3e}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The report's tables, one section per paper table, all runs side by side."""
+    n = max(len(s["stages"]) for s in summaries)
+    cols = [f"M{k + 1}" for k in range(n)]
+    lines = ["# LOIRE lifelong run report", "",
+             "Runs: " + ", ".join(f"`{s['name']}` ({s['totals']['stages_finished']}/{s['totals']['stages']} stages)"
+                                  for s in summaries), ""]
+
+    lines += ["## AP and AP+ per stage (Table 2; App. D.3, eq. 16)", "",
+              "AP = exp(mean_j log PPL_(t),j) over the seen domains; AP+ = mean over earlier domains of "
+              "PPL_(t),j - PPL_(j,j). Lower is better for both; negative AP+ means earlier domains improved.", ""]
+    header = ["run"] + [f"{c} {m}" for c in cols for m in ("AP", "AP+")]
+    rows = []
+    for s in summaries:
+        cells = []
+        for k in range(n):
+            row = s["lifelong"][k] if k < len(s["lifelong"]) else None
+            cells += [_f(row["AP"]) if row else "", _f(row["AP+"]) if row else ""]
+        rows.append([s["name"]] + cells)
+    lines += markdown_table(header, rows) + [""]
+
+    lines += ["## Init / Final perplexity across growth (Table 2, bottom)", "",
+              "Init: the grown model before any training, on the domains the previous model had seen; "
+              "Prev final: the previous stage's final model on the same domains; Final: after the stage, on "
+              "every seen domain (AP). Init = Prev final is the empirical function-preservation check.", ""]
+    header = ["run", "stage", "growth", "Prev final", "Init", "Init - Prev final", "max domain |Δ|", "Final"]
+    rows = []
+    for s in summaries:
+        for p in s["preservation"]:
+            st = s["stages"][p["stage"] - 1]
+            rows.append([s["name"], f"M{p['stage']}", ", ".join(st["growth"]) or "(init)", _f(p["previous_final"]),
+                         _f(p["init"]), _f(p["delta"], 4), _f(p["max_abs_domain_delta"], 4), _f(p["final"])])
+    lines += markdown_table(header, rows) + [""]
+
+    for s in summaries:
+        lines += [f"## Per-domain perplexity of `{s['name']}` (Table 10)", ""]
+        rows = []
+        for k, ppl in enumerate(s["ppl"]["final"]):
+            rows.append([f"M{k + 1} {s['stages'][k]['name']}"] + [_f(ppl.get(d)) if d in ppl else "-"
+                                                                  for d in s["domains"]])
+        lines += markdown_table(["model"] + list(s["domains"]), rows) + [""]
+
+    lines += ["## Cost per stage (Table 9)", "",
+              "FLOPs: analytic training FLOPs (matmuls incl. attention, forward + backward, plus teacher "
+              "forwards while distilling; `loire_jax/flops.py`). Wall: measured training time of the stage "
+              "(growth, compilation, steps and checkpoints; evaluation excluded), summed over sessions.", ""]
+    header = ["run", "metric"] + cols + ["total", "mean"]
+    rows = []
+    pad = lambda cells: cells + [""] * (n - len(cells))  # noqa: E731  (runs may differ in stage count)
+    for s in summaries:
+        fin = [st for st in s["stages"] if st["finished"]]
+        walls = [st["wall_s"] for st in fin if st["wall_s"] is not None]
+        rows.append([s["name"], "FLOPs"] + pad([_sci(st["flops"]) for st in s["stages"]])
+                    + [_sci(s["totals"]["flops"]), _sci(s["totals"]["flops"] / len(fin) if fin else None)])
+        rows.append([s["name"], "wall (s)"] + pad([_f(st["wall_s"] if st["finished"] else None, 1)
+                                                   for st in s["stages"]])
+                    + [_f(s["totals"]["wall_s"], 1), _f(sum(walls) / len(walls) if walls else None, 1)])
+        rows.append([s["name"], "params"] + pad([f"{st['params']:,}" for st in s["stages"]]) + ["", ""])
+        rows.append([s["name"], "tokens/s"] + pad([_f(st["tokens_per_s"], 0) for st in s["stages"]]) + ["", ""])
+        rows.append([s["name"], "MFU %"] + pad([_f(None if st["mfu"] is None else 100 * st["mfu"], 1)
+                                                for st in s["stages"]]) + ["", ""])
+    lines += markdown_table(header, rows) + [""]
+
+    if comparisons:
+        lines += ["## Cost ratios (Table 4), in %", "",
+                  "mean: the average of the per-stage ratios; total: the ratio of the summed costs.", ""]
+        header = ["ratio", "metric"] + cols + ["mean", "total"]
+        rows = []
+        for c in comparisons:
+            for key, label in (("flops", "FLOPs"), ("wall_s", "wall")):
+                per = c[key]["per_stage"]
+                pct = [_f(None if p is None else 100 * p) for p in per] + [""] * (n - len(per))
+                rows.append([f"{c['run']} / {c['versus']}", label] + pct
+                            + [_f(None if c[key]["mean"] is None else 100 * c[key]["mean"]),
+                               _f(None if c[key]["total"] is None else 100 * c[key]["total"])])
+        lines += markdown_table(header, rows) + [""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- figures
+
+def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """matplotlib figures by file stem: ``ap`` (Fig. 3), ``ppl_heatmap``, ``init_final`` (Fig. 4),
+    ``training`` (loss with stage boundaries, gate alpha and beta)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    figs: dict[str, Any] = {}
+
+    fig, (ax_ap, ax_plus) = plt.subplots(1, 2, figsize=(10, 4))
+    for s in summaries:
+        rows = s["lifelong"]
+        ax_ap.plot([r["stage"] for r in rows], [r["AP"] for r in rows], marker="o", label=s["name"])
+        plus = [r for r in rows if r["AP+"] is not None]
+        ax_plus.plot([r["stage"] for r in plus], [r["AP+"] for r in plus], marker="o", label=s["name"])
+    ax_ap.set(title="AP (lower is better)", xlabel="stage", ylabel="average perplexity")
+    ax_plus.set(title="AP+ (lower is better)", xlabel="stage", ylabel="average increased perplexity")
+    ax_plus.axhline(0.0, color="grey", lw=0.8)
+    for ax in (ax_ap, ax_plus):
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend()
+    fig.tight_layout()
+    figs["ap"] = fig
+
+    fig, axes = plt.subplots(1, len(summaries), figsize=(5 * len(summaries), 4), squeeze=False)
+    for ax, s in zip(axes[0], summaries):
+        doms, final = s["domains"], s["ppl"]["final"]
+        grid = [[row.get(d, float("nan")) for d in doms] for row in final] or [[float("nan")] * len(doms)]
+        vals = [v for row in grid for v in row if v == v]
+        norm = LogNorm(vmin=min(vals), vmax=max(vals)) if vals and min(vals) < max(vals) else None
+        im = ax.imshow(grid, cmap="viridis", norm=norm, aspect="auto")
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if v == v:  # dark text on the bright end of viridis
+                    bright = norm is not None and norm(v) > 0.6
+                    ax.text(j, i, f"{v:.1f}", ha="center", va="center", color="black" if bright else "white",
+                            fontsize=8)
+        ax.set_xticks(range(len(doms)), doms)
+        ax.set_yticks(range(len(grid)), [f"M{k + 1}" for k in range(len(grid))])
+        ax.set_title(f"{s['name']}: PPL after each stage")
+        fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    figs["ppl_heatmap"] = fig
+
+    fig, axes = plt.subplots(1, len(summaries), figsize=(5 * len(summaries), 4), squeeze=False)
+    for ax, s in zip(axes[0], summaries):
+        rows = s["preservation"]
+        xs = list(range(len(rows)))
+        for off, key, label in ((-0.27, "previous_final", "prev final"), (0.0, "init", "init"),
+                                (0.27, "final", "final")):
+            ax.bar([x + off for x in xs], [r[key] or 0.0 for r in rows], width=0.27, label=label)
+        ax.set_xticks(xs, [f"M{r['stage']}" for r in rows])
+        ax.set_yscale("log")
+        ax.set(title=f"{s['name']}: init vs final PPL", ylabel="perplexity (AP)")
+        ax.legend()
+    fig.tight_layout()
+    figs["init_final"] = fig
+
+    fig, (ax_loss, ax_alpha, ax_beta) = plt.subplots(3, 1, figsize=(10, 8), sharex=True,
+                                                     gridspec_kw={"height_ratios": [3, 1, 1]})
+    for s in summaries:
+        c = s["curves"]
+        x = [r["global_step"] for r in c]
+        (line,) = ax_loss.plot(x, [r["loss"] for r in c], lw=1, label=f"{s['name']} loss")
+        ax_loss.plot(x, [r["lm_loss"] for r in c], lw=0.8, ls="--", color=line.get_color(),
+                     label=f"{s['name']} LM loss")
+        ax_alpha.plot(x, [r["alpha"] for r in c], lw=1, color=line.get_color(), label=s["name"])
+        ax_beta.plot(x, [r["beta"] if r["beta"] is not None else float("nan") for r in c], lw=1,
+                     color=line.get_color(), label=s["name"])
+        for start in s["stage_starts"][1:]:
+            for ax in (ax_loss, ax_alpha, ax_beta):
+                ax.axvline(start + 0.5, color=line.get_color(), lw=0.6, ls=":")
+    ax_loss.set(ylabel="loss", title="training loss (dotted: stage boundaries, growth)")
+    ax_alpha.set(ylabel="gate α (min)")
+    ax_beta.set(ylabel="KD β", xlabel="global step")
+    ax_loss.legend(fontsize=7)
+    fig.tight_layout()
+    figs["training"] = fig
+    return figs
+
+
+# --------------------------------------------------------------------------- files
+PLOTS = ("ap", "ppl_heatmap", "init_final", "training")
+
+
+class ReportError(Exception):
+    """A workdir that cannot be reported on; printed without a traceback."""
+
+
+# The fields the report reads from each kind of record, and what each must be; a record
+# of another kind passes as it is. "number" admits inf and NaN (json writes them).
+_NUMBER, _INT, _TEXT = "number", "integer", "text"
+RECORD_FIELDS: dict[str, dict[str, str]] = {
+    "train": {"stage": _INT, "step": _INT, "phase": _TEXT, "loss": _NUMBER, "lm_loss": _NUMBER,
+              "kd_loss": _NUMBER, "alpha": _NUMBER, "tokens_per_s": _NUMBER},
+    "eval": {"stage": _INT, "point": _TEXT, "domain": _TEXT, "ppl": _NUMBER},
+    "wall": {"stage": _INT, "train_s": _NUMBER, "eval_s": _NUMBER},
+    "compile": {"stage": _INT, "phase": _TEXT, "seconds": _NUMBER},
+    "setup": {"stage": _INT, "what": _TEXT, "seconds": _NUMBER},
+}
+_OPTIONAL = {"train": {"mfu": _NUMBER, "beta": _NUMBER}}  # may be absent or null
+
+
+def _is(value: Any, kind: str) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind == _INT else isinstance(value, str) if kind == _TEXT \
+        else isinstance(value, (int, float))
+
+
+def record_problem(record: Mapping[str, Any]) -> str | None:
+    """Why the report cannot use ``record`` (a field missing or of the wrong type), or None.
+    A hand-edited or foreign ``metrics.jsonl`` line must not stop the report with a TypeError."""
+    kind = record.get("kind")
+    for name, want in RECORD_FIELDS.get(kind, {}).items():  # type: ignore[arg-type]
+        if not _is(record.get(name), want):
+            return f"a {kind} record's {name} is {record.get(name)!r:.40}, not a {want}"
+    for name, want in _OPTIONAL.get(kind, {}).items():  # type: ignore[arg-type]
+        if record.get(name) is not None and not _is(record[name], want):
+            return f"a {kind} record's {name} is {record[name]!r:.40}, not a {want}"
+    if kind == "eval" and not record["ppl"] > 0:  # AP is a geometric mean: it needs positive perplexities
+        return f"an eval record's ppl is {record['ppl']!r}, not positive"
+    return None
+
+
+def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
+    """(RunConfig, records) of one workdir; malformed lines (not JSON, or a record whose
+    fields the report reads have the wrong type) are left out with one warning line."""
+    workdir = paths.as_path(workdir)
+    config, metrics = workdir / "config.json", workdir / METRICS_FILE
+    if not config.exists() or not metrics.exists():
+        raise ReportError(f"{workdir} is not a run workdir: it needs config.json and {METRICS_FILE} "
+                          "(written by the trainer)")
+    try:
+        saved = json.loads(config.read_text())
+    except ValueError as err:
+        raise ReportError(f"{config} is not valid JSON ({err})") from None
+    run = run_config_from_dict(saved)
+    records, bad = read_records(workdir)
+    wrong = [p for p in map(record_problem, records) if p]
+    if bad or wrong:
+        records = [r for r in records if record_problem(r) is None]
+        examples = [f"line {n}" for n in bad[:3]] + wrong[:1]
+        print(f"warning: {metrics}: skipped {len(bad) + len(wrong)} malformed line(s) ({'; '.join(examples)}"
+              f"{' ...' if len(bad) + len(wrong) > len(examples) else ''}); the report leaves them out",
+              file=sys.stderr)
+    return run, records
+
+
+def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
+    """Writes report.md, report.json and the PNG plots; returns the output directory."""
+    workdirs = [paths.as_path(w) for w in workdirs]
+    summaries = []
+    for w in workdirs:
+        run, records = load_run(w)
+        summary = summarize(run, records, name=run.name)
+        summary["workdir"] = str(w)
+        summaries.append(summary)
+    names = [s["name"] for s in summaries]
+    if len(set(names)) < len(names):  # same config name twice: tell them apart by workdir
+        for s, w in zip(summaries, workdirs):
+            s["name"] = f"{s['name']}@{w.name}"
+    if out is None:
+        out = workdirs[0] / "report" if len(workdirs) == 1 else \
+            paths.as_path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
+    out = paths.as_path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    comparisons = compare(summaries) if len(summaries) > 1 else []
+    paths.write_atomic(out / "report.md", markdown(summaries, comparisons))
+    paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons}, indent=1))
+    for stem, fig in figures(summaries).items():
+        save_png(fig, out / f"{stem}.png")
+    return out
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """Write a matplotlib figure as PNG anywhere the path layer reaches (matplotlib writes
+    a buffer, the path layer writes it atomically), then close it."""
+    import matplotlib.pyplot as plt
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    paths.write_atomic(path, png.getvalue())

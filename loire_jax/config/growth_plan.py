@@ -1,0 +1,216 @@
+"""Planning one growth step (paper §2.3-2.4): what grows, to which sizes, by which method,
+and whether the construction is exact. Pure arithmetic on ``ModelConfig``s, so a run config
+is checked without arrays; ``loire_jax.growth`` applies a plan to parameter trees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from loire_jax.config.model import ModelConfig
+
+OPS = ("hidden", "ffn", "heads", "layers")
+
+
+INITS = ("loire", "random", "zero")
+
+
+HIDDEN_METHODS = ("auto", "zero_pad", "mean_expand", "duplicate", "paper")
+
+
+# Heads growth under grouped-query attention: whole groups (new key/value heads, each with a
+# group of new query heads) or new query heads within the existing groups.
+HEADS_METHODS = ("auto", "groups", "within")
+
+
+MODES = ("plugin", "stack")
+
+
+@dataclasses.dataclass(frozen=True)
+class GrowthPlan:
+    """Everything one growth step decides, validated; applying it is then pure array work.
+
+    ``function_preserving`` is what the construction guarantees: True for every
+    ``init="loire"`` plan that ``exact=True`` accepts.
+    """
+
+    op: str
+    old: ModelConfig
+    new: ModelConfig
+    init: str
+    method: str | None = None  # hidden; heads under GQA ("groups" or "within")
+    positions: tuple[int, ...] = ()  # layers only: source layer of each copy
+    mode: str | None = None  # layers only
+    tied_rescale: str | None = None  # hidden duplicate with tied embeddings: norm scaled by 1/m
+    function_preserving: bool = False
+    reason: str = ""  # why not function-preserving, when it is not
+
+
+def default_positions(layers: int, new_layers: int) -> tuple[int, ...]:
+    """Spread ``new_layers - layers`` copies evenly over the stack (all layers when doubling)."""
+    n = new_layers - layers
+    return tuple((2 * i + 1) * layers // (2 * n) for i in range(n))
+
+
+def _hidden_obstacle(cfg: ModelConfig, method: str, h2: int, last_gate: float | None) -> str | None:
+    """Why ``method`` is not exact for ``cfg`` at width h2, or None if it is."""
+    if method == "paper":
+        return ("the paper's zero-padding (eqs 9-11) changes the norm statistics: "
+                "LayerNorm's mean and variance, and RMSNorm's mean square, are taken over the new width")
+    if method == "zero_pad" and cfg.norm != "rmsnorm":
+        return "zero_pad is exact only for RMSNorm: with LayerNorm the mean over the new width moves the new coordinates"
+    if method == "mean_expand" and not (cfg.norm == "layernorm" and cfg.norm_position == "pre"):
+        return ("mean_expand is exact only for pre-norm LayerNorm: RMSNorm's statistic changes, and a "
+                "post-norm stream is gamma*x+beta, whose new coordinates cannot stay at the mean")
+    if method == "duplicate":
+        if h2 % cfg.hidden:
+            return f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}"
+        if cfg.tie_embeddings and cfg.norm_position == "post" and last_gate is not None and last_gate != 1.0:
+            return ("with tied embeddings and post-norm, duplicate rescales the last layer's output norm by 1/m, "
+                    f"which is exact only while that layer's gate is 1 (it is {last_gate})")
+    return None
+
+
+def _auto_hidden_method(cfg: ModelConfig, h2: int) -> str:
+    if cfg.norm == "rmsnorm":
+        return "zero_pad"
+    if cfg.norm_position == "pre":
+        return "mean_expand"
+    return "duplicate"
+
+
+def _check_size(what: str, old: int, new: Any) -> int:
+    if not isinstance(new, (int, np.integer)) or isinstance(new, bool):
+        raise ValueError(f"{what} growth needs an integer target size, got {new!r}")
+    if new <= old:
+        raise ValueError(f"growth cannot shrink or keep {what}: it is {old}, asked for {new}; "
+                         f"give a size larger than {old}")
+    return int(new)
+
+
+def plan_growth(
+    cfg: ModelConfig,
+    op: str,
+    size: int,
+    *,
+    init: str = "loire",
+    exact: bool = True,
+    method: str = "auto",
+    positions: Sequence[int] | None = None,
+    mode: str = "plugin",
+    last_gate: float | None = None,
+) -> GrowthPlan:
+    """Validate a growth request and resolve every choice; raises ValueError on bad input.
+
+    ``last_gate`` is the current gate of the last layer; only the tied post-norm
+    ``duplicate`` construction depends on it (``grow`` passes it for you).
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown growth operator {op!r}; choose one of {OPS}")
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; choose one of {INITS}")
+    allowed = {"hidden": HIDDEN_METHODS, "heads": HEADS_METHODS}.get(op, ("auto",))
+    if method not in allowed:
+        if op in ("hidden", "heads"):
+            raise ValueError(f"unknown {op} method {method!r}; choose one of {allowed}")
+        raise ValueError(f"method={method!r} applies to hidden and heads growth only, not {op!r}")
+    if op != "layers" and (positions is not None or mode != "plugin"):
+        raise ValueError(f"positions and mode apply to layer growth only, not {op!r}")
+
+    if op == "ffn":
+        new = cfg.replace(ffn=_check_size("ffn", cfg.ffn, size))
+        return GrowthPlan("ffn", cfg, new, init, function_preserving=init == "loire",
+                          reason="" if init == "loire" else f"init={init!r}")
+    if op == "heads":
+        return _plan_heads(cfg, _check_size("heads", cfg.heads, size), init, method)
+    if op == "layers":
+        return _plan_layers(cfg, size, init, positions, mode)
+
+    h2 = _check_size("hidden", cfg.hidden, size)
+    if init != "loire":
+        return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2), init, method="paper",
+                          reason=f"init={init!r}")
+    chosen = _auto_hidden_method(cfg, h2) if method == "auto" else method
+    obstacle = _hidden_obstacle(cfg, chosen, h2, last_gate)
+    if obstacle and method == "auto" and not exact:
+        chosen, obstacle = "paper", _hidden_obstacle(cfg, "paper", h2, last_gate)
+    if obstacle and exact:
+        raise ValueError(
+            f"no exact hidden growth {cfg.hidden}->{h2} for this model ({cfg.norm}, {cfg.norm_position}-norm, "
+            f"tied={cfg.tie_embeddings}) with method={chosen!r}: {obstacle}. Alternatives: "
+            + _alternatives(cfg, h2) + ", or pass exact=False to accept a construction that is not function-preserving"
+        )
+    if chosen == "duplicate" and h2 % cfg.hidden:
+        raise ValueError(f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}")
+    eps = cfg.norm_eps * cfg.hidden / h2 if chosen in ("zero_pad", "mean_expand") else cfg.norm_eps
+    tied_rescale = None
+    if chosen == "duplicate" and cfg.tie_embeddings:
+        tied_rescale = "final_norm" if cfg.has_final_norm else "layers/norm_mlp"
+    return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2, norm_eps=eps), init, method=chosen,
+                      tied_rescale=tied_rescale, function_preserving=obstacle is None, reason=obstacle or "")
+
+
+def _plan_heads(cfg: ModelConfig, h2: int, init: str, method: str) -> GrowthPlan:
+    """Eqs 6-7; under GQA the new query heads need key/value heads to read. ``groups`` adds
+    whole groups (``(h2 - heads) / group`` new key/value heads, each with ``group`` new query
+    heads); ``within`` widens every group (``h2 / kv_heads`` query heads each) and keeps the
+    key/value heads. ``auto`` keeps the group size when it can."""
+    why = "" if init == "loire" else f"init={init!r}"
+    if not cfg.kv_heads:
+        if method == "within":
+            raise ValueError("method='within' applies to grouped-query attention (kv_heads > 0); this model has one "
+                             "key/value head per query head")
+        return GrowthPlan("heads", cfg, cfg.replace(heads=h2), init, function_preserving=not why, reason=why)
+    kv, group, add = cfg.kv_heads, cfg.heads // cfg.kv_heads, h2 - cfg.heads
+    chosen = method if method != "auto" else ("groups" if add % group == 0 else "within")
+    if chosen == "groups":
+        if add % group:
+            raise ValueError(f"heads growth {cfg.heads}->{h2} by whole groups needs a multiple of the group size "
+                             f"{group} more heads; use method='within' (needs a multiple of kv_heads={kv}) or "
+                             f"another size")
+        new = cfg.replace(heads=h2, kv_heads=kv + add // group)
+    else:
+        if h2 % kv:
+            raise ValueError(f"heads growth {cfg.heads}->{h2} within the {kv} groups needs a multiple of "
+                             f"kv_heads={kv}; use method='groups' (a multiple of {group} more heads) or another size")
+        new = cfg.replace(heads=h2)
+    return GrowthPlan("heads", cfg, new, init, method=chosen, function_preserving=not why, reason=why)
+
+
+def _alternatives(cfg: ModelConfig, h2: int) -> str:
+    options = []
+    for m in ("zero_pad", "mean_expand", "duplicate"):
+        if _hidden_obstacle(cfg, m, h2, None) is None:
+            options.append(f"method={m!r}")
+    mult = (h2 // cfg.hidden + 1) * cfg.hidden
+    if _hidden_obstacle(cfg, "duplicate", mult, None) is None and h2 % cfg.hidden:
+        options.append(f"a multiple of {cfg.hidden} (e.g. {mult}) with method='duplicate'")
+    options.append("a pre-norm or RMSNorm architecture (exact at any width)")
+    return "; ".join(options)
+
+
+def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int] | None, mode: str) -> GrowthPlan:
+    l2 = _check_size("layers", cfg.layers, size)
+    if l2 > 2 * cfg.layers:
+        raise ValueError(f"layer growth copies each layer at most once, so {cfg.layers} layers can grow to at "
+                         f"most {2 * cfg.layers}, asked for {l2}")
+    if mode not in MODES:
+        raise ValueError(f"unknown layer growth mode {mode!r}; choose one of {MODES}")
+    n = l2 - cfg.layers
+    if positions is None:
+        chosen = default_positions(cfg.layers, l2)
+    else:
+        chosen = tuple(int(p) for p in positions)
+        bad = [p for p in chosen if not 0 <= p < cfg.layers]
+        if bad:
+            raise ValueError(f"layer positions {bad} are out of range: valid positions are 0..{cfg.layers - 1}")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"layer positions must be distinct, got {list(chosen)}")
+        if len(chosen) != n:
+            raise ValueError(f"growing {cfg.layers}->{l2} layers needs {n} positions, got {len(chosen)}")
+        chosen = tuple(sorted(chosen))
+    return GrowthPlan("layers", cfg, cfg.replace(layers=l2), init, positions=chosen, mode=mode,
+                      function_preserving=init == "loire", reason="" if init == "loire" else f"init={init!r}")

@@ -1,0 +1,372 @@
+"""Reading run and data configs: YAML and ``key=value`` overrides through OmegaConf, types
+through pydantic, into the frozen dataclasses of ``run_config`` and ``data.config``.
+
+The dataclasses say what a valid config is; this module only turns text into them, so
+that a typo or a wrong type fails at start-up with one line naming the key, where it is,
+and what is valid there. OmegaConf reads the YAML (``1e-3`` is a float) and applies
+MaxText-style overrides (``optimizer.lr=1e-3``, ``stages.1.growth.0.size=256``); pydantic
+checks and coerces every section against the dataclasses' annotations and refuses
+unknown keys; each dataclass's ``__post_init__`` then checks the values.
+
+The YAML document differs from ``RunConfig`` in three places: M1's preset is written in
+``model`` (``model: {preset: paper, hidden: 64}``), ``stage_defaults`` fills every stage,
+and ``data`` may be the path of a domains YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import types
+import typing
+from typing import Any, Mapping, Sequence
+
+import pydantic
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from loire_jax import paths
+from loire_jax.config import presets
+from loire_jax.config.data import DataConfig
+from loire_jax.config.model import preset
+from loire_jax.config.run import DERIVED_MODEL_FIELDS, PRECISIONS, RunConfig, StageConfig
+from loire_jax.errors import ConfigError
+from loire_jax.paths import Path
+
+__all__ = ["apply_overrides", "data_config_from_dict", "load_data_config", "load_run_config",
+           "run_config_from_dict"]
+
+# Every section: unknown keys are errors; numbers coerce to the annotated type (a YAML
+# ``mesh: 8`` is the string "8", ``lr: 1`` the float 1.0). Nested stdlib dataclasses take
+# this config from the model that holds them.
+_STRICT = pydantic.ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+# Keys the YAML document has (+) or lacks (-) next to the dataclass at that place.
+_DOCUMENT_KEYS: dict[tuple[type, tuple[str, ...]], tuple[set[str], set[str]]] = {
+    (RunConfig, ()): ({"stage_defaults"}, {"model_preset"}),
+    (RunConfig, ("model",)): ({"preset"}, set()),
+}
+
+# Any subset of a stage's fields, with their types: what stage_defaults may hold.
+_StageDefaults = pydantic.create_model("StageDefaults", __config__=_STRICT, **{
+    name: (hint, None) for name, hint in typing.get_type_hints(StageConfig).items()})
+
+
+# --------------------------------------------------------------------------- public API
+def load_run_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """A run config YAML plus ``key=value`` overrides (see ``apply_overrides``).
+
+    ``path`` may also name a shipped preset (``"tiny"``, ``"gpt_paper"``: loire_jax.config.presets).
+    Relative paths in it (``data``, local sources) resolve against the YAML's folder.
+    """
+    found = presets.find(path)
+    if found == str(path) and not presets.looks_like_path(found) and not os.path.exists(os.path.expanduser(found)):
+        raise ValueError(f"run config {presets.unknown(path)}")
+    cfg, base = _yaml_file(found, ValueError, "run config")
+    _apply_overrides(cfg, overrides, base)
+    return run_config_from_dict(_plain(cfg, ValueError, str(path)), base_dir=base)
+
+
+def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None) -> RunConfig:
+    """A run config from a mapping in the YAML's shape (a parsed file, or ``RunConfig.to_dict``).
+
+    ``data`` may be a path to a domains YAML (relative to ``base_dir``) or inline;
+    ``stage_defaults`` fills every stage; stage names default to M1, M2, ...
+    """
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"run config must be a mapping, got {type(mapping).__name__}")
+    base = paths.as_path(base_dir) if base_dir is not None else None
+    raw = dict(mapping)
+    if "model_preset" in raw:  # RunConfig's field, spelled model.preset in the document
+        raise ValueError(_unknown_message(RunConfig, (), ["model_preset"], "the top level"))
+    for section in ("optimizer", "checkpoint", "eval", "stage_defaults"):
+        if section in raw and raw[section] is None:  # an empty YAML section: the defaults
+            del raw[section]
+
+    defaults = _listed(raw.pop("stage_defaults", {}))
+    _validate(_StageDefaults, defaults, ValueError, prefix=("stage_defaults",), schema=StageConfig)
+    if isinstance(raw.get("stages"), list):  # stage names default to M1, M2, ...
+        raw["stages"] = [_listed({"name": f"M{i + 1}", **defaults, **s}) if isinstance(s, Mapping) else s
+                         for i, s in enumerate(raw["stages"])]
+    if isinstance(raw.get("model"), Mapping):
+        raw["model_preset"], raw["model"] = _model(raw["model"], raw.get("precision", "float32"))
+    if isinstance(raw.get("data"), str):
+        raw["data"] = _data_file(raw["data"], base, ValueError)
+    elif isinstance(raw.get("data"), Mapping):
+        raw["data"] = _with_data_paths(raw["data"], base)
+    return _validate(RunConfig, raw, ValueError)
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
+                    base_dir: str | Path | None = None) -> dict[str, Any]:
+    """MaxText-style ``dotted.path=value`` overrides on a raw config mapping (returns a copy).
+
+    ``optimizer.lr=1e-3``, ``seed=3``, ``stages.2.steps=50`` (list index),
+    ``stages.1.growth.0.size=256``, ``model.hidden=128``, ``data.data_dir=/scratch``.
+    Values are YAML (``[CS, WB]`` is a list, ``null`` is None, ``1e-3`` a float). A ``data``
+    given as a file path is inlined first so that its fields can be overridden. Unknown keys
+    are left for validation to refuse; an index out of range fails here, naming the range.
+    """
+    cfg = OmegaConf.create(dict(raw))
+    _apply_overrides(cfg, overrides, base_dir)
+    return _plain(cfg, ValueError, "overrides")
+
+
+def data_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None) -> DataConfig:
+    """A data config from a mapping; relative source and tokenizer paths resolve against ``base_dir``."""
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"data config must be a mapping, got {type(mapping).__name__}")
+    base = paths.as_path(base_dir) if base_dir is not None else None
+    return _validate(DataConfig, _with_data_paths(mapping, base), ConfigError, top="the data config")
+
+
+def load_data_config(path: str | Path) -> DataConfig:
+    """A domains YAML; relative paths in it resolve against its folder."""
+    cfg, base = _yaml_file(path, ConfigError, "data config")
+    return data_config_from_dict(_plain(cfg, ConfigError, str(path)), base)
+
+
+# --------------------------------------------------------------------------- the document
+def _listed(stage: Any) -> Any:
+    """A stage (or stage_defaults) as StageConfig takes it: a lone domain or growth in a list,
+    ``growth: null`` an empty one."""
+    if not isinstance(stage, Mapping):
+        return stage  # validation names the type it expected
+    out = dict(stage)
+    if "growth" in out and out["growth"] is None:
+        out["growth"] = []
+    for key in ("domains", "growth"):
+        if isinstance(out.get(key), (str, Mapping)):
+            out[key] = [out[key]]
+    return out
+
+
+def _model(raw: Mapping[str, Any], precision: Any) -> tuple[Any, dict[str, Any]]:
+    """(preset name, ModelConfig fields): the preset's fields, the YAML's over them, and the
+    dtypes that ``precision`` implies."""
+    fields = dict(raw)
+    name = fields.pop("preset", "paper")
+    derived = sorted(set(fields) & set(DERIVED_MODEL_FIELDS))
+    if derived:
+        raise ValueError(f"model: {derived} follow from precision ({tuple(PRECISIONS)}); set precision instead")
+    try:
+        base = preset(name).to_dict()
+    except ValueError as err:
+        raise ValueError(f"model.preset: {err}") from None
+    # An invalid precision keeps the default dtypes; validation then names the precision.
+    dtype, param_dtype = PRECISIONS.get(precision if isinstance(precision, str) else "", PRECISIONS["float32"])
+    return name, {**base, **fields, "dtype": dtype, "param_dtype": param_dtype}
+
+
+def _resolve(path: Any, base: Path | None) -> Any:
+    """``~`` expanded; relative paths made relative to the YAML that names them."""
+    if not isinstance(path, str) or "://" in path:
+        return path  # validation names the type it expected; a URI is absolute
+    p = paths.as_path(path)
+    return str(base / p if base is not None and not p.is_absolute() else p)
+
+
+def _with_data_paths(raw: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
+    """A copy with source and tokenizer paths resolved (``data_dir`` stays relative to the cwd)."""
+    out = dict(raw)
+    if isinstance(out.get("domains"), list):
+        domains = []
+        for d in out["domains"]:
+            source = d.get("source") if isinstance(d, Mapping) else None
+            if isinstance(source, Mapping):
+                source = dict(source)
+                if isinstance(source.get("paths"), str):
+                    source["paths"] = [source["paths"]]
+                if isinstance(source.get("paths"), list):
+                    source["paths"] = [_resolve(x, base) for x in source["paths"]]
+                if source.get("tfds_data_dir"):
+                    source["tfds_data_dir"] = _resolve(source["tfds_data_dir"], base)
+                d = {**d, "source": source}
+            domains.append(d)
+        out["domains"] = domains
+    tokenizer = out.get("tokenizer")
+    if isinstance(tokenizer, Mapping) and tokenizer.get("path"):
+        out["tokenizer"] = {**tokenizer, "path": _resolve(tokenizer["path"], base)}
+    return out
+
+
+def _data_file(path: str, base: Path | None, error: type[Exception]) -> dict[str, Any]:
+    """A domains YAML named by the run config, inlined with its paths resolved against its own folder."""
+    where = _resolve(path, base)
+    cfg, folder = _yaml_file(where, error, "data config")
+    return _with_data_paths(_plain(cfg, error, str(where)), folder)
+
+
+# --------------------------------------------------------------------------- OmegaConf
+def _first_line(err: BaseException) -> str:
+    """OmegaConf's messages add indented ``full_key:`` lines; the first says what is wrong."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _yaml_file(path: str | os.PathLike, error: type[Exception], what: str) -> tuple[DictConfig, Path]:
+    """A YAML file, local or a ``gs://`` (any epath) URI, and the folder its relative paths
+    resolve against."""
+    try:
+        p = paths.as_path(path)
+    except paths.PathError as err:
+        raise error(str(err)) from None
+    if not p.is_file():
+        raise error(f"{what} file not found: {p}")
+    return _load_yaml(p, error), (p.resolve() if paths.is_local(p) else p).parent
+
+
+def _load_yaml(path: Path, error: type[Exception]) -> DictConfig:
+    """A YAML file as an OmegaConf mapping; a syntax error names the line."""
+    try:
+        with path.open() as f:
+            cfg = OmegaConf.load(f)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise error(f"{path}:{where} is not valid YAML ({getattr(err, 'problem', None) or _first_line(err)})") from None
+    except (OSError, UnicodeDecodeError, OmegaConfBaseException) as err:
+        raise error(f"cannot read {path}: {_first_line(err)}") from None
+    if not isinstance(cfg, DictConfig):
+        raise error(f"{path}: top level must be a mapping")
+    return cfg
+
+
+def _plain(cfg: DictConfig, error: type[Exception], where: str) -> dict[str, Any]:
+    """Plain dicts and lists, with ``${...}`` interpolations resolved."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        raise error(f"{where}: {_first_line(err)}") from None
+
+
+def _apply_overrides(cfg: DictConfig, overrides: Sequence[str], base_dir: str | Path | None) -> None:
+    base = paths.as_path(base_dir) if base_dir is not None else None
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"override {item!r}: expected key=value, e.g. optimizer.lr=1e-3")
+        if key.startswith("data.") and isinstance(cfg.get("data"), str):
+            cfg.data = _data_file(cfg.data, base, ValueError)
+        problem = _index_problem(cfg, key.strip())
+        if problem:
+            raise ValueError(f"override {item!r}: {problem}")
+        try:
+            cfg.merge_with_dotlist([item])
+        except (OmegaConfBaseException, TypeError, ValueError) as err:
+            raise ValueError(f"override {item!r}: {_first_line(err)}") from None
+
+
+def _index_problem(cfg: DictConfig, key: str) -> str | None:
+    """Why ``key`` reaches into no list entry, naming the valid range. OmegaConf's own errors
+    span lines, and on an absent list it would make a mapping with a key "0" instead."""
+    parts, node = key.split("."), cfg
+    for depth, part in enumerate(parts):
+        here, parent = ".".join(parts[: depth + 1]), ".".join(parts[:depth])
+        if OmegaConf.is_list(node):
+            n = len(node)
+            if not (re.fullmatch(r"-?\d+", part) and -n <= int(part) < n):
+                has = f"{n} entries (0..{n - 1})" if n > 1 else "1 entry (0)" if n else "no entries"
+                return f"{here} is not an index of {parent}, which has {has}"
+            node = node[int(part)]
+        elif OmegaConf.is_dict(node) and node.get(part) is not None:
+            node = node[part]
+        else:
+            later = parts[depth + 1 : depth + 2]
+            if OmegaConf.is_dict(node) and later and re.fullmatch(r"-?\d+", later[0]):
+                return f"{here} is not set, so it has no entry {later[0]}; set the whole list, e.g. {here}=[...]"
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------- pydantic
+@functools.cache
+def _envelope(tp: Any) -> type[pydantic.BaseModel]:
+    """A one-field model around ``tp``: the stdlib dataclasses inside take its strict config."""
+    return pydantic.create_model(f"{getattr(tp, '__name__', 'Config')}Envelope", __config__=_STRICT, value=(tp, ...))
+
+
+def _validate(tp: Any, raw: Any, error: type[Exception], *, prefix: tuple[str, ...] = (),
+              schema: Any = None, top: str = "the top level") -> Any:
+    """``raw`` as an instance of ``tp``, or ``error`` with every problem on one line."""
+    try:
+        return _envelope(tp).model_validate({"value": raw}).value
+    except pydantic.ValidationError as err:
+        raise error(_describe(err, schema or tp, prefix, top)) from None
+
+
+def _walk(root: Any, loc: Sequence[str | int]) -> tuple[tuple[str | int, ...], Any]:
+    """(field path, type there) of a pydantic error location: union member tags dropped, and
+    the dataclass reached, whose fields are the keys valid there (None past the schema)."""
+    path: list[str | int] = []
+    tp = root
+    for part in loc:
+        tp = _non_optional(tp)
+        if isinstance(part, str) and dataclasses.is_dataclass(tp):
+            tp = typing.get_type_hints(tp).get(part)
+        elif tp is not None and isinstance(part, int) and typing.get_origin(tp) in (tuple, list):
+            tp = typing.get_args(tp)[0]
+        elif _is_union(tp):
+            continue  # "int" in ("loss_chunk", "int"): which member of the union failed
+        else:
+            tp = None
+        path.append(part)
+    return tuple(path), _non_optional(tp)
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _non_optional(tp: Any) -> Any:
+    if _is_union(tp):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+def _keys(schema: Any, path: tuple[str | int, ...]) -> list[str]:
+    """Keys valid at ``path``, as the document spells them."""
+    _, tp = _walk(schema, path)
+    keys = set(typing.get_type_hints(tp)) if dataclasses.is_dataclass(tp) else set()
+    plus, minus = _DOCUMENT_KEYS.get((schema, tuple(path)), (set(), set()))
+    return sorted((keys | plus) - minus)
+
+
+def _unknown_message(schema: Any, path: tuple[str | int, ...], names: Sequence[str], where: str) -> str:
+    listed = ", ".join(repr(n) for n in names)
+    return f"unknown key{'s' if len(names) > 1 else ''} {listed} in {where}; valid keys are {_keys(schema, path)}"
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _describe(err: pydantic.ValidationError, schema: Any, prefix: tuple[str, ...], top: str) -> str:
+    """One line for all of ``err``: unknown keys with the valid ones, missing keys, and each
+    wrong value with its field path."""
+    unknown: dict[tuple[str | int, ...], list[str]] = {}
+    missing: list[str] = []
+    problems: dict[str, list[str]] = {}  # several for one field: the members of a union
+    got: dict[str, str] = {}
+    for e in err.errors(include_url=False):
+        path, _ = _walk(schema, e["loc"][1:])  # [0] is the envelope's field
+        if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+            unknown.setdefault(path[:-1], []).append(str(path[-1]))
+            continue
+        if e["type"] == "missing":
+            missing.append(f"missing required key {str(path[-1])!r} in {_dotted(prefix + path[:-1]) or top}")
+            continue
+        cause = (e.get("ctx") or {}).get("error")  # a __post_init__'s ValueError: its message says it all
+        where = _dotted(prefix + path)
+        problems.setdefault(where, []).append(str(cause) if isinstance(cause, Exception) else e["msg"])
+        if not isinstance(cause, Exception):
+            got[where] = f" (got {e['input']!r:.60})"
+    parts = [_unknown_message(schema, path, names, _dotted(prefix + path) or top) for path, names in unknown.items()]
+    parts += missing
+    parts += [(f"{where}: " if where else "") + " or ".join(msgs) + got.get(where, "")
+              for where, msgs in problems.items()]
+    return re.sub(r"\s*\n\s*", " ", "; ".join(parts))

@@ -1,0 +1,202 @@
+"""Model configuration: a frozen, validated description of one decoder architecture.
+
+Growth maps one ``ModelConfig`` to a bigger one, so the config is the single source of
+truth for every parameter shape (see ``loire_jax.config.shapes``). It is validated when built:
+a bad size fails here, before any array is allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's tanh approximation
+ROPE_SCALINGS = ("none", "llama3")
+POSITIONS = ("learned", "rope")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+# Execution choices: they change how the model runs, never what it computes (up to rounding).
+ATTENTIONS = ("auto", "xla", "cudnn", "splash")
+REMATS = ("auto", "none", "dots", "full")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only Transformer (paper eqs 1-3 and its modern variants).
+
+    ``head_dim`` is independent of ``hidden``: the paper's head operator (eqs 6-7) adds
+    heads of a fixed width, and its hidden operator (eqs 9-11) leaves the heads alone, so
+    ``heads * head_dim`` need not equal ``hidden``.
+
+    ``kv_heads`` > 0 makes the attention grouped-query (GQA, as in Llama-family models):
+    ``kv_heads`` key/value heads, each shared by ``heads // kv_heads`` consecutive query
+    heads. 0 means one key/value head per query head (multi-head attention).
+    """
+
+    vocab_size: int = 256
+    max_seq_len: int = 128
+    hidden: int = 64
+    ffn: int = 256
+    heads: int = 4
+    kv_heads: int = 0  # 0: as many as ``heads`` (MHA); else GQA groups
+    head_dim: int = 16
+    layers: int = 2
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    norm_position: Literal["pre", "post"] = "post"
+    activation: Literal["gelu", "gelu_tanh", "swiglu"] = "gelu"
+    position: Literal["learned", "rope"] = "learned"
+    tie_embeddings: bool = True
+    use_bias: bool = True
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    # Llama 3.1's rope scaling: a fixed transform of the frequencies (see model.rope_frequencies).
+    rope_scaling: str = "none"  # none | llama3
+    rope_factor: float = 8.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_len: int = 8192
+    init_std: float = 0.02
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    # Rows of the embedding / columns of the head, rounded up to a multiple of this: padded
+    # logits are masked out of every softmax, so losses equal the unpadded ones.
+    pad_vocab_to: int = 128
+    attention: str = "auto"  # see loire_jax.model.kernels: auto | xla | cudnn | splash
+    remat: str = "auto"  # rematerialisation of the scanned layer: auto | none | dots | full
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "max_seq_len", "hidden", "ffn", "heads", "head_dim", "layers", "pad_vocab_to"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                problems.append(f"{name} must be a positive integer, got {value!r}")
+        for name, allowed in (
+            ("norm", NORMS),
+            ("norm_position", NORM_POSITIONS),
+            ("activation", ACTIVATIONS),
+            ("position", POSITIONS),
+            ("dtype", DTYPES),
+            ("param_dtype", DTYPES),
+            ("attention", ATTENTIONS),
+            ("remat", REMATS),
+            ("rope_scaling", ROPE_SCALINGS),
+        ):
+            if getattr(self, name) not in allowed:
+                problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not (isinstance(self.norm_eps, float) and self.norm_eps > 0.0):
+            problems.append(f"norm_eps must be a positive float, got {self.norm_eps!r}")
+        numbers = ("init_std", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor")
+        for name in numbers:  # a string here would fail below with a TypeError, not with this line
+            if not _is_number(getattr(self, name)):
+                problems.append(f"{name} must be a number, got {getattr(self, name)!r}")
+        if _is_number(self.init_std) and not self.init_std > 0.0:
+            problems.append(f"init_std must be positive, got {self.init_std!r}")
+        for name in ("tie_embeddings", "use_bias"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.kv_heads, int) or isinstance(self.kv_heads, bool) or self.kv_heads < 0:
+            problems.append(f"kv_heads must be 0 (one per query head) or a positive integer, got {self.kv_heads!r}")
+        elif self.kv_heads and isinstance(self.heads, int) and self.heads % self.kv_heads:
+            problems.append(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): each key/value "
+                            "head serves an equal group of query heads")
+        if self.rope_scaling != "none" and self.position != "rope":
+            problems.append(f"rope_scaling {self.rope_scaling!r} needs position 'rope', got {self.position!r}")
+        if self.rope_scaling == "llama3" and all(_is_number(getattr(self, n)) for n in numbers):
+            if not (self.rope_factor > 0 and 0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+                problems.append("llama3 rope scaling needs rope_factor > 0 and 0 < rope_low_freq_factor < "
+                                f"rope_high_freq_factor, got {self.rope_factor}, {self.rope_low_freq_factor}, "
+                                f"{self.rope_high_freq_factor}")
+            if not isinstance(self.rope_original_max_len, int) or self.rope_original_max_len < 1:
+                problems.append(f"rope_original_max_len must be a positive integer, got {self.rope_original_max_len!r}")
+        if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
+            problems.append(f"rope needs an even head_dim, got {self.head_dim}")
+        if problems:
+            raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+
+    # -- derived ---------------------------------------------------------------------
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads: ``kv_heads``, or ``heads`` for multi-head attention."""
+        return self.kv_heads or self.heads
+
+    @property
+    def gqa(self) -> bool:
+        return 0 < self.kv_heads < self.heads
+
+    @property
+    def compute_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.dtype)
+
+    @property
+    def params_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.param_dtype)
+
+    @property
+    def padded_vocab(self) -> int:
+        """The vocabulary axis as stored: ``vocab_size`` rounded up to ``pad_vocab_to``."""
+        return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Pre-norm models normalise once more before the head; post-norm streams are already normalised."""
+        return self.norm_position == "pre"
+
+    @property
+    def norm_has_bias(self) -> bool:
+        return self.norm == "layernorm"
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+    def check_dtype_support(self) -> None:
+        """float64 silently degrades to float32 unless x64 is on, which would fake exactness tests."""
+        if "float64" in (self.dtype, self.param_dtype) and not jax.config.jax_enable_x64:
+            raise ValueError(
+                "this ModelConfig uses float64, but JAX has x64 disabled; call "
+                "jax.config.update('jax_enable_x64', True) before creating arrays"
+            )
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """Named architectures.
+
+    - ``paper``: the paper's GPT (eqs 1-3): post-norm LayerNorm, GELU FFN with biases,
+      learned positions, tied embeddings.
+    - ``gpt2``: GPT-2's layout (``GPT2LMHeadModel``): pre-norm LayerNorm with a final norm,
+      GELU in its tanh form, learned positions, tied embeddings, biases. LOIRE-GPT2 (§3.1)
+      grows a pretrained model of this kind.
+    - ``modern``: pre-norm RMSNorm, SwiGLU, RoPE, untied head, no biases (Llama's layout).
+    """
+    base: dict[str, Any]
+    if name == "paper":
+        base = dict(norm="layernorm", norm_position="post", activation="gelu", position="learned",
+                    tie_embeddings=True, use_bias=True)
+    elif name == "gpt2":
+        base = dict(norm="layernorm", norm_position="pre", activation="gelu_tanh", position="learned",
+                    tie_embeddings=True, use_bias=True)
+    elif name == "modern":
+        base = dict(norm="rmsnorm", norm_position="pre", activation="swiglu", position="rope",
+                    tie_embeddings=False, use_bias=False, norm_eps=1e-6)
+    else:
+        raise ValueError(f"unknown preset {name!r}; choose 'paper', 'gpt2' or 'modern'")
+    base.update(overrides)
+    return ModelConfig(**base)

@@ -1,0 +1,227 @@
+"""A comparison suite: which systems, seeds and hyperparameter sweep make one experiment.
+
+A suite YAML (``configs/suites/``) names a LOIRE run config (``base``, plus ``key=value``
+``overrides``), the systems to compare (``loire_jax.experiments.systems``), the seeds, and a sweep:
+a grid of overrides tried on a few systems at a seed of its own. The setting with the
+best mean final AP over the sweep's systems (among settings where all of them pass the
+sanity gate) is then shared by every system, so no system is tuned and another not.
+
+Everything here is planning, a pure function of the suite: the runs, their configs and
+their directories. ``launch/experiment.py`` carries the plan out; ``loire_jax.analysis.comparison``
+reads what the runs measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from loire_jax import paths
+from loire_jax.config import presets
+from loire_jax.config.loader import load_run_config
+from loire_jax.config.run import RunConfig
+from loire_jax.experiments.systems import SYSTEMS, derive
+
+SUITES_DIR = presets.presets_dir() / "suites"  # the checkout's configs/suites, or the wheel's copy
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """A grid of overrides (``optimizer.lr: [...]``), each setting run on ``systems`` at ``seed``."""
+
+    systems: tuple[str, ...]
+    grid: tuple[tuple[str, tuple[Any, ...]], ...]
+    seed: int
+
+    def settings(self) -> list[tuple[str, ...]]:
+        """Every point of the grid as ``key=value`` overrides, in a fixed order."""
+        keys = [k for k, _ in self.grid]
+        return [tuple(f"{k}={v}" for k, v in zip(keys, values))
+                for values in itertools.product(*(vals for _, vals in self.grid))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """One experiment. ``gate_margin``: nats a run's final train loss must lie below the
+    unigram entropy of its data to count (the sanity gate)."""
+
+    name: str
+    base: str
+    systems: tuple[str, ...]
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...] = ()
+    sweep: Sweep | None = None
+    gate_margin: float = 0.25
+    about: str = ""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(self.name)):
+            problems.append(f"name must be letters, digits, '.', '_' or '-', got {self.name!r}")
+        unknown = [s for s in self.systems + (self.sweep.systems if self.sweep else ()) if s not in SYSTEMS]
+        if unknown:
+            problems.append(f"unknown system(s) {unknown}; choose from {', '.join(SYSTEMS)}")
+        if not self.systems or len(set(self.systems)) != len(self.systems):
+            problems.append(f"systems must be a non-empty list without repeats, got {list(self.systems)}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or \
+                not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            problems.append(f"seeds must be distinct integers, got {list(self.seeds)}")
+        if self.sweep is not None:
+            if not self.sweep.systems or not self.sweep.grid or any(not v for _, v in self.sweep.grid):
+                problems.append("sweep needs systems and a grid of non-empty value lists")
+            if self.sweep.seed in self.seeds:
+                problems.append(f"sweep.seed={self.sweep.seed} is one of the seeds: choose the setting on a seed "
+                                "the comparison does not use")
+        if not (isinstance(self.gate_margin, (int, float)) and self.gate_margin >= 0):
+            problems.append(f"gate_margin must be a non-negative number of nats, got {self.gate_margin!r}")
+        if problems:
+            raise ValueError(f"invalid suite {self.name!r}: " + "; ".join(problems))
+
+
+def suite_path(name_or_path: str) -> Path:
+    """A suite by name (``configs/suites/<name>.yaml``) or by file path."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml"):
+        return p
+    return SUITES_DIR / f"{name_or_path}.yaml"
+
+
+def suite_names() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
+    """The suite YAML, with ``seeds`` replacing its own if given. ``base`` resolves against
+    the YAML's folder."""
+    path = suite_path(name_or_path)
+    if not path.is_file():
+        raise ValueError(f"no suite {name_or_path!r}: {path} does not exist (suites: {', '.join(suite_names())})")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about"}
+    if not isinstance(raw, Mapping) or set(raw) - known or not {"name", "base", "systems", "seeds"} <= set(raw):
+        raise ValueError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
+                         f"overrides, sweep, gate_margin, about); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
+    def names(key: str, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{path}: {key} must be a list of strings, got {value!r}")
+        return tuple(value)
+
+    def integer(key: str, value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{path}: {key} must be an integer, got {value!r}")
+        return value
+
+    if not isinstance(raw["seeds"], list):
+        raise ValueError(f"{path}: seeds must be a list of integers, got {raw['seeds']!r}")
+    for key in ("name", "base"):
+        if not isinstance(raw[key], str):
+            raise ValueError(f"{path}: {key} must be a string, got {raw[key]!r}")
+    sweep = None
+    if raw.get("sweep"):
+        s = raw["sweep"]
+        if not isinstance(s, Mapping) or set(s) != {"systems", "grid", "seed"} or not isinstance(s["grid"], Mapping) \
+                or not all(isinstance(v, list) and v for v in s["grid"].values()):
+            raise ValueError(f"{path}: sweep needs exactly systems, grid (key: [values, ...]) and seed")
+        sweep = Sweep(names("sweep.systems", s["systems"]), tuple((str(k), tuple(v)) for k, v in s["grid"].items()),
+                      integer("sweep.seed", s["seed"]))
+    base = Path(raw["base"])
+    if not base.is_absolute():
+        base = (path.resolve().parent / base).resolve()
+    return Suite(name=raw["name"], base=str(base), systems=names("systems", raw["systems"]),
+                 seeds=tuple(seeds) if seeds is not None else tuple(integer("seeds", s) for s in raw["seeds"]),
+                 overrides=names("overrides", raw.get("overrides") or []), sweep=sweep,
+                 gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One run of the suite: ``kind`` is "sweep" or "main"; ``workdir`` is relative to the
+    suite's directory."""
+
+    kind: str
+    system: str
+    seed: int
+    setting: tuple[str, ...]
+    config: RunConfig
+    workdir: str
+
+
+def setting_label(setting: Sequence[str]) -> str:
+    """A directory-safe name of a sweep setting: ``optimizer.lr=0.003`` -> ``lr=0.003``."""
+    if not setting:
+        return "default"
+    parts = []
+    for item in setting:
+        key, _, value = item.partition("=")
+        parts.append(f"{key.rsplit('.', 1)[-1]}={value}")
+    return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
+
+
+def base_config(suite: Suite, setting: Sequence[str] = ()) -> RunConfig:
+    """The LOIRE config of ``setting``: the base YAML, the suite's overrides, then the setting's."""
+    run = load_run_config(suite.base, [*suite.overrides, *setting])
+    return run.replace(name=suite.name)
+
+
+def _planned(suite: Suite, kind: str, setting: tuple[str, ...], seeds: Sequence[int], systems: Sequence[str],
+             where: str) -> list[PlannedRun]:
+    """Every system at every seed of one setting (seeds outermost), from one read of the base."""
+    base = base_config(suite, setting)
+    out = []
+    for seed in seeds:
+        seeded = base.replace(seed=seed)
+        for system in systems:
+            config = derive(system, seeded)
+            out.append(PlannedRun(kind, system, seed, setting, config.replace(name=f"{config.name}-s{seed}"),
+                                  where.format(setting=setting_label(setting), system=system, seed=seed)))
+    return out
+
+
+def sweep_runs(suite: Suite) -> list[PlannedRun]:
+    if suite.sweep is None:
+        return []
+    return [run for setting in suite.sweep.settings()
+            for run in _planned(suite, "sweep", setting, [suite.sweep.seed], suite.sweep.systems,
+                                "sweep/{setting}/{system}")]
+
+
+def main_runs(suite: Suite, setting: tuple[str, ...]) -> list[PlannedRun]:
+    """Every system at every seed with the chosen setting; seeds outermost, so a suite
+    stopped early has whole seeds of every system."""
+    return _planned(suite, "main", setting, suite.seeds, suite.systems, "runs/{system}/seed{seed}")
+
+
+def choose_setting(suite: Suite, results: Mapping[tuple[tuple[str, ...], str], Mapping[str, Any]]
+                   ) -> tuple[tuple[str, ...], str]:
+    """The sweep's winner and why: the setting with the lowest mean final AP over the sweep's
+    systems among those where every one of them passed the sanity gate (if none did, the
+    lowest mean AP anyway, said so). ``results[(setting, system)]`` holds "final_ap" and
+    "gate_passed" of a finished run. Ties go to the earlier setting in grid order."""
+    if suite.sweep is None:
+        return (), "no sweep: the base config's setting"
+    scored = []
+    for i, setting in enumerate(suite.sweep.settings()):
+        rows = [results.get((setting, s)) for s in suite.sweep.systems]
+        if any(r is None or r.get("final_ap") is None or not math.isfinite(r["final_ap"]) for r in rows):
+            continue
+        mean = sum(r["final_ap"] for r in rows) / len(rows)
+        scored.append((not all(r["gate_passed"] for r in rows), mean, i, setting))
+    if not scored:
+        raise ValueError("no sweep setting finished with a finite AP on every sweep system")
+    failed, mean, _, setting = min(scored)
+    why = f"lowest mean final AP over {', '.join(suite.sweep.systems)} ({mean:.2f})"
+    return setting, why + (" although no setting passed the sanity gate on every sweep system" if failed else
+                           " among the settings that passed the sanity gate")
+
+
+def workdir_for(suite: Suite, root: str | None) -> paths.Path:
+    return paths.as_path(root) if root else paths.as_path("runs") / "experiments" / suite.name

@@ -1,0 +1,161 @@
+"""The paper's baselines and ablations, each a pure transform of one LOIRE run config.
+
+A comparison is only fair if every system sees the same data order, seed, tokens per
+stage and evaluation batches, and differs from LOIRE in the one thing it tests. So no
+system is written by hand: each is derived from the LOIRE config (``base``) by changing
+the model, the growth or the warmup of its stages, and everything else is inherited
+(App. D.2, §3.3, App. F). ``derive(name, base)`` returns the system's ``RunConfig``.
+
+The warmup that a system keeps (replay share, distillation weight and length, gate ramp)
+is LOIRE's, stage by stage, so the systems differ only where the paper says they do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+from loire_jax.config.run import GrowthSpec, RunConfig, StageConfig
+from loire_jax.config.schedule import stage_models
+
+
+@dataclasses.dataclass(frozen=True)
+class System:
+    """One row of the comparison: what it is, where the paper reports it, and how it is
+    derived from the LOIRE config."""
+
+    name: str
+    what: str
+    where: str
+    derive: Callable[[RunConfig], RunConfig]
+
+
+def _no_growth(stage: StageConfig) -> StageConfig:
+    return dataclasses.replace(stage, growth=())
+
+
+def _plain(stage: StageConfig) -> StageConfig:
+    """Train on the stage's domain and nothing else: no growth, replay or distillation."""
+    return dataclasses.replace(stage, growth=(), warmup_steps=0, gate_ramp_steps=0, teachers="none",
+                               replay_ratio=0.0, replay_from="all", beta=0.0, beta_steps=0)
+
+
+def _later(base: RunConfig, fn: Callable[[StageConfig], StageConfig], first: Callable[[StageConfig], StageConfig]
+           = _plain) -> tuple[StageConfig, ...]:
+    return (first(base.stages[0]), *(fn(s) for s in base.stages[1:]))
+
+
+def _largest(base: RunConfig):
+    """LOIRE's last model as a plain architecture (no gates): what GPT_L and GPT_R train."""
+    if base.stages[0].init_from:
+        raise ValueError("its model is the last one's size from scratch, so stage 1 cannot start from "
+                         f"init_from={base.stages[0].init_from!r}")
+    last = stage_models(base)[-1]
+    return dataclasses.replace(base.model, hidden=last.hidden, ffn=last.ffn, heads=last.heads,
+                               kv_heads=last.kv_heads, head_dim=last.head_dim, layers=last.layers)
+
+
+def _named(base: RunConfig, name: str, **changes) -> RunConfig:
+    return base.replace(name=f"{base.name}-{name}", **changes)
+
+
+def _loire(base: RunConfig) -> RunConfig:
+    return _named(base, "LOIRE")
+
+
+def _gpt_s(base: RunConfig) -> RunConfig:
+    return _named(base, "GPT_S", stages=_later(base, _plain))
+
+
+def _gpt_l(base: RunConfig) -> RunConfig:
+    return _named(base, "GPT_L", model=_largest(base), stages=_later(base, _plain))
+
+
+def _recovery(stage: StageConfig) -> StageConfig:
+    """LOIRE's warmup without its teachers: replay of every earlier domain's memory."""
+    return dataclasses.replace(_plain(stage), warmup_steps=stage.warmup_steps, replay_ratio=stage.replay_ratio,
+                               replay_from=stage.replay_from)
+
+
+def _gpt_r(base: RunConfig) -> RunConfig:
+    return _named(base, "GPT_R", model=_largest(base), stages=_later(base, _recovery))
+
+
+def _er(base: RunConfig) -> RunConfig:
+    """Chaudhry et al.: the previous domain's memory mixed into every batch of the stage."""
+    return _named(base, "ER", stages=_later(base, lambda s: dataclasses.replace(
+        _plain(s), warmup_steps=s.steps, replay_ratio=s.replay_ratio, replay_from="previous")))
+
+
+def _token_kd(base: RunConfig) -> RunConfig:
+    """Cappellazzo et al.: M1's size throughout, token-level KD from the previous model on
+    replayed prior data during LOIRE's warmup."""
+    return _named(base, "Token-KD", stages=_later(base, lambda s: dataclasses.replace(
+        _no_growth(s), gate_ramp_steps=0, teachers="last" if s.teachers != "none" else "none")))
+
+
+def _reverse(base: RunConfig) -> RunConfig:
+    """Table 7/11: the same growth steps in the reverse order (layers -> heads -> ffn -> hidden)."""
+    growth = [s.growth for s in base.stages[1:]][::-1]
+    return _named(base, "SCHL-Reverse", stages=(base.stages[0], *(dataclasses.replace(s, growth=g)
+                                                                   for s, g in zip(base.stages[1:], growth))))
+
+
+def _map_growth(base: RunConfig, name: str, fn: Callable[[GrowthSpec], GrowthSpec]) -> RunConfig:
+    return _named(base, name, stages=tuple(dataclasses.replace(s, growth=tuple(fn(g) for g in s.growth))
+                                           for s in base.stages))
+
+
+def _layer_stack(base: RunConfig) -> RunConfig:
+    """Fig. 6: layer copies stacked on top of the model instead of plugged in after their source."""
+    return _map_growth(base, "Layer-stack", lambda g: dataclasses.replace(g, mode="stack", positions=None)
+                       if g.op == "layers" else g)
+
+
+def _init(kind: str) -> Callable[[RunConfig], RunConfig]:
+    """Fig. 4: the new slots of the hidden, FFN and head operators random or zero (the
+    layer operator stays LOIRE's); not function-preserving, so ``exact`` is off for them."""
+    def derive(base: RunConfig) -> RunConfig:
+        return _map_growth(base, kind.capitalize(), lambda g: dataclasses.replace(g, init=kind, exact=False)
+                           if g.op != "layers" else g)
+    return derive
+
+
+def _single_kd(base: RunConfig) -> RunConfig:
+    """Table 12: distillation from the last model only."""
+    return _named(base, "Single-KD", stages=tuple(dataclasses.replace(s, teachers="last") if s.teachers != "none"
+                                                  else s for s in base.stages))
+
+
+def _memory(base: RunConfig) -> RunConfig:
+    """Table 12: the warmup's replay without any distillation."""
+    return _named(base, "Memory", stages=tuple(dataclasses.replace(s, teachers="none", beta=0.0, beta_steps=0)
+                                               for s in base.stages))
+
+
+SYSTEMS: Mapping[str, System] = {s.name: s for s in (
+    System("GPT_S", "M1's size, no growth, each domain in turn", "Table 2", _gpt_s),
+    System("GPT_L", "the last model's size from scratch, each domain in turn", "Table 2, 4", _gpt_l),
+    System("GPT_R", "GPT_L plus LOIRE's recovery replay (no teachers) at each stage", "Table 2, 4", _gpt_r),
+    System("ER", "M1's size, the previous domain's memory replayed 1:9 in every batch", "Table 2", _er),
+    System("Token-KD", "M1's size, token-level KD from the previous model on replayed prior data", "Table 2",
+           _token_kd),
+    System("LOIRE", "the method: exact growth, plug-in layers, iterative distillation warmup", "Table 2", _loire),
+    System("SCHL-Reverse", "LOIRE with the growth order reversed", "Table 7, 11", _reverse),
+    System("Layer-stack", "LOIRE with layer copies stacked on top", "Fig. 6, Table 11", _layer_stack),
+    System("Random", "LOIRE with random new slots (hidden, ffn, heads)", "Fig. 4", _init("random")),
+    System("Zero", "LOIRE with zero new slots (hidden, ffn, heads)", "Fig. 4", _init("zero")),
+    System("Single-KD", "LOIRE distilling from the last model only", "Table 12", _single_kd),
+    System("Memory", "LOIRE's replay without distillation", "Table 12", _memory),
+)}
+
+
+def derive(name: str, base: RunConfig) -> RunConfig:
+    """System ``name``'s run config, derived from the LOIRE config ``base``; validated as
+    every run config is (a system whose growth cannot be built here is refused, by name)."""
+    if name not in SYSTEMS:
+        raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+    try:
+        return SYSTEMS[name].derive(base)
+    except ValueError as err:
+        raise ValueError(f"system {name} cannot be derived from {base.name!r}: {err}") from None

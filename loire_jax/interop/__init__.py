@@ -1,0 +1,14 @@
+"""Interoperation: Hugging Face GPT-2 and Llama checkpoints in and out (``hf``, without
+torch), and the pretrained model a run's M1 may start from (``pretrained``).
+
+May import: ``config``, ``parallel``, ``model``, ``data``, ``store``, ``errors``, ``paths``.
+"""
+
+from loire_jax._lazy import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(("HFError", "load", "save", "config_from_hf", "config_to_hf"), "hf"),
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

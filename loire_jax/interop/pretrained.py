@@ -1,0 +1,119 @@
+"""Stage 1 from pretrained weights (``init_from``): a Hugging Face directory or an Orbax stage
+checkpoint of another run, as LOIRE-GPT2 starts from a pretrained PLM (§3.1, App. D.2).
+
+Two checks stand between a checkpoint and the run, and neither is skipped:
+- the architecture it holds is the run's M1 (every field but execution choices);
+- it was trained with the run's tokenizer: a model never sees another vocabulary's ids.
+An Orbax checkpoint records its tokenizer's identity; a Hugging Face directory written by
+``hf.save`` carries it in ``loire_tokenizer.json``; any other Hugging Face directory is
+matched through its ``tokenizer.json`` (the run must then use that file, kind
+``tokenizer_json``). Anything else is refused, naming what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+
+from loire_jax import paths
+from loire_jax.config.model import ModelConfig
+from loire_jax.errors import RunError
+from loire_jax.interop import hf
+from loire_jax.store import checkpoints
+
+IDENTITY_FILE = hf.TOKENIZER_IDENTITY
+# Fields that say how a model runs, not what it computes: they may differ from the checkpoint's.
+EXECUTION_FIELDS = ("dtype", "param_dtype", "attention", "remat", "init_std")
+
+
+def kind(source: str) -> str:
+    """``hf`` (a directory with a transformers config.json) or ``orbax`` (a stage directory
+    with complete checkpoints); RunError otherwise."""
+    path = paths.as_path(source)
+    if (path / "config.json").exists() and "architectures" in _json(path / "config.json", source):
+        if not paths.is_local(path):
+            raise RunError(f"init_from {source}: a Hugging Face directory must be local; copy it to this host "
+                           "(gs:// works for Orbax stage directories)")
+        return "hf"
+    if path.is_dir() and checkpoints.latest_complete_step(path) is not None:
+        return "orbax"
+    raise RunError(f"init_from {source}: neither a Hugging Face checkpoint directory (config.json + safetensors) "
+                   "nor an Orbax stage directory with a complete checkpoint (<workdir>/stage_<k>)")
+
+
+def _json(file: Any, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(paths.as_path(file).read_text())
+    except (OSError, ValueError) as err:
+        raise RunError(f"init_from {source}: {file} is not readable JSON ({err})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _execution(model: ModelConfig) -> dict[str, Any]:
+    """``model``'s execution fields and vocab padding: what an imported model takes from the run."""
+    return {f: getattr(model, f) for f in EXECUTION_FIELDS + ("pad_vocab_to",)}
+
+
+def stored_model(source: str, like: ModelConfig) -> ModelConfig:
+    """The architecture ``source`` holds, with ``like``'s execution fields and vocab padding."""
+    keep = _execution(like)
+    if kind(source) == "hf":
+        try:
+            return hf.config_from_hf(hf.read_config(Path(str(source))), where=f"init_from {source}", **keep)
+        except hf.HFError as err:
+            raise RunError(str(err)) from None
+    meta = checkpoints.read_latest_meta(paths.as_path(source))
+    keep.pop("param_dtype")  # Orbax restores the stored dtype only: it must be the run's
+    return ModelConfig.from_dict({**meta["model"], **keep})
+
+
+def check_architecture(source: str, model: ModelConfig) -> None:
+    """RunError unless ``source`` holds ``model``'s architecture (cheap: configs only)."""
+    stored = stored_model(source, model)
+    if stored != model:
+        diff = [f"{f}: checkpoint {getattr(stored, f)!r}, run {getattr(model, f)!r}"
+                for f in ModelConfig.__dataclass_fields__ if getattr(stored, f) != getattr(model, f)]
+        raise RunError(f"init_from {source} holds another architecture than the run's model ("
+                       + "; ".join(diff) + "); set the run's model to the checkpoint's")
+
+
+def check_tokenizer(source: str, identity: Mapping[str, Any]) -> None:
+    """RunError unless ``source`` was trained with the tokenizer of ``identity``."""
+    from loire_jax.data import check_compatible
+    from loire_jax.data.errors import TokenizerMismatchError
+
+    path = paths.as_path(source)
+    if kind(source) == "orbax":
+        stored = checkpoints.read_latest_meta(path).get("tokenizer")
+    elif (path / IDENTITY_FILE).exists():
+        stored = _json(path / IDENTITY_FILE, source)
+    elif (path / "tokenizer.json").exists():
+        from loire_jax.data.fetch import sha256_file
+
+        digest = sha256_file(Path(str(path / "tokenizer.json")))
+        if identity.get("kind") == "tokenizer_json" and identity.get("sha256") == digest:
+            return
+        raise RunError(f"init_from {source}: the run's tokenizer is not this checkpoint's tokenizer.json; set "
+                       f"data.tokenizer to kind tokenizer_json, path {path / 'tokenizer.json'}")
+    else:
+        raise RunError(f"init_from {source}: no tokenizer to check the run's against ({IDENTITY_FILE} or "
+                       "tokenizer.json); a model is never run on another tokenizer's ids")
+    try:
+        check_compatible(stored or {}, identity, f"init_from checkpoint {source}")
+    except TokenizerMismatchError as err:
+        raise RunError(str(err)) from None
+
+
+def load(source: str, model: ModelConfig, abstract_params: Any, mesh: jax.sharding.Mesh) -> dict[str, Any]:
+    """M1's parameters from ``source``, laid out like ``abstract_params`` on ``mesh``."""
+    check_architecture(source, model)
+    if kind(source) == "hf":
+        try:
+            _, params = hf.load(Path(str(source)), mesh=mesh, **_execution(model))
+        except hf.HFError as err:
+            raise RunError(str(err)) from None
+        return params
+    return checkpoints.restore_params(paths.as_path(source), abstract_params)

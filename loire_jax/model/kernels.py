@@ -1,0 +1,168 @@
+"""How the model executes on each platform: the attention kernel and layer rematerialisation.
+
+These choices never change what the model computes, only how fast and in how much memory,
+so they are resolved late, from the platform the step runs on, and are free to change on
+resume. ``ModelConfig.attention`` and ``ModelConfig.remat`` hold the user's choice
+(``auto`` by default); ``for_platform`` turns it into a concrete one.
+
+- ``xla``: scores and softmax written out (``einsum`` + ``softmax``), scores in float32 or
+  wider. This is the path the exactness suite checks, and the only one on CPU.
+- ``cudnn``: ``jax.nn.dot_product_attention(implementation="cudnn")``, cuDNN's fused flash
+  attention on NVIDIA GPUs (bf16/fp16, head_dim a multiple of 8 up to 128).
+- ``splash``: the Pallas splash-attention kernel JAX ships for TPU
+  (``jax.experimental.pallas.ops.tpu.splash_attention``), one kernel per example. Off TPU it
+  runs in Pallas interpret mode, which is slow and exists so the CPU tests can check it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from loire_jax.config.model import ModelConfig
+
+CUDNN_DTYPES = ("bfloat16", "float16")
+CUDNN_MAX_HEAD_DIM = 128
+SPLASH_BLOCK = 128  # splash tiles the sequence in blocks of this many tokens (or the whole sequence)
+
+
+def _platform_now() -> str:
+    return jax.default_backend()
+
+
+def attention_for(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> str:
+    """The concrete attention implementation for ``cfg`` on ``platform`` ("cpu", "gpu", "tpu").
+
+    ``auto`` picks cuDNN flash attention on GPUs where it supports the dtype and head size,
+    splash attention on TPU where the sequence tiles into its blocks, and XLA elsewhere. An
+    explicit choice the platform cannot run is an error, raised before any compute.
+    """
+    seq = cfg.max_seq_len if seq_len is None else seq_len
+    cudnn_ok = cfg.dtype in CUDNN_DTYPES and cfg.head_dim % 8 == 0 and cfg.head_dim <= CUDNN_MAX_HEAD_DIM
+    splash_ok = seq % SPLASH_BLOCK == 0 or seq < SPLASH_BLOCK
+    choice = cfg.attention
+    if choice == "auto":
+        if platform == "gpu" and cudnn_ok:
+            return "cudnn"
+        if platform == "tpu" and splash_ok and cfg.dtype != "float64":
+            return "splash"
+        return "xla"
+    if choice == "cudnn":
+        if platform != "gpu":
+            raise ValueError(f"model.attention=cudnn needs an NVIDIA GPU, but the step runs on {platform}; "
+                             "use attention=auto or xla")
+        if not cudnn_ok:
+            raise ValueError(f"model.attention=cudnn supports dtypes {CUDNN_DTYPES} and head_dim a multiple of 8 up "
+                             f"to {CUDNN_MAX_HEAD_DIM}; this model has dtype {cfg.dtype}, head_dim {cfg.head_dim}. "
+                             "Use attention=auto or xla")
+    if choice == "splash":
+        if not splash_ok:
+            raise ValueError(f"model.attention=splash tiles the sequence in blocks of {SPLASH_BLOCK}; seq_len {seq} "
+                             f"is not a multiple. Use attention=auto or xla")
+        if cfg.dtype == "float64":
+            raise ValueError("model.attention=splash does not run in float64; use attention=xla")
+    return choice
+
+
+def remat_for(cfg: ModelConfig, platform: str) -> str:
+    """``auto``: save matmul outputs (``dots``) on accelerators, where activation memory is
+    the limit; keep everything (``none``) on CPU, where memory is plentiful and compute is not."""
+    if cfg.remat != "auto":
+        return cfg.remat
+    return "none" if platform == "cpu" else "dots"
+
+
+LOSS_CHUNKS = {"cpu": 256}  # measured on CPU (docs/performance.md); accelerators: DEFAULT_LOSS_CHUNK
+DEFAULT_LOSS_CHUNK = 2048
+
+
+def loss_chunk_for(setting: int | str, platform: str) -> int:
+    """Tokens per block of the chunked losses. ``auto``: 256 on CPU, where a block that stays
+    in cache was fastest in our benchmark; 2048 on accelerators, where each block's head
+    matmul should be large enough to hide the loop's per-iteration cost (not yet tuned on
+    hardware)."""
+    if setting != "auto":
+        return int(setting)
+    return LOSS_CHUNKS.get(platform, DEFAULT_LOSS_CHUNK)
+
+
+def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> ModelConfig:
+    """``cfg`` with its execution choices made concrete for ``platform``."""
+    return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform))
+
+
+def resolved(cfg: ModelConfig, seq_len: int) -> tuple[str, str]:
+    """(attention, remat) at trace time: ``auto`` resolves against the default backend."""
+    platform = _platform_now()
+    return attention_for(cfg, platform, seq_len), remat_for(cfg, platform)
+
+
+def remat_policy(name: str) -> Callable | None:
+    """The ``jax.checkpoint`` policy for a remat choice (``dots`` keeps the matmul outputs
+    without batch dimensions, i.e. the projections, and recomputes attention scores)."""
+    if name == "dots":
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    if name == "full":
+        return jax.checkpoint_policies.nothing_saveable
+    raise ValueError(f"no remat policy for {name!r}")
+
+
+# --------------------------------------------------------------------------- attention
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str) -> jax.Array:
+    """Causal softmax attention (eq. 1) on [batch, seq, heads, head_dim] -> same shape."""
+    if impl == "xla":
+        return _xla(q, k, v)
+    if impl == "cudnn":
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    if impl == "splash":
+        return _splash(q, k, v)
+    raise ValueError(f"unknown attention implementation {impl!r}")
+
+
+def _xla(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    sdt = jnp.promote_types(q.dtype, jnp.float32)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sdt) / math.sqrt(q.shape[-1])
+    seq = q.shape[1]
+    causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+    scores = jnp.where(causal[None, None], scores, jnp.finfo(sdt).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def _splash_kernel(heads: int, seq: int, interpret: bool) -> Any:
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    block = min(SPLASH_BLOCK * 4, seq) if seq % (SPLASH_BLOCK * 4) == 0 else min(SPLASH_BLOCK, seq)
+    sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                          block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    mask = sm.MultiHeadMask([sm.CausalMask((seq, seq)) for _ in range(heads)])
+    return sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
+
+
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """Splash attention, vmapped over the batch. Pallas kernels are not auto-partitioned, so
+    under a mesh set with ``jax.set_mesh`` the call is wrapped in ``shard_map`` over the batch
+    axes and the heads' ``tensor`` axis."""
+    _, seq, heads, head_dim = q.shape
+    interpret = _platform_now() != "tpu"
+
+    def local(q, k, v):
+        kernel = _splash_kernel(q.shape[2], seq, interpret)
+        qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [b, heads, seq, head_dim]
+        out = jax.vmap(kernel)(qt / np.sqrt(head_dim).astype(q.dtype), kt, vt)
+        return out.transpose(0, 2, 1, 3)
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return local(q, k, v)
+    from jax.sharding import PartitionSpec as P
+
+    from loire_jax.config.mesh import BATCH_AXES
+
+    spec = P(BATCH_AXES, None, "tensor", None)
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)

@@ -1,0 +1,262 @@
+"""The Flax decoder-only Transformer (paper §2.1, eqs 1-3) with LOIRE's gated layers (eq. 12).
+
+Parameters leave this module as a plain nested dict. Layers are stacked along a leading
+axis and run under ``nn.scan``, so a 24-layer model compiles as fast as a 1-layer one
+and layer growth is a gather along that axis.
+
+Every layer computes ``H + alpha * (Trans(H) - H)`` with its own gate ``alpha``, kept
+in ``params['gates']``. Original layers have alpha = 1; a freshly plugged-in copy has
+alpha = 0, which makes it the identity *bit-exactly* (the paper's eq. 12 with
+lambda = 1 - alpha; writing it this way keeps the alpha = 0 case exact). Gates are model
+state: training sets them from the ramp schedule and never differentiates them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax.traverse_util import unflatten_dict
+
+from loire_jax.config.model import ModelConfig
+from loire_jax.config.shapes import GATES, leaf_shapes
+from loire_jax.model.kernels import causal_attention, remat_policy, resolved
+from loire_jax.model.params import validate_params
+
+
+def _softmax_dtype(dtype: jnp.dtype) -> jnp.dtype:
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def rope_frequencies(cfg: ModelConfig, dtype: Any) -> jax.Array:
+    """RoPE's angular frequencies [head_dim/2]: theta^(-2i/head_dim).
+
+    With ``rope_scaling="llama3"`` (Llama 3.1 and later), wavelengths longer than
+    ``original_max_len / low_freq_factor`` are stretched by ``factor``, those shorter than
+    ``original_max_len / high_freq_factor`` are kept, and the band between interpolates
+    linearly in ``original_max_len / wavelength``: a fixed function of the config, so the
+    model stays an ordinary RoPE model with other frequencies."""
+    half = cfg.head_dim // 2
+    freq = 1.0 / (cfg.rope_theta ** (jnp.arange(half, dtype=dtype) / half))
+    if cfg.rope_scaling == "llama3":
+        wavelength = 2 * jnp.pi / freq
+        ratio = cfg.rope_original_max_len / wavelength  # context windows per wavelength
+        low, high = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+        smooth = jnp.clip((ratio - low) / (high - low), 0.0, 1.0)  # 0: long waves, 1: short ones
+        freq = (1 - smooth) * freq / cfg.rope_factor + smooth * freq
+    return freq
+
+
+def rope_tables(cfg: ModelConfig, length: int) -> tuple[jax.Array, jax.Array]:
+    """Sine/cosine tables [length, head_dim/2]; RoPE rotates within one head, so head growth keeps it exact."""
+    dt = _softmax_dtype(cfg.compute_dtype)
+    angles = jnp.arange(length, dtype=dt)[:, None] * rope_frequencies(cfg, dt)[None, :]
+    return jnp.sin(angles), jnp.cos(angles)
+
+
+def apply_rope(x: jax.Array, sin: jax.Array, cos: jax.Array) -> jax.Array:
+    """Rotate-half RoPE on [batch, seq, heads, head_dim]."""
+    x1, x2 = jnp.split(x.astype(sin.dtype), 2, axis=-1)
+    s, c = sin[None, :, None, :], cos[None, :, None, :]
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
+
+
+def _norm(cfg: ModelConfig, name: str) -> nn.Module:
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                            use_fast_variance=False, name=name)
+    return nn.RMSNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name)
+
+
+def _kernel_init(cfg: ModelConfig) -> Any:
+    return nn.initializers.normal(stddev=cfg.init_std)
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention, eq. 1, with ``heads`` heads of width ``head_dim``; with
+    ``kv_heads``, grouped-query attention (each key/value head serves a group of query heads)."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, rope: tuple[jax.Array, jax.Array] | None) -> jax.Array:
+        cfg = self.cfg
+
+        def proj(name: str, heads: int) -> jax.Array:
+            return nn.DenseGeneral((heads, cfg.head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                                   param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name=name)(x)
+
+        q = proj("query", cfg.heads)
+        k, v = proj("key", cfg.n_kv_heads), proj("value", cfg.n_kv_heads)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if cfg.gqa:  # query head i reads key/value head i // group: consecutive query heads share one
+            group = cfg.heads // cfg.n_kv_heads
+            k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+        out = causal_attention(q, k, v, cfg.attention)
+        return nn.DenseGeneral(cfg.hidden, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                               param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="out")(out)
+
+
+class Mlp(nn.Module):
+    """The FFN of eq. 2 (GELU, as in the paper; ``gelu_tanh``: GPT-2's approximation of it) or
+    its SwiGLU variant."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cfg = self.cfg
+
+        def dense(features: int, name: str) -> nn.Dense:
+            return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                            param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name=name)
+
+        if cfg.activation == "swiglu":
+            hidden = jax.nn.silu(dense(cfg.ffn, "gate")(x)) * dense(cfg.ffn, "up")(x)
+        else:
+            hidden = jax.nn.gelu(dense(cfg.ffn, "up")(x), approximate=cfg.activation == "gelu_tanh")
+        return dense(cfg.hidden, "down")(hidden)
+
+
+class GatedBlock(nn.Module):
+    """One Transformer layer, gated: H + alpha (Trans(H) - H) (eq. 12)."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, gate: jax.Array, rope: Any) -> tuple[jax.Array, None]:
+        cfg = self.cfg
+        attn, mlp = Attention(cfg, name="attn"), Mlp(cfg, name="mlp")
+        norm_attn, norm_mlp = _norm(cfg, "norm_attn"), _norm(cfg, "norm_mlp")
+        if cfg.norm_position == "pre":
+            h = x + attn(norm_attn(x), rope)
+            y = h + mlp(norm_mlp(h))
+        else:  # eq. 3: Layer_norm(H + MHA(H)), Layer_norm(H + FFN(H))
+            h = norm_attn(x + attn(x, rope))
+            y = norm_mlp(h + mlp(h))
+        gate = jax.lax.stop_gradient(gate).astype(y.dtype)
+        return x + gate * (y - x), None
+
+
+class Decoder(nn.Module):
+    """The whole model. With ``head=False`` it returns the final hidden states, which the
+    chunked losses multiply by ``head_matrix`` one block of tokens at a time.
+
+    ``cfg`` must carry concrete execution choices (``kernels.for_platform``)."""
+
+    cfg: ModelConfig
+    head: bool = True
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, gates: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        seq = tokens.shape[1]
+        if "auto" in (cfg.attention, cfg.remat):  # resolved against the default backend
+            attention, remat = resolved(cfg, seq)
+            cfg = cfg.replace(attention=attention, remat=remat)
+        embed = nn.Embed(cfg.padded_vocab, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                         embedding_init=_kernel_init(cfg), name="embed")
+        x = embed(tokens)
+        rope = None
+        if cfg.position == "learned":
+            pos = nn.Embed(cfg.max_seq_len, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                           embedding_init=_kernel_init(cfg), name="pos_embed")
+            x = x + pos(jnp.arange(seq))[None]
+        else:
+            rope = rope_tables(cfg, seq)
+        block = GatedBlock
+        if cfg.remat != "none":
+            block = nn.remat(GatedBlock, policy=remat_policy(cfg.remat), prevent_cse=False)
+        stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                        in_axes=(0, nn.broadcast), length=cfg.layers)
+        x, _ = stack(cfg, name="layers")(x, gates, rope)
+        if cfg.has_final_norm:
+            x = _norm(cfg, "final_norm")(x)
+        if not self.head:
+            return x
+        if cfg.tie_embeddings:
+            return embed.attend(x)
+        return nn.Dense(cfg.padded_vocab, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                        kernel_init=_kernel_init(cfg), name="lm_head")(x)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array, *, out_shardings: Any = None) -> dict[str, Any]:
+    """Fresh parameters for ``cfg`` as a plain nested dict, as one compiled program.
+
+    Weights and embeddings ~ N(0, init_std^2), biases 0, norm gains 1, gates 1 (every
+    layer active). Leaves are drawn from the layout table, one key per path, so the
+    values do not depend on how the model is sharded; pass ``out_shardings`` (see
+    ``loire_jax.parallel.sharding.param_shardings``) to create a large model directly on a mesh.
+    ``Decoder(cfg).init`` builds the same tree (a test checks it) but compiles far more.
+    """
+    cfg.check_dtype_support()
+    return jax.jit(_init, static_argnums=0, out_shardings=out_shardings)(cfg, key)
+
+
+def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
+    flat = {}
+    for path, shape in leaf_shapes(cfg).items():
+        if path.endswith(("kernel", "embedding")):
+            leaf_key = jax.random.fold_in(key, zlib.crc32(path.encode()) & 0x7FFFFFFF)
+            flat[path] = cfg.init_std * jax.random.normal(leaf_key, shape, cfg.params_dtype)
+            if path in ("embed/embedding", "lm_head/kernel") and cfg.padded_vocab > cfg.vocab_size:
+                vocab_axis = 0 if path == "embed/embedding" else 1  # padding rows / columns start at 0
+                keep = jnp.arange(cfg.padded_vocab) < cfg.vocab_size
+                flat[path] = jnp.where(jnp.expand_dims(keep, 1 - vocab_axis), flat[path], 0)
+        elif path.endswith("bias"):
+            flat[path] = jnp.zeros(shape, cfg.params_dtype)
+        else:  # norm gains and layer gates
+            flat[path] = jnp.ones(shape, cfg.params_dtype)
+    return unflatten_dict(flat, sep="/")
+
+
+def _check_inputs(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> None:
+    if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+        raise ValueError(f"tokens must be an integer array [batch, seq], got {tokens.dtype}{tokens.shape}")
+    if tokens.shape[1] > cfg.max_seq_len:
+        raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_seq_len {cfg.max_seq_len}")
+    # Concrete input: check the ids here (jitted callers check at their data boundary).
+    if not isinstance(tokens, jax.core.Tracer) and tokens.size:
+        low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
+        if low < 0 or high >= cfg.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}) for this model, got ids in [{low}, {high}]")
+    cfg.check_dtype_support()
+    validate_params(cfg, params)  # shapes only: cheap, and works under tracing
+
+
+def final_hidden(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
+    """The last hidden states [batch, seq, hidden] (after the final norm), in the compute dtype.
+
+    ``auto`` execution choices resolve against the default backend (in ``Decoder``); the
+    trainer resolves them against its mesh's platform beforehand (``kernels.for_platform``)."""
+    _check_inputs(cfg, params, tokens)
+    body = {k: v for k, v in params.items() if k != GATES}
+    return Decoder(cfg, head=False).apply({"params": body}, tokens, params[GATES])
+
+
+def head_matrix(cfg: ModelConfig, params: dict[str, Any]) -> jax.Array:
+    """The LM head as [hidden, padded_vocab] in the compute dtype: the tied embedding's
+    transpose, or ``lm_head/kernel``."""
+    w = params["embed"]["embedding"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
+    return w.astype(cfg.compute_dtype)
+
+
+def logits_dtype(cfg: ModelConfig) -> jnp.dtype:
+    """Logits and losses are reduced in float32 at least (bf16 compute), float64 stays float64."""
+    return _softmax_dtype(cfg.compute_dtype)
+
+
+def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
+    """Logits [batch, seq, vocab_size] for int tokens [batch, seq], honouring the layer gates.
+
+    The padded vocabulary columns are dropped, so the result does not depend on
+    ``pad_vocab_to``. Logits are float32 at least (float64 for a float64 model).
+    Jit it with the config static: ``jax.jit(apply_model, static_argnums=0)``.
+    """
+    x = final_hidden(cfg, params, tokens)
+    logits = jnp.einsum("bsh,hv->bsv", x, head_matrix(cfg, params), preferred_element_type=logits_dtype(cfg))
+    return logits[..., :cfg.vocab_size]

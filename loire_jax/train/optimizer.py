@@ -1,0 +1,56 @@
+"""The optimizer of a stage: Adam or AdamW after global-norm clipping (App. D.1), with a
+learning-rate schedule that restarts at every stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+from loire_jax.config.run import OptimizerConfig
+from loire_jax.config.shapes import DECAYED_KINDS, leaf_kind
+
+
+def optimizer_for(cfg: OptimizerConfig, steps: int) -> optax.GradientTransformation:
+    """The stage's optimizer; its schedule spans this stage (restarted at every stage).
+
+    A warmup longer than the stage is refused (``RunConfig`` refuses it first, naming the
+    stage), never shortened in silence; one as long as the stage peaks at its last step."""
+    if cfg.warmup_steps > steps:
+        raise ValueError(f"optimizer.warmup_steps={cfg.warmup_steps} is longer than the stage's steps={steps}")
+    peak, warm = cfg.lr, min(cfg.warmup_steps, max(steps - 1, 0))
+    end = cfg.lr * cfg.min_lr_ratio
+    if cfg.schedule == "constant":
+        sched = optax.join_schedules([optax.linear_schedule(0.0, peak, warm), optax.constant_schedule(peak)], [warm]) \
+            if warm else optax.constant_schedule(peak)
+    elif cfg.schedule == "cosine":
+        sched = optax.warmup_cosine_decay_schedule(0.0, peak, warm, max(steps, warm + 1), end)
+    else:
+        sched = optax.join_schedules([optax.linear_schedule(0.0, peak, warm),
+                                      optax.linear_schedule(peak, end, max(steps - warm, 1))], [warm])
+    return make_optimizer(cfg.name, learning_rate=sched, weight_decay=cfg.weight_decay, b1=cfg.b1, b2=cfg.b2,
+                          eps=cfg.eps, clip_norm=cfg.clip_norm)
+
+
+def decay_mask(params: Any) -> Any:
+    """Weight decay on matrices and embeddings only, never on norms or biases: by each leaf's
+    kind in the layout table (``layout.leaf_kind``), not by rank, since stacking the layers
+    makes every leaf at least 2-D."""
+    def decayed(path, _):
+        return leaf_kind(jax.tree_util.keystr(path, simple=True, separator="/")) in DECAYED_KINDS
+
+    return jax.tree_util.tree_map_with_path(decayed, params)
+
+
+def make_optimizer(name: str = "adamw", *, learning_rate: float | optax.Schedule = 3e-4, weight_decay: float = 0.0,
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   clip_norm: float | None = 1.0) -> optax.GradientTransformation:
+    """Adam (the paper's choice, App. D.1) or AdamW, after global-norm clipping."""
+    if name == "adam":
+        core = optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
+    elif name == "adamw":
+        core = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
+    else:
+        raise ValueError(f"unknown optimizer {name!r}; choose 'adam' or 'adamw'")
+    return optax.chain(optax.clip_by_global_norm(clip_norm), core) if clip_norm else core

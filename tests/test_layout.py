@@ -1,0 +1,217 @@
+"""The package's layering, as CONTRIBUTING.md maps it: imports go one way, and there are no cycles.
+
+Parsed from the source, every ``import`` counted (module level, inside functions, and under
+``TYPE_CHECKING``): a deferred import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "loire_jax"
+
+# Each layer and the layers it may import (besides itself). "base": errors, paths, _lazy.
+ALLOWED = {
+    "base": set(),
+    "config": {"base"},
+    "parallel": {"base", "config"},
+    "model": {"base", "config", "parallel"},
+    "growth": {"base", "config", "parallel", "model"},
+    "data": {"base", "config"},
+    "analysis": {"base", "config"},
+    "store": {"base", "config"},
+    "interop": {"base", "config", "parallel", "model", "data", "store"},
+    "train": {"base", "config", "parallel", "model", "growth", "data", "analysis", "store", "interop"},
+    "experiments": {"base", "config", "parallel", "model", "growth", "data", "analysis", "store", "interop",
+                    "train"},
+    "cli": {"base", "config", "parallel", "model", "growth", "data", "analysis", "store", "interop", "train",
+            "experiments"},
+}
+# Third-party stacks a layer must not touch: config stays loadable without the training stack.
+FORBIDDEN_THIRD_PARTY = {
+    "config": {"flax", "optax", "orbax", "grain", "tensorflow_datasets", "array_record"},
+    "model": {"grain", "tensorflow_datasets", "orbax"},
+    "growth": {"grain", "tensorflow_datasets", "orbax"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "api"  # loire_jax/__init__.py: the lazy public table
+    return parts[1] if parts[1] in ALLOWED else "base"
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:`` (annotations only, never executed)."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            ids.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return ids
+
+
+def imports_of(module: str, source: str | None = None, *, runtime_only: bool = False) -> set[str]:
+    """Every module ``module`` imports: loire_jax modules by name, others by top-level package.
+    ``runtime_only`` leaves out the imports under ``if TYPE_CHECKING:``."""
+    path = MODULES.get(module)
+    tree = ast.parse(source if source is not None else path.read_text())
+    package = module if path is None or path.name == "__init__.py" else module.rpartition(".")[0]
+    skip = _type_checking_nodes(tree) if runtime_only else set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            submodules = {f"{target}.{a.name}" for a in node.names} & set(MODULES)
+            found.update(submodules)
+            if len(submodules) < len(node.names):  # some names are the package's own attributes
+                found.add(target)
+    out = set()
+    for name in found:
+        if name.split(".")[0] != "loire_jax":
+            out.add(name.split(".")[0])
+            continue
+        while name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name != module:
+            out.add(name)
+    return out
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+RUNTIME = {m: imports_of(m, runtime_only=True) for m in MODULES}
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, deps in sorted(graph.items()):
+        mine = layer(module)
+        if mine == "api":
+            continue
+        for dep in sorted(deps):
+            if dep.startswith("loire_jax"):
+                theirs = layer(dep)
+                if dep == "loire_jax" and mine != "cli":  # the CLIs may call the public API
+                    bad.append(f"{module} imports the package root (import the subpackage instead)")
+                elif dep != "loire_jax" and theirs != mine and theirs not in ALLOWED[mine]:
+                    bad.append(f"{module} ({mine}) imports {dep} ({theirs})")
+            elif dep in FORBIDDEN_THIRD_PARTY.get(mine, ()):
+                bad.append(f"{module} ({mine}) imports {dep}")
+    return bad
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_import_goes_down_a_layer():
+    assert violations(GRAPH) == []
+
+
+def test_there_are_no_import_cycles():
+    """Counting every executed import, deferred ones too; a type-only import (under
+    ``TYPE_CHECKING``) is checked for its layer above but cannot form a cycle at run time."""
+    assert cycles(RUNTIME) == []
+
+
+def test_the_checks_catch_an_upward_import_and_a_cycle():
+    """The two checks above are not vacuous: a growth module importing the trainer, and two
+    modules importing each other, are caught."""
+    graph = {m: set(d) for m, d in GRAPH.items()}
+    graph["loire_jax.growth.transforms"].add("loire_jax.train.trainer")
+    assert "loire_jax.growth.transforms (growth) imports loire_jax.train.trainer (train)" in violations(graph)
+    graph = {m: set(d) for m, d in RUNTIME.items()}
+    graph["loire_jax.config.model"].add("loire_jax.config.run")
+    assert any({"loire_jax.config.model", "loire_jax.config.run"} <= set(c) for c in cycles(graph))
+    deferred = "def f():\n    from loire_jax.train import trainer\n"
+    assert "loire_jax.train.trainer" in imports_of("loire_jax.config.model", deferred)
+    assert "flax" in imports_of("loire_jax.config.model", "import flax.linen as nn\n")
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loire_jax.train import trainer\n"
+    assert "loire_jax.train.trainer" in imports_of("loire_jax.config.model", typed)
+    assert "loire_jax.train.trainer" not in imports_of("loire_jax.config.model", typed, runtime_only=True)
+
+
+def test_every_subpackage_says_what_it_owns_and_what_it_may_import():
+    for init in sorted(PKG.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "May import" in doc, f"{init.relative_to(ROOT)} has no 'May import' line in its docstring"
+
+
+def test_every_subpackage_has_a_layer():
+    assert sorted(p.parent.name for p in PKG.glob("*/__init__.py")) == sorted(set(ALLOWED) - {"base"})
+
+
+@pytest.mark.slow
+def test_loading_every_preset_imports_no_training_stack():
+    """Config is a leaf: loading and validating each preset in configs/ (by name, as the CLI
+    does) pulls in no flax, optax, orbax or grain, and no model, growth, data, train or store module."""
+    code = (
+        "import json, sys\n"
+        "from loire_jax.config import load_run_config\n"
+        "from loire_jax.config.presets import names\n"
+        "loaded = [load_run_config(n).name for n in names()]\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('flax', 'optax', 'orbax', 'grain')"
+        " or m.startswith(('loire_jax.model', 'loire_jax.growth', 'loire_jax.data.', 'loire_jax.train',"
+        " 'loire_jax.store', 'loire_jax.parallel', 'loire_jax.interop', 'loire_jax.analysis')))\n"
+        "print(json.dumps({'loaded': loaded, 'heavy': heavy}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert len(result["loaded"]) >= 6
+    assert result["heavy"] == []
