@@ -7,10 +7,7 @@ setting: ``tests/runs.py`` runs them with x64 off and full optimisation, as user
 them, and its CLI runs are separate processes with the defaults."""
 
 import os
-import sys
-from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent / "data")]  # runs.py, data_helpers.py
 os.environ["JAX_PLATFORMS"] = "cpu"
 # Room in XLA:CPU's shared pool for every simulated device's in-flight collectives
 # (see launch/devices.py: simulated_cpu_env).

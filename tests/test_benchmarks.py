@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,8 @@ from test_faults import config, finished, reference, resumes_to_reference, share
 from loire_jax import load_run_config
 from loire_jax.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
+
 
 def _flip_bit(path: Path, old: bytes, bit: int) -> None:
     """Flip one bit of the byte after ``old`` (a value in a JSON file)."""

@@ -5,13 +5,9 @@ limit. Two runs on one host, or the processes of one multi-process run, compile 
 programs at the same moment; without the lock one of them can load an entry the other is
 still writing."""
 
-import sys
-from pathlib import Path
 
 import jax
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loire_jax.cli.devices import CACHE_LIMIT_BYTES, compile_cache  # noqa: E402
 

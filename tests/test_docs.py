@@ -1,11 +1,14 @@
-"""The README and docs/ are true: every figure README.md and docs/*.md quote is what its recorded
-run (docs/results/, benchmarks/results/) renders, every code block of README.md and
-docs/library.md runs as pasted or names what covers it, and
-``loire_jax.run`` from Python leaves what ``python launch/train.py`` leaves, report included."""
+"""The README, CONTRIBUTING.md and docs/ are true: every figure README.md and docs/*.md quote is
+what its recorded run (docs/results/, benchmarks/results/) renders, every code block of the
+documents in ``DOCS`` runs as pasted or names what covers it, every relative link leads to a
+file (and heading) that exists, the README stays a short front page, and ``loire_jax.run``
+from Python leaves what ``python launch/train.py`` leaves, report included."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -15,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,8 +26,15 @@ import yaml
 from data_helpers import tiny_config_dict
 from runs import ROOT, cli, one_line_error, tiny_run, users_numerics
 
-DOCS = {"README.md": ROOT / "README.md", "docs/library.md": ROOT / "docs" / "library.md"}
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+# The documents whose code blocks are run (python) or classified in SHELL (bash).
+DOCS = {name: ROOT / name for name in ("README.md", "CONTRIBUTING.md", "docs/library.md", "docs/interop.md",
+                                       "docs/operations.md", "docs/results.md")}
+PUBLIC_ONLY = ("README.md", "docs/library.md", "docs/interop.md")  # they import public names only (``__all__``)
+README_MAX_LINES = 200
+# What the README must link to: the front page leads to every part of the documentation.
+README_LINKS = ("docs/operations.md", "docs/results.md", "docs/library.md", "docs/performance.md", "docs/data.md",
+                "CONTRIBUTING.md")
+FENCE = re.compile(r"^([ \t]*)```(\w*)\n(.*?)^\1```", re.S | re.M)  # at the margin or indented in a list
 
 
 def _figures_tool():
@@ -41,7 +52,7 @@ def blocks(language: str) -> list[tuple[str, int, str]]:
     """(document, index among its blocks of that language, code) of every fenced block."""
     out = []
     for doc, path in DOCS.items():
-        found = [code for lang, code in FENCE.findall(path.read_text()) if lang == language]
+        found = [textwrap.dedent(code) for _indent, lang, code in FENCE.findall(path.read_text()) if lang == language]
         out += [(doc, i, code) for i, code in enumerate(found)]
     return out
 
@@ -75,7 +86,8 @@ def test_a_hand_edited_figure_in_any_document_fails_the_check_naming_it(tmp_path
     monkeypatch.setattr(figures, "ROOT", tmp_path)
     monkeypatch.setattr(figures, "DOCS", tuple(copies))
     assert figures.problems() == []
-    for name, doc in (("bench-memory", "README.md"), ("bench-data", "docs/data.md")):
+    for name, doc in (("default-run-report", "README.md"), ("bench-memory", "docs/results.md"),
+                      ("bench-data", "docs/data.md")):
         text = (tmp_path / doc).read_text()
         quoted = figures.quoted(text)[name]
         edited = re.sub(r"\d\.\d", lambda m: "9" + m.group(0)[1:], quoted, count=1)
@@ -196,11 +208,13 @@ def library_run(fixture_config, tmp_path_factory):
     return cwd / "runs" / "tiny-lib", printed
 
 
+@pytest.mark.slow
 def test_the_library_run_example_runs_with_only_its_config_path_replaced(library_run):
     workdir, printed = library_run
     assert printed.rstrip().endswith(str(workdir.resolve() / "report" / "report.md"))
 
 
+@pytest.mark.slow
 def test_the_hook_example_prints_above_the_progress_bar_not_into_it(library_run):
     _workdir, printed = library_run
     said = [line.rsplit("\r", 1)[-1] for line in printed.split("\n") if " step 10: loss " in line]
@@ -224,6 +238,114 @@ def test_say_writes_a_whole_line_above_a_live_bar():
     assert "hello 1" in lines, out.getvalue()
 
 
+def public_imports(code: str) -> list[str]:
+    """What a code block imports from loire_jax other than public names: ``from loire_jax import
+    NAME`` with NAME in ``loire_jax.__all__``, or ``from loire_jax.SUBPACKAGE import NAME`` with
+    NAME in that subpackage's ``__all__``. The problems, one line each."""
+    bad = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "loire_jax":
+            if node.module.count(".") > 1:
+                bad.append(f"from {node.module} import ...: a module, not the public API")
+                continue
+            public = getattr(importlib.import_module(node.module), "__all__", ())
+            bad += [f"{node.module}.{a.name} is not in {node.module}.__all__" for a in node.names
+                    if a.name not in public]
+        elif isinstance(node, ast.Import):
+            bad += [f"import {a.name}: not the public API" for a in node.names
+                    if a.name.startswith("loire_jax.")]
+    return bad
+
+
+def test_the_readme_and_library_examples_use_only_the_public_api():
+    found = [(doc, i, problem) for doc, i, code in blocks("python") if doc in PUBLIC_ONLY
+             for problem in public_imports(code)]
+    assert found == []
+    assert {doc for doc, _i, _code in blocks("python")} >= set(PUBLIC_ONLY)  # the check has blocks to check
+
+
+def test_the_public_api_check_catches_a_private_import():
+    assert public_imports("from loire_jax import grow\nfrom loire_jax.train import say\nimport jax\n") == []
+    assert public_imports("from loire_jax.train.hooks import say\n") == [
+        "from loire_jax.train.hooks import ...: a module, not the public API"]
+    assert public_imports("from loire_jax import _lazy\n") == ["loire_jax._lazy is not in loire_jax.__all__"]
+    assert public_imports("from loire_jax.train import trainer\n") == [
+        "loire_jax.train.trainer is not in loire_jax.train.__all__"]
+    assert public_imports("import loire_jax.growth\n") == ["import loire_jax.growth: not the public API"]
+
+
+# --------------------------------------------------------------------------- the README and the links
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> str:
+    """The text without fenced code blocks and inline code, where brackets are not links."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a document's headings (lowercase, punctuation dropped, spaces to
+    hyphens, repeats numbered)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def broken_links(root: Path) -> list[str]:
+    """Every relative link of README.md, CONTRIBUTING.md and docs/**/*.md under ``root`` whose
+    file, or whose heading after ``#``, does not exist: one line each."""
+    documents = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").rglob("*.md"))]
+    bad = []
+    for doc in documents:
+        text = doc.read_text()
+        for target in LINK.findall(_prose(text)):
+            if re.match(r"[a-z][a-z+.-]*:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            where = f"{doc.relative_to(root)}: ({target})"
+            if not dest.exists():
+                bad.append(f"{where} leads to no file")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text()):
+                bad.append(f"{where}: {dest.name} has no heading #{anchor}")
+    return bad
+
+
+def test_the_readme_is_a_short_front_page_linking_every_part_of_the_documentation():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES, len(text.splitlines())
+    linked = {target.partition("#")[0] for target in LINK.findall(_prose(text))}
+    assert [doc for doc in README_LINKS if doc not in linked] == []
+    # the two commands on the first screen, before anything but the introduction
+    first_screen = "\n".join(text.splitlines()[:45])
+    assert "pip install -e . && python launch/train.py --mesh 8" in first_screen
+    assert "pip install -e '.[test]' && ruff check . && python -m pytest" in first_screen
+    # and the test command is the one CI runs
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert [line for line in text.splitlines() if line.startswith("pip install -e '.[test]'")][0] in ci.splitlines()
+
+
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist():
+    assert broken_links(ROOT) == []
+
+
+def test_a_broken_link_or_anchor_is_caught(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\n## Some `code`: here (too)\n")
+    (tmp_path / "CONTRIBUTING.md").write_text("[a](docs/a.md#some-code-here-too) `[not](a-link.md)`\n")
+    (tmp_path / "README.md").write_text("[a](docs/a.md) [b](https://example.org/x.md)\n")
+    assert broken_links(tmp_path) == []
+    (tmp_path / "README.md").write_text("[a](docs/b.md) [c](docs/a.md#nowhere)\n")
+    assert broken_links(tmp_path) == ["README.md: (docs/b.md) leads to no file",
+                                      "README.md: (docs/a.md#nowhere): a.md has no heading #nowhere"]
+
+
 # --------------------------------------------------------------------------- the CLI and run() agree
 def _files(workdir: Path) -> set[str]:
     """The workdir's files, with the names that hold a time, a host or a content hash (TensorBoard's
@@ -237,6 +359,7 @@ def _files(workdir: Path) -> set[str]:
     return out
 
 
+@pytest.mark.slow
 def test_run_from_python_writes_the_report_and_files_the_cli_writes(library_run, fixture_config, tmp_path):
     from_python, _ = library_run
     done = cli(fixture_config, tmp_path / "cli", "optimizer.lr=2e-3", "stage_defaults.steps=20")
@@ -252,6 +375,7 @@ def test_run_from_python_writes_the_report_and_files_the_cli_writes(library_run,
     assert [r["AP"] for r in a["lifelong"]] == pytest.approx([r["AP"] for r in b["lifelong"]], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_run_from_python_refuses_with_the_line_the_cli_prints(fixture_config, tmp_path):
     from loire_jax import load_run_config, run
 
@@ -265,6 +389,7 @@ def test_run_from_python_refuses_with_the_line_the_cli_prints(fixture_config, tm
     assert (foreign / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(library_run, tmp_path):
     from loire_jax import run
     from loire_jax.analysis.reports import ReportError
@@ -289,27 +414,63 @@ def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(l
 
 
 # --------------------------------------------------------------------------- shell commands
-# Every shell command of README.md and docs/library.md: "run" (executed verbatim below), or
-# what covers it and why it is not run here.
+# Every shell command of the documents in DOCS: "run" (executed verbatim below), or "not run here"
+# with the reason and what covers it.
 SHELL = {
+    # README.md
     "pip install -e . && python launch/train.py --mesh 8":
         "not run here: the install is the environment's, and the default run needs the downloaded corpus and "
         "minutes; it made docs/results/default-run* (python tools/docs_figures.py --reproduce default-run reruns "
         "it), and test_run_from_python_writes_the_report_and_files_the_cli_writes runs the CLI end to end",
-    "pip install -e '.[test]' && python -m pytest -n auto --dist loadgroup":
-        "not run here: it is this suite",
+    "pip install -e '.[test]' && ruff check . && python -m pytest -m \"not slow\" && python -m pytest -m slow":
+        "not run here: it is this suite (lint, then the fast tier, then the slow tier); .ci/run runs it verbatim",
+    # docs/operations.md
+    "pip install -e '.[tensorboard]'":
+        "not run here: the install is the environment's; test_install.py installs the wheel and runs its scripts",
+    "python launch/train.py --config configs/gpt_paper.yaml --workdir /shared/runs/paper --coordinator host0:1234 "
+    "--num-processes 2 --process-id 0":
+        "not run here: it needs two hosts and the paper's TFDS data; tests/test_multiprocess.py runs two local "
+        "processes joined the same way",
+    "pip install -e '.[gcs]'":
+        "not run here: the install is the environment's, and this machine has no Cloud Storage; tests/test_paths.py "
+        "runs the object-store code paths on local paths",
+    "WORKDIR=/shared/runs/paper sbatch launch/slurm.sbatch --config configs/gpt_paper.yaml":
+        "not run here: no SLURM; tests/test_multiprocess.py gives two local processes SLURM's variables",
+    "launch/tpu_pod.sh TPU_NAME ZONE gs://BUCKET/runs/paper --config configs/gpt_paper.yaml "
+    "data.data_dir=gs://BUCKET/loire_data":
+        "not run here: no Cloud TPU (it has not run on a real one yet)",
+    # docs/results.md
+    "python launch/report.py runs/experiments/paper-mini/runs/{LOIRE,GPT_L}/seed1":
+        "not run here (needs the suite's runs); tests/test_trainer.py runs launch/report.py on two workdirs",
     "python launch/experiment.py --suite paper-mini --list": "run",
     "python launch/experiment.py --suite paper-mini":
         "not run here (44 runs); tests/test_experiment.py runs a micro suite end to end",
-    "python launch/report.py runs/experiments/paper-mini/runs/{LOIRE,GPT_L}/seed1":
-        "not run here (needs the suite's runs); tests/test_trainer.py runs launch/report.py on two workdirs",
+    "python launch/experiment.py --suite paper --seeds 1,2,3 --workdir gs://bucket/paper":
+        "not run here: the paper's scale, for GPU and TPU nodes; tests/test_experiment.py runs a micro suite",
     "python launch/train.py --config configs/tiny_gpt2_general.yaml --mesh 8":
         "not run here (needs the corpus); tests/test_trainer.py starts a stage from another run's checkpoint",
     "python launch/train.py --config configs/tiny_gpt2.yaml --mesh 8":
         "not run here (needs the corpus and the run above); see the line above",
-    "pip install -e '.[tensorboard]'":
-        "not run here: the install is the environment's; test_install.py installs the wheel and runs its scripts",
+    "python benchmarks/bench_step.py --shapes m1 --batch 8 --seq 256 --vocab 8192 --steps 5 --torch --json "
+    "benchmarks/results/cpu-m1-target.json":
+        "not run here: minutes, and it needs torch; it wrote the record the bench-throughput figure renders, and "
+        "tests/test_benchmarks.py runs bench_step.py on a small case",
+    "python benchmarks/bench_step.py --shapes tiny --teachers 0,1,4 --dtypes float32,bfloat16 --torch --json "
+    "benchmarks/results/cpu-tiny.json":
+        "not run here: as the line above",
+    "python tools/docs_figures.py --check": "run",
+    "python tools/docs_figures.py --reproduce default-run":
+        "not run here: minutes (the whole default run); test_the_recorded_report_is_what_the_report_code_computes_"
+        "from_the_recorded_metrics recomputes its report",
+    # CONTRIBUTING.md
+    'python -m pytest -m "not slow"': "not run here: it is this suite's fast tier",
+    "python -m pytest -m slow": "not run here: it is this suite's slow tier",
+    "python -m pytest -x -q -n 0 tests/test_growth_exactness.py -k hidden":
+        "not run here: an example of a targeted run; the tests it selects are in the fast tier",
+    "ruff check .": "not run here: .ci/run runs it before the tests",
+    ".ci/run": "not run here: it builds a fresh virtual environment and runs the whole suite",
 }
+LAUNCHERS = ("launch/slurm.sbatch", "launch/tpu_pod.sh")  # they pass their arguments on to launch/train.py
 
 
 def shell_commands() -> list[str]:
@@ -324,31 +485,70 @@ def shell_commands() -> list[str]:
 
 def test_every_shell_command_in_the_docs_is_run_or_names_what_covers_it():
     assert sorted(shell_commands()) == sorted(SHELL)
+    assert all(how == "run" or how.startswith("not run here") for how in SHELL.values())
 
 
+@functools.lru_cache(maxsize=None)
+def _help(script: str) -> str:
+    done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _extra(name: str) -> list[str]:
+    """The requirements of one extra in setup.cfg (empty if there is no such extra)."""
+    extras = (ROOT / "setup.cfg").read_text().split("[options.extras_require]", 1)[1].split("\n[", 1)[0]
+    found = re.search(rf"^{re.escape(name)}\s*=[^\n]*\n((?:[ \t]+.*\n?|\s*\n)*)", extras, re.M)
+    lines = found.group(1).splitlines() if found else []
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c, how in SHELL.items() if how != "run"])
 def test_a_shell_command_not_run_names_scripts_and_flags_that_exist(command):
     """Parsed only: each ``python SCRIPT`` exists and its ``--help`` lists every ``--flag`` the
-    command uses; ``pip install -e '.[test]'`` names an extra that brings pytest-xdist."""
+    command uses (for the cluster launchers, ``launch/train.py``'s, which they pass them to);
+    ``python -m MODULE`` names an importable module; ``pip install -e '.[X]'`` names an extra
+    that exists (``test`` brings pytest-xdist and ruff, ``tensorboard`` the viewer); other
+    programs are scripts of the checkout or tools the test extra installs."""
     for part in command.split("&&"):
         words = shlex.split(part)
-        if words[:2] == ["python", "-m"] or words[0] == "pip":
+        while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value before the program
+            words = words[1:]
+        flags = [w for w in words if w.startswith("--")]
+        if words[0] == "pip":
+            for extra in re.findall(r"\.\[(\w+)\]", part):
+                assert _extra(extra), f"setup.cfg has no extra {extra!r}"
             continue
-        assert (ROOT / words[1]).exists(), words[1]
-        flags = [w for w in words[2:] if w.startswith("--")]
-        if flags:
-            done = subprocess.run([sys.executable, words[1], "--help"], cwd=ROOT, capture_output=True, text=True,
-                                  timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-            assert done.returncode == 0, done.stderr[-2000:]
-            assert all(flag in done.stdout for flag in flags), (flags, done.stdout[-2000:])
+        if words[:2] == ["python", "-m"]:
+            assert importlib.util.find_spec(words[2]) is not None, words[2]
+            paths = [w for w in words[3:] if w.startswith("tests/")]
+            assert all((ROOT / w).exists() for w in paths), paths
+            continue
+        if words[0] == "python":
+            assert (ROOT / words[1]).exists(), words[1]
+            assert all(flag in _help(words[1]) for flag in flags), (flags, _help(words[1])[-2000:])
+            continue
+        script = words[1] if words[0] == "sbatch" else words[0]
+        if script in LAUNCHERS:
+            assert (ROOT / script).exists(), script
+            assert all(flag in _help("launch/train.py") for flag in flags), flags
+            continue
+        if (ROOT / script).is_file():  # a script of the checkout (.ci/run)
+            assert os.access(ROOT / script, os.X_OK), f"{script} is not executable"
+            continue
+        assert any(re.match(rf"{re.escape(script)}\b", req) for req in _extra("test")), \
+            f"{script}: neither a script of the checkout nor a tool the test extra installs"
     if "[test]" in command:  # the extra exists and brings pytest-xdist, which -n and --dist need
         extras = (ROOT / "setup.cfg").read_text().split("[options.extras_require]", 1)[1]
         assert re.search(r"^test\s*=(\s*\n\s+\S.*)*?pytest-xdist", extras, re.M), extras[:500]
-    if "[tensorboard]" in command:  # the extra exists and brings the viewer the README tells users to start
+    if "[tensorboard]" in command:  # the extra exists and brings the viewer the docs tell users to start
         extras = (ROOT / "setup.cfg").read_text().split("[options.extras_require]", 1)[1]
         assert re.search(r"^tensorboard\s*=(\s*\n\s+\S.*)*?\n\s+tensorboard>=", extras, re.M), extras[:500]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c, how in SHELL.items() if how == "run"])
 def test_a_cheap_shell_command_runs_verbatim(command):
     done = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300,

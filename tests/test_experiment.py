@@ -17,7 +17,7 @@ from runs import ROOT, one_line_error, tiny_run
 # Runs in the "engine" group, one after another with the two-process tests: a suite
 # subprocess beside them overloaded this 2-core CI machine, and the two-process runs aborted
 # inside JAX's coordination service (three CI runs, three different tests of that module).
-pytestmark = pytest.mark.xdist_group("engine")
+pytestmark = [pytest.mark.xdist_group("engine"), pytest.mark.slow]
 
 
 def experiment(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["vocab_size=64", "max_seq_len=32", "hidden=16", "ffn=32", "heads=2", "head_dim=8", "layers=2",
          "--seq", "16", "--batch", "8"]

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import model_configs, op_sequences, target_size
+from tiers import tiered
 
 from loire_jax import ModelConfig, apply_model, grow, init_params, param_count, plan_growth
 from loire_jax.growth.transforms import grow_like
@@ -114,7 +115,12 @@ CELLS = [(a, "paper", "float64") for a in ARCHS] + [(a, "paper", "float32") for 
     + [(a, "reverse", "float64") for a in SUBSET]
 
 
-@pytest.mark.parametrize("arch,schedule,dtype", CELLS,
+# Fast tier: both norms x both positions in float64, one float32 and one reverse-order cell.
+FAST_CELLS = {*((a, "paper", "float64") for a in ARCHS[::8]), (SUBSET[0], "paper", "float32"),
+              (SUBSET[0], "reverse", "float64")}
+
+
+@pytest.mark.parametrize("arch,schedule,dtype", tiered(CELLS, lambda i, c: c in FAST_CELLS),
                          ids=lambda v: "-".join(str(x) for x in v) if isinstance(v, tuple) else str(v))
 def test_every_operator_on_every_architecture(arch, schedule, dtype):
     """The cell table: architectures x the 4 operators, composed, checked at the end (the
@@ -146,7 +152,7 @@ GQA_CELLS = [(a, m, "float64") for a in GQA_ARCHS for m in GQA_METHODS] + [(GQA_
                                                                            for m in GQA_METHODS]
 
 
-@pytest.mark.parametrize("arch,method,dtype", GQA_CELLS,
+@pytest.mark.parametrize("arch,method,dtype", tiered(GQA_CELLS, lambda i, c: c[0] == GQA_ARCHS[0] and c[2] == "float64"),
                          ids=lambda v: "-".join(str(x) for x in v) if isinstance(v, tuple) else str(v))
 def test_grouped_query_attention_grows_exactly_both_ways(arch, method, dtype):
     """GQA with 6 query heads over 2 key/value heads (groups of 3): heads growth by whole
@@ -181,13 +187,17 @@ def test_gqa_configs_are_validated():
         plan_growth(ModelConfig(heads=4), "heads", 6, method="within")
 
 
-@pytest.mark.parametrize("method,norm,position", [
+HIDDEN_CELLS = [(method, norm, position, tied) for tied in (True, False) for method, norm, position in [
     ("zero_pad", "rmsnorm", "pre"), ("zero_pad", "rmsnorm", "post"),
     ("mean_expand", "layernorm", "pre"),
     ("duplicate", "layernorm", "pre"), ("duplicate", "layernorm", "post"),
     ("duplicate", "rmsnorm", "pre"), ("duplicate", "rmsnorm", "post"),
-])
-@pytest.mark.parametrize("tied", [True, False])
+]]
+
+
+# Fast tier: every construction tied, and duplicate's untied post-norm case.
+@pytest.mark.parametrize("method,norm,position,tied",
+                         tiered(HIDDEN_CELLS, lambda i, c: c[3] or c[:3] == ("duplicate", "layernorm", "post")))
 def test_each_exact_hidden_construction(method, norm, position, tied):
     """Every hidden-size construction in docs/growth.md's table, where it claims exactness."""
     cfg = _arch_cfg((norm, position, "gelu", "learned", tied))
@@ -206,14 +216,16 @@ def _delta_after(cfg, op, size, **kw):
     return max_delta(cfg, params, cfg2, params2, tokens)
 
 
-@pytest.mark.parametrize("arch", ARCHS[::9], ids=lambda a: "-".join(str(x) for x in a))
+@pytest.mark.parametrize("arch", tiered(ARCHS[::9], lambda i, a: i == 0, unpack=False),
+                         ids=lambda a: "-".join(str(x) for x in a))
 @pytest.mark.parametrize("op", ["hidden", "ffn", "heads", "layers"])
 def test_random_init_changes_the_function(arch, op):
     cfg = _arch_cfg(arch)
     assert _delta_after(cfg, op, SIZES[op](cfg), init="random") > 1e-6
 
 
-@pytest.mark.parametrize("arch", ARCHS[::5], ids=lambda a: "-".join(str(x) for x in a))
+@pytest.mark.parametrize("arch", tiered(ARCHS[::5], lambda i, a: i == 0, unpack=False),
+                         ids=lambda a: "-".join(str(x) for x in a))
 def test_zero_init_changes_the_function_under_hidden_growth(arch):
     cfg = _arch_cfg(arch)
     assert _delta_after(cfg, "hidden", SIZES["hidden"](cfg), init="zero") > 1e-6
@@ -251,8 +263,8 @@ def test_zero_init_of_width_is_preserving_but_dead(op):
     assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in dead)
 
 
-@pytest.mark.parametrize("norm,position", [("layernorm", "pre"), ("layernorm", "post"), ("rmsnorm", "pre"),
-                                           ("rmsnorm", "post")])
+@pytest.mark.parametrize("norm,position", tiered([("layernorm", "pre"), ("layernorm", "post"), ("rmsnorm", "pre"),
+                                                  ("rmsnorm", "post")], lambda i, c: i == 0))
 def test_paper_zero_padding_is_not_exact(norm, position):
     """The paper's eqs 9-11 as written (method='paper', exact=False): a measured change."""
     cfg = _arch_cfg((norm, position, "gelu", "learned", False))

@@ -15,7 +15,7 @@ from strategies import model_configs, target_size
 from loire_jax import apply_model, grow, init_params
 from loire_jax.parallel.sharding import make_mesh, param_shardings, shard_params
 
-pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.float64]  # see conftest.py
+pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.float64, pytest.mark.slow]  # see conftest.py
 
 MESH = None
 

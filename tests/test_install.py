@@ -20,7 +20,7 @@ from runs import ROOT, tiny_run
 
 # One after another with the other CLI-heavy tests (see test_experiment.py): on the 2-core CI
 # machine, subprocess runs beside the two-process tests overloaded it.
-pytestmark = pytest.mark.xdist_group("engine")
+pytestmark = [pytest.mark.xdist_group("engine"), pytest.mark.slow]
 
 SCRIPTS = ("loire-train", "loire-experiment", "loire-report", "loire-grow-demo", "loire-export-hf", "loire-data")
 

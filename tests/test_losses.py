@@ -66,6 +66,7 @@ def _case(vocab, pad, tied, chunk, n_teachers, seed):
     return spec, params, tokens, tuple(teachers)
 
 
+@pytest.mark.slow
 @settings(max_examples=8)
 @given(vocab=st.integers(5, 40), pad=st.sampled_from([1, 8, 16, 128]), tied=st.booleans(),
        chunk=st.integers(1, 30), n_teachers=st.integers(0, 2), seed=st.integers(0, 100))
@@ -99,6 +100,7 @@ def test_weights_and_parts_match_the_reference():
     _close(count, jnp.sum(weights))
 
 
+@pytest.mark.slow
 def test_padded_columns_carry_no_probability_and_no_gradient():
     """Whatever the padding rows of a tied embedding hold, the losses and the true rows'
     gradients do not see them, and the padding rows get exactly zero gradient."""

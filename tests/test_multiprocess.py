@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from runs import cli, final_losses, in_process, records, steps_saved
 
-pytestmark = pytest.mark.xdist_group("engine")  # shares the reference run (conftest.py)
+pytestmark = [pytest.mark.xdist_group("engine"), pytest.mark.slow]  # shares the reference run (conftest.py)
 
 
 def _free_port() -> int:

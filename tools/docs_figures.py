@@ -1,4 +1,4 @@
-"""The figures README.md quotes, rendered from recorded runs, so that none goes stale.
+"""The figures README.md and docs/*.md quote, rendered from recorded runs, so that none goes stale.
 
     python tools/docs_figures.py --check            # exit 1 if a quoted figure differs from its record
     python tools/docs_figures.py --write            # rewrite the quoted figures from the records
@@ -65,7 +65,7 @@ RECORDINGS = {
     "default-run": Recording(("python", "launch/train.py", "--mesh", "8", "--workdir", "{workdir}"), _RUN_FILES,
                              "the default run again, into a new workdir: corpus prepared, compilation cache warm"),
     "grow-demo": Recording(("python", "launch/grow_demo.py", "--mesh", "8"), (), "the growth demo"),
-    # LOIRE-GPT2 as README.md types it: the second run starts from the first's runs/tiny_gpt2_general/stage_1
+    # LOIRE-GPT2 as docs/results.md types it: the second run starts from the first's runs/tiny_gpt2_general/stage_1
     "gpt2-plm": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2_general.yaml", "--mesh", "8"),
                           _RUN_FILES, "the PLM that LOIRE-GPT2 starts from", workdir="runs/tiny_gpt2_general"),
     "gpt2-loire": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2.yaml", "--mesh", "8"),

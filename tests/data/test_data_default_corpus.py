@@ -16,6 +16,8 @@ from loire_jax.config.loader import data_config_from_dict, load_data_config
 from loire_jax.data import FetchError, load_tokenizer, prepare
 from loire_jax.data.fetch import fetch
 
+pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
+
 
 @pytest.fixture(scope="module")
 def downloads(tmp_path_factory):

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from data_helpers import FIXTURES, local_domain, tiny_config_dict
 
+from loire_jax.config.data import SourceSpec
 from loire_jax.config.loader import data_config_from_dict
 from loire_jax.data import DataConfig, DataError, SourceError, cleaning, load_prepared, prepare, sources, storage
 from loire_jax.data import __main__ as data_cli
+from loire_jax.data.prepare import domain_config_name
 
 prepare_module = importlib.import_module("loire_jax.data.prepare")  # the package binds `prepare` to the function
-from loire_jax.config.data import SourceSpec
-from loire_jax.data.prepare import domain_config_name
 
 REPO = Path(__file__).resolve().parents[2]
 
