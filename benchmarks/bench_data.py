@@ -15,10 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from loire_jax.config.loader import load_data_config
-from loire_jax.data import DataConfig, DataError, train_iterator  # noqa: E402
+from loire_jax.data import DataConfig, DataError, train_iterator
+from loire_jax.errors import fail
 
 
 def run_once(cfg: DataConfig, domain: int, seq_len: int, batch: int, n: int, replay: float,
@@ -62,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         rates = [run_once(cfg, domain, args.seq_len, args.batch, args.batches, args.replay, seed=r,
                           threads=args.threads) for r in range(args.repeats)]
     except (DataError, ValueError) as err:  # ConfigError is both
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return fail(err)
     print(f"domain={cfg.domains[domain].name} seq_len={args.seq_len} batch={args.batch} "
           f"replay={args.replay} threads={args.threads} batches/repeat={args.batches}")
     print("tokens/s per repeat: " + ", ".join(f"{r:,.0f}" for r in rates))

@@ -30,10 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loire_jax.cli import devices  # noqa: E402  (before any JAX backend call)
+from loire_jax.cli import devices  # before any JAX backend call
+from loire_jax.errors import fail
 
 # (hidden, ffn, heads, layers) of each schedule's stages; a shape is the last one listed, and
 # its teachers are the stages before it, nearest first.
@@ -166,16 +164,23 @@ def _peak(case, devs, platform) -> dict:
     return {"peak_flops": peak, "peak_source": source}
 
 
+def _torch_reference():
+    """benchmarks/torch_reference.py, loaded from its file: a script's neighbour, not a package module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("torch_reference", Path(__file__).with_name("torch_reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _torch_case(student, teachers, case, peak) -> dict:
     """The same step in plain PyTorch eager: the comparison users would make."""
     try:
         import torch
     except ImportError:
         return {"torch_error": "torch is not installed (pip install torch; it is a benchmark option only)"}
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from torch_reference import train_step_rate
-
-    rate = train_step_rate(student, teachers, case, torch)
+    rate = _torch_reference().train_step_rate(student, teachers, case, torch)
     from loire_jax.analysis.flops import train_flops_per_token
 
     return {"torch_tokens_per_s": rate, "torch_version": torch.__version__,
@@ -317,9 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--json {args.json}: its folder does not exist")
         if args.json and Path(args.json).is_dir():
             raise ValueError(f"--json {args.json} is a directory; give a file name")
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:  # ConfigError and GrowthError too
+        return fail(err)
     records = []
     for case in cases:
         out = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True)

@@ -20,10 +20,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def worker(args: argparse.Namespace) -> None:

@@ -18,8 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, for its configs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,14 +29,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from loire_jax.config.loader import load_run_config
     from loire_jax.data import DataError, load_prepared
+    from loire_jax.errors import fail
 
     try:
         run = load_run_config(args.config, args.overrides)
         prep = load_prepared(run.data)
         _compare(run, prep)
     except (ValueError, DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return fail(err)
     return 0
 
 

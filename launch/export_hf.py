@@ -1,11 +1,7 @@
-"""``python launch/export_hf.py ...`` in a checkout: the ``loire-export-hf`` command (loire_jax/cli/export_hf.py)."""
+"""``python launch/export_hf.py ...`` is ``loire-export-hf ...`` (loire_jax/cli/export_hf.py): the package
+is installed first (``pip install -e .`` in the checkout), so no path is edited here."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout that was not pip-installed
-
-from loire_jax.cli.export_hf import entry  # noqa: E402
+from loire_jax.cli.export_hf import entry
 
 if __name__ == "__main__":
     entry()

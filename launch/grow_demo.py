@@ -1,11 +1,7 @@
-"""``python launch/grow_demo.py ...`` in a checkout: the ``loire-grow-demo`` command (loire_jax/cli/grow_demo.py)."""
+"""``python launch/grow_demo.py ...`` is ``loire-grow-demo ...`` (loire_jax/cli/grow_demo.py): the package
+is installed first (``pip install -e .`` in the checkout), so no path is edited here."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout that was not pip-installed
-
-from loire_jax.cli.grow_demo import entry  # noqa: E402
+from loire_jax.cli.grow_demo import entry
 
 if __name__ == "__main__":
     entry()

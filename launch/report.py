@@ -1,11 +1,7 @@
-"""``python launch/report.py ...`` in a checkout: the ``loire-report`` command (loire_jax/cli/report.py)."""
+"""``python launch/report.py ...`` is ``loire-report ...`` (loire_jax/cli/report.py): the package
+is installed first (``pip install -e .`` in the checkout), so no path is edited here."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout that was not pip-installed
-
-from loire_jax.cli.report import entry  # noqa: E402
+from loire_jax.cli.report import entry
 
 if __name__ == "__main__":
     entry()

@@ -1,11 +1,7 @@
-"""``python launch/train.py ...`` in a checkout: the ``loire-train`` command (loire_jax/cli/train.py)."""
+"""``python launch/train.py ...`` is ``loire-train ...`` (loire_jax/cli/train.py): the package
+is installed first (``pip install -e .`` in the checkout), so no path is edited here."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout that was not pip-installed
-
-from loire_jax.cli.train import entry  # noqa: E402
+from loire_jax.cli.train import entry
 
 if __name__ == "__main__":
     entry()

@@ -8,7 +8,8 @@ The public API, one import away (``from loire_jax import ...``):
   ``grow_optimizer_state``, ``TrainState``, ``grow_train_state``;
 - the lifelong trainer: ``run(load_run_config(path), workdir)``, ``RunResult``, with ``hooks``
   for everything around training (``default_hooks``, ``Hook``);
-- ``LoireError``, the base of every error a user must act on.
+- ``LoireError``, the base of every error a user must act on (``ConfigError``,
+  ``GrowthError``, ``RunError`` and the subsystems' own).
 
 Names load on first use, so that ``import loire_jax`` is cheap and a config or a growth
 transform never pulls in Orbax or grain. The subpackages (``config``, ``parallel``, ``model``,
@@ -30,7 +31,7 @@ _EXPORTS = {
     **dict.fromkeys(("TrainState", "grow_train_state"), "train.state"),
     **dict.fromkeys(("run", "RunResult"), "train.trainer"),
     **dict.fromkeys(("Hook", "default_hooks"), "train.hooks"),
-    "LoireError": "errors",
+    **dict.fromkeys(("LoireError", "ConfigError", "GrowthError", "RunError"), "errors"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -25,17 +25,38 @@ from typing import IO, Callable, Iterator, Union
 
 from etils import epath
 
+from loire_jax.errors import LoireError
+
 Path = epath.Path
 PathLike = Union[str, os.PathLike]
 
-_UMASK = os.umask(0)  # read once, at import (setting it is the only way to read it)
-os.umask(_UMASK)
 # Names that are another writer's unfinished work, never copied between stores.
 _PARTIAL = (".tmp", ".partial")
 
 
-class PathError(OSError):
+class PathError(LoireError, OSError):
     """A storage operation this path's filesystem cannot do; the message says what to use."""
+
+
+def _umask() -> int:
+    """The process's umask, read when a file needs it, never at import. Linux shows it in
+    /proc/self/status; elsewhere the only way to read it is to set it and set it back, done
+    once (a library must not do that merely by being imported)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _umask_by_setting()
+
+
+@functools.cache
+def _umask_by_setting() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def as_path(path: PathLike) -> epath.Path:
@@ -98,7 +119,7 @@ def _replacing(path: epath.Path, mode: str) -> Iterator[IO]:
     (``mkstemp`` makes it owner-only)."""
     fd, tmp = tempfile.mkstemp(dir=os.fspath(path.parent), prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode) as f:
             yield f
         os.replace(tmp, os.fspath(path))

@@ -166,3 +166,34 @@ def test_the_report_names_every_verdict_and_failed_run():
         assert f"| {where} |" in text
     assert "| GPT_L | t-GPT_L-s0 | finished | - | **fail** |" in text
     assert "| LOIRE | 3/3 |" in text and "| GPT_L | 0/1 |" in text
+
+
+
+_DRAW = r"""
+import sys
+import matplotlib
+import matplotlib.pyplot as plt
+from test_comparison import result
+from loire_jax.analysis import comparison, reports
+
+plt.figure()  # the caller's own figure
+results = {"LOIRE": [result("LOIRE", i, -5.0) for i in range(3)], "GPT_L": [result("GPT_L", i, 10.0) for i in range(3)]}
+reports.save_png(comparison.figure(results), sys.argv[1])
+print(matplotlib.get_backend(), plt.get_fignums())
+"""
+
+
+@pytest.mark.slow
+def test_drawing_a_report_leaves_the_callers_matplotlib_alone(tmp_path):
+    """A notebook that calls ``loire_jax.run`` keeps its backend and its figures: the report's
+    plots are drawn outside pyplot."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    out = subprocess.run([sys.executable, "-c", _DRAW, str(tmp_path / "ap.png")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["svg", "[1]"], out.stdout
+    assert (tmp_path / "ap.png").read_bytes()[:4] == b"\x89PNG"

@@ -18,18 +18,15 @@ import time
 from pathlib import Path
 
 import pytest
+from data_helpers import tiny_config_dict
+from runs import tiny_run
+
+from loire_jax.config.loader import load_run_config, run_config_from_dict
+from loire_jax.config.mesh import parse_mesh
+from loire_jax.config.run import OptimizerConfig, max_seed
+from loire_jax.train.optimizer import optimizer_for
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from data_helpers import tiny_config_dict  # noqa: E402
-from runs import tiny_run  # noqa: E402
-
-from loire_jax.config.loader import load_run_config, run_config_from_dict  # noqa: E402
-from loire_jax.config.mesh import parse_mesh  # noqa: E402
-from loire_jax.config.run import OptimizerConfig, max_seed  # noqa: E402
-from loire_jax.train.optimizer import optimizer_for  # noqa: E402
-
 TINY = ROOT / "configs" / "tiny.yaml"
 
 

@@ -9,6 +9,7 @@ enforces the ``ifGenerationMatch=0`` precondition the way the service documents 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -142,6 +143,19 @@ def test_an_atomic_write_leaves_the_old_or_the_new_file_and_no_temporaries(tmp_p
     plain = tmp_path / "plain.json"
     plain.write_text("x")  # what open() gives under this umask: the same for an atomic write
     assert target.stat().st_mode == plain.stat().st_mode
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="elsewhere the umask is read once")
+def test_an_atomic_write_follows_the_umask_of_the_moment_it_writes(tmp_path):
+    """The umask is read when a file is written, not when the package was imported (reading
+    it at import meant setting it there: a side effect of ``import loire_jax``)."""
+    paths.write_atomic(tmp_path / "before", "x")  # whatever was read first is not kept
+    old = os.umask(0o077)
+    try:
+        paths.write_atomic(tmp_path / "private", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o600
 
 
 def test_on_an_object_store_the_log_is_rewritten_whole_at_most_every_period(tmp_path, object_store):

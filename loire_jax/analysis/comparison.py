@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 from loire_jax import paths
 from loire_jax.analysis.reports import last_by, markdown_table, save_png, summarize
 from loire_jax.config.run import RunConfig
+from loire_jax.config.schedule import model_name, stage_number
 
 MIN_SEEDS = 3
 # Growth "preserves the function" when Init is within this share of the previous Final on
@@ -42,12 +43,12 @@ def gate(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Mapping[
     train = last_by(records, "train", ("stage", "step"))
     rows = []
     for k, stage in enumerate(run.stages):
-        n = max(1, stage.steps // 10)
-        losses = [train[k + 1, s]["lm_loss"] for s in range(stage.steps - n + 1, stage.steps + 1)
-                  if (k + 1, s) in train]
+        n, number = max(1, stage.steps // 10), stage_number(k)
+        losses = [train[number, s]["lm_loss"] for s in range(stage.steps - n + 1, stage.steps + 1)
+                  if (number, s) in train]
         end = statistics.fmean(losses) if len(losses) == n else None
         h = entropy.get(stage.domains[0])
-        rows.append({"stage": k + 1, "domain": stage.domains[0], "end_loss": end, "unigram": h,
+        rows.append({"stage": number, "domain": stage.domains[0], "end_loss": end, "unigram": h,
                      "below": None if end is None or h is None else h - end,
                      "passed": end is not None and h is not None and math.isfinite(end) and end <= h - margin})
     return {"margin": margin, "stages": rows, "passed": all(r["passed"] for r in rows)}
@@ -69,7 +70,7 @@ def breakdown(run: RunConfig, records: Sequence[Mapping[str, Any]]) -> dict[str,
            "eval": sum(r["eval_s"] for r in records if r.get("kind") == "wall") - eval_compile}
     train = last_by(records, "train", ("stage", "step"))
     for k in range(len(run.stages)):
-        rows = [r for (s, _), r in train.items() if s == k + 1 and r.get("tokens_per_s")]
+        rows = [r for (s, _), r in train.items() if s == stage_number(k) and r.get("tokens_per_s")]
         plain = [tokens / r["tokens_per_s"] for r in rows if r["phase"] != "distill"]
         distill = [tokens / r["tokens_per_s"] for r in rows if r["phase"] == "distill"]
         base = statistics.median(plain) if plain else 0.0
@@ -98,8 +99,8 @@ def run_result(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Ma
         "name": run.name, "finished": finished or bool(diverged), "diverged": diverged,
         "AP": [row["AP"] for row in s["lifelong"]],
         "AP+": [row["AP+"] for row in s["lifelong"]],
-        "init_AP": [pres[k]["init"] if k in pres else None for k in range(1, n + 1)],
-        "previous_final_AP": [pres[k]["previous_final"] if k in pres else None for k in range(1, n + 1)],
+        "init_AP": [pres[j]["init"] if j in pres else None for j in map(stage_number, range(n))],
+        "previous_final_AP": [pres[j]["previous_final"] if j in pres else None for j in map(stage_number, range(n))],
         "flops": [st["flops"] for st in s["stages"]],
         "wall_s": [st["wall_s"] for st in s["stages"]],
         "gate": checked,
@@ -339,19 +340,19 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
               "when no seed's value of the other system is as low as any of LOIRE's.", ""]
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
     lines += ["## AP and AP+ per stage (Table 2, Fig. 3)", ""]
-    header = ["system", "runs"] + [f"M{k + 1} {m}" for k in range(stages) for m in ("AP", "AP+")]
+    header = ["system", "runs"] + [f"{model_name(k)} {m}" for k in range(stages) for m in ("AP", "AP+")]
     lines += markdown_table(header, [[s, f"{a['counted']}/{a['runs']}"] + [_cell(a[m][k]) for k in range(stages)
                                                                  for m in ("AP", "AP+")] for s, a in agg.items()])
     lines += ["", "## Init versus Final (Fig. 4; Table 2's bottom rows)", "",
               "Init: the AP of the grown model right after growth, on the domains seen before it; Final: "
               "the previous stage's final AP on the same domains. Exact growth makes them equal.", ""]
-    header = ["system"] + [f"M{k + 1} {m}" for k in range(1, stages) for m in ("Init", "prev. Final")]
+    header = ["system"] + [f"{model_name(k)} {m}" for k in range(1, stages) for m in ("Init", "prev. Final")]
     lines += markdown_table(header, [[s] + [_cell(a[m][k]) for k in range(1, stages)
                                     for m in ("init_AP", "previous_final_AP")] for s, a in agg.items()])
     lines += ["", "## Cost (Table 4)", ""]
     ratios = cost_ratios(results)
     if ratios:
-        header = ["ratio", "seeds"] + [f"M{k + 1}" for k in range(len(ratios[0]["flops"]["per_stage"]))] + ["total"]
+        header = ["ratio", "seeds"] + [model_name(k) for k in range(len(ratios[0]["flops"]["per_stage"]))] + ["total"]
         rows = []
         for r in ratios:
             for key, label in (("flops", "FLOPs"), ("wall_s", "wall time")):
@@ -399,16 +400,15 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
 def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):
     """AP and AP+ per stage for every system, mean with the seeds' range (Fig. 3)."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # outside pyplot: the caller's backend and figures are left alone
 
     agg = aggregate(results)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    colors = plt.get_cmap("tab20").colors
+    fig = Figure(figsize=(12, 4.5))
+    axes = fig.subplots(1, 2)
+    colors = matplotlib.colormaps["tab20"].colors
     for ax, key in zip(axes, ("AP", "AP+")):
         for i, (system, a) in enumerate(agg.items()):
-            pts = [(k + 1, st) for k, st in enumerate(a[key]) if st is not None]
+            pts = [(stage_number(k), st) for k, st in enumerate(a[key]) if st is not None]
             if not pts:
                 continue
             xs = [k for k, _ in pts]
@@ -418,7 +418,7 @@ def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):
                             color=line.get_color())
         ax.set_xlabel("stage")
         ax.set_ylabel(key)
-        ax.set_xticks(range(1, 1 + max((len(a[key]) for a in agg.values()), default=1)))
+        ax.set_xticks([stage_number(k) for k in range(max((len(a[key]) for a in agg.values()), default=1))])
     axes[0].set_yscale("log")
     if axes[1].get_legend_handles_labels()[0]:
         axes[1].legend(fontsize=7, ncol=2)

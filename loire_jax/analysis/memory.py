@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from loire_jax.errors import RunError
+
 GIB = 2**30
 
 
-class OutOfMemory(Exception):
+class OutOfMemory(RunError):
     """A step that does not fit the device; the message names what to change."""
 
 

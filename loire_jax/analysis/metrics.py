@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from loire_jax.config.schedule import seen_domains
+from loire_jax.config.schedule import seen_domains, stage_number
 
 
 def average_perplexity(ppls: Sequence[float]) -> float:
@@ -58,12 +58,12 @@ def lifelong_metrics(stage_domains: Sequence[Sequence[str]],
     for t, ppl in enumerate(final):
         missing = [d for d in seen[t] if d not in ppl]
         if missing:
-            raise ValueError(f"stage {t + 1} has no final perplexity for seen domain(s) {missing}")
+            raise ValueError(f"stage {stage_number(t)} has no final perplexity for seen domain(s) {missing}")
         earlier = seen[t - 1] if t else []
         for d in seen[t]:
             if d not in earlier and d not in learned:
                 learned[d] = ppl[d]  # PPL_j,j: the stage that introduced j has just finished
-        rows.append({"stage": t + 1, "domains": seen[t], "AP": average_perplexity([ppl[d] for d in seen[t]]),
+        rows.append({"stage": stage_number(t), "domains": seen[t], "AP": average_perplexity([ppl[d] for d in seen[t]]),
                      "AP+": average_increased_perplexity(ppl, learned, earlier)})
     return rows
 
@@ -81,7 +81,7 @@ def preservation(stage_domains: Sequence[Sequence[str]], init: Sequence[Mapping[
     rows = []
     for t in range(min(len(init), len(seen))):
         on = seen[t - 1] if t else seen[0]
-        row = {"stage": t + 1, "domains": on, "init": average_perplexity([init[t][d] for d in on]),
+        row = {"stage": stage_number(t), "domains": on, "init": average_perplexity([init[t][d] for d in on]),
                "final": None, "previous_final": None, "delta": None, "max_abs_domain_delta": None}
         if t < len(final):
             row["final"] = average_perplexity([final[t][d] for d in seen[t]])

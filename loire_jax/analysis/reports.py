@@ -27,8 +27,9 @@ from loire_jax.analysis.metrics import lifelong_metrics, preservation
 from loire_jax.analysis.records import METRICS_FILE, read_records
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import global_step, seen_domains, stage_models
+from loire_jax.config.schedule import global_step, model_name, seen_domains, stage_models, stage_number
 from loire_jax.config.shapes import param_count
+from loire_jax.errors import LoireError
 from loire_jax.paths import Path
 
 
@@ -50,7 +51,8 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
     train = last_by(records, "train", ("stage", "step"))
 
     def ppl_at(k: int, point: str) -> dict[str, float] | None:
-        got = {d: evals[k + 1, point, d]["ppl"] for d in seen[k] if (k + 1, point, d) in evals}
+        number = stage_number(k)
+        got = {d: evals[number, point, d]["ppl"] for d in seen[k] if (number, point, d) in evals}
         return got if len(got) == len(seen[k]) else None
 
     def leading(point: str) -> list[dict[str, float]]:
@@ -74,16 +76,17 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
     stages, cumulative = [], 0.0
     for k, (stage, cfg) in enumerate(zip(run.stages, models)):
         cumulative += flops[k]
-        steps = [r for (s, _), r in sorted(train.items()) if s == k + 1]
+        number = stage_number(k)
+        steps = [r for (s, _), r in sorted(train.items()) if s == number]
         rates = [r["tokens_per_s"] for r in steps[1:]]  # the first step of a session includes compilation
         mfus = [r["mfu"] for r in steps[1:] if r.get("mfu") is not None and math.isfinite(r["mfu"])]
         stages.append({
-            "stage": k + 1, "name": stage.name, "domains": list(stage.domains),
+            "stage": number, "name": stage.name, "domains": list(stage.domains),
             "growth": [f"{g.op}->{g.size}" for g in stage.growth],
             "shape": [cfg.hidden, cfg.ffn, cfg.heads, cfg.layers], "params": param_count(cfg),
             "steps": stage.steps, "steps_logged": len(steps), "finished": k < len(final),
             "flops": flops[k], "flops_cumulative": cumulative,
-            "wall_s": wall.get(k + 1), "eval_s": eval_s.get(k + 1),
+            "wall_s": wall.get(number), "eval_s": eval_s.get(number),
             "tokens_per_s": statistics.median(rates) if rates else None,
             "mfu": statistics.median(mfus) if mfus else None,
         })
@@ -150,7 +153,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list
 def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
     """The report's tables, one section per paper table, all runs side by side."""
     n = max(len(s["stages"]) for s in summaries)
-    cols = [f"M{k + 1}" for k in range(n)]
+    cols = [model_name(k) for k in range(n)]
     lines = ["# LOIRE lifelong run report", "",
              "Runs: " + ", ".join(f"`{s['name']}` ({s['totals']['stages_finished']}/{s['totals']['stages']} stages)"
                                   for s in summaries), ""]
@@ -185,7 +188,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
         lines += [f"## Per-domain perplexity of `{s['name']}` (Table 10)", ""]
         rows = []
         for k, ppl in enumerate(s["ppl"]["final"]):
-            rows.append([f"M{k + 1} {s['stages'][k]['name']}"] + [_f(ppl.get(d)) if d in ppl else "-"
+            rows.append([f"{model_name(k)} {s['stages'][k]['name']}"] + [_f(ppl.get(d)) if d in ppl else "-"
                                                                   for d in s["domains"]])
         lines += markdown_table(["model"] + list(s["domains"]), rows) + [""]
 
@@ -230,16 +233,15 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
 
 def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """matplotlib figures by file stem: ``ap`` (Fig. 3), ``ppl_heatmap``, ``init_final`` (Fig. 4),
-    ``training`` (loss with stage boundaries, gate alpha and beta)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    ``training`` (loss with stage boundaries, gate alpha and beta). Plain ``Figure`` objects,
+    outside pyplot: drawing a report leaves the caller's matplotlib backend and figures alone."""
     from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
 
     figs: dict[str, Any] = {}
 
-    fig, (ax_ap, ax_plus) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    ax_ap, ax_plus = fig.subplots(1, 2)
     for s in summaries:
         rows = s["lifelong"]
         ax_ap.plot([r["stage"] for r in rows], [r["AP"] for r in rows], marker="o", label=s["name"])
@@ -254,7 +256,8 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     fig.tight_layout()
     figs["ap"] = fig
 
-    fig, axes = plt.subplots(1, len(summaries), figsize=(5 * len(summaries), 4), squeeze=False)
+    fig = Figure(figsize=(5 * len(summaries), 4))
+    axes = fig.subplots(1, len(summaries), squeeze=False)
     for ax, s in zip(axes[0], summaries):
         doms, final = s["domains"], s["ppl"]["final"]
         grid = [[row.get(d, float("nan")) for d in doms] for row in final] or [[float("nan")] * len(doms)]
@@ -268,13 +271,14 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     ax.text(j, i, f"{v:.1f}", ha="center", va="center", color="black" if bright else "white",
                             fontsize=8)
         ax.set_xticks(range(len(doms)), doms)
-        ax.set_yticks(range(len(grid)), [f"M{k + 1}" for k in range(len(grid))])
+        ax.set_yticks(range(len(grid)), [model_name(k) for k in range(len(grid))])
         ax.set_title(f"{s['name']}: PPL after each stage")
         fig.colorbar(im, ax=ax)
     fig.tight_layout()
     figs["ppl_heatmap"] = fig
 
-    fig, axes = plt.subplots(1, len(summaries), figsize=(5 * len(summaries), 4), squeeze=False)
+    fig = Figure(figsize=(5 * len(summaries), 4))
+    axes = fig.subplots(1, len(summaries), squeeze=False)
     for ax, s in zip(axes[0], summaries):
         rows = s["preservation"]
         xs = list(range(len(rows)))
@@ -288,8 +292,8 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     fig.tight_layout()
     figs["init_final"] = fig
 
-    fig, (ax_loss, ax_alpha, ax_beta) = plt.subplots(3, 1, figsize=(10, 8), sharex=True,
-                                                     gridspec_kw={"height_ratios": [3, 1, 1]})
+    fig = Figure(figsize=(10, 8))
+    ax_loss, ax_alpha, ax_beta = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1, 1]})
     for s in summaries:
         c = s["curves"]
         x = [r["global_step"] for r in c]
@@ -315,7 +319,7 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 PLOTS = ("ap", "ppl_heatmap", "init_final", "training")
 
 
-class ReportError(Exception):
+class ReportError(LoireError):
     """A workdir that cannot be reported on; printed without a traceback."""
 
 
@@ -407,10 +411,7 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
 
 def save_png(fig: Any, path: Path) -> None:
     """Write a matplotlib figure as PNG anywhere the path layer reaches (matplotlib writes
-    a buffer, the path layer writes it atomically), then close it."""
-    import matplotlib.pyplot as plt
-
+    a buffer, the path layer writes it atomically)."""
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
     paths.write_atomic(path, png.getvalue())

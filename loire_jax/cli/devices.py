@@ -17,6 +17,7 @@ import os
 import jax
 
 from loire_jax.config.mesh import BATCH_AXES, parse_mesh
+from loire_jax.errors import ConfigError
 
 # Simulated CPU devices per process, at most. Each one brings threads (see simulated_cpu_env);
 # thousands of them made a refused run hang for minutes at exit (--mesh 4096: 9,819 threads).
@@ -61,20 +62,20 @@ def processes_from(coordinator: str | None = None, num_processes: int | None = N
     (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), else a cluster JAX
     detects itself: a SLURM job of several tasks, a multi-host Cloud TPU slice, or any
     cluster JAX knows when ``detect`` (``--distributed auto``) says so. None: one process.
-    Raises ValueError on an incomplete or inconsistent setting."""
+    Raises ConfigError on an incomplete or inconsistent setting."""
     env = os.environ
     coordinator = coordinator or env.get("JAX_COORDINATOR_ADDRESS") or None
     count = num_processes if num_processes is not None else _int_env("JAX_NUM_PROCESSES")
     index = process_id if process_id is not None else _int_env("JAX_PROCESS_ID")
     if coordinator or count is not None or index is not None:
         if not (coordinator and count is not None and index is not None):
-            raise ValueError("a multi-process run needs all of --coordinator HOST:PORT, --num-processes N and "
+            raise ConfigError("a multi-process run needs all of --coordinator HOST:PORT, --num-processes N and "
                              "--process-id I (or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID)")
         host, _, port = coordinator.rpartition(":")
         if not host or not port.isdigit():
-            raise ValueError(f"--coordinator must be HOST:PORT, got {coordinator!r}")
+            raise ConfigError(f"--coordinator must be HOST:PORT, got {coordinator!r}")
         if count < 1 or not 0 <= index < count:
-            raise ValueError(f"--process-id must be in 0..{count - 1} for --num-processes {count}, got {index}")
+            raise ConfigError(f"--process-id must be in 0..{count - 1} for --num-processes {count}, got {index}")
         return None if count == 1 else Processes(coordinator, count, index)
     if detect or int(env.get("SLURM_NTASKS", "1") or 1) > 1 or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
         return Processes(None, None, None)  # jax.distributed finds the coordinator and ranks
@@ -86,7 +87,7 @@ def _int_env(name: str) -> int | None:
     if value is None or value == "":
         return None
     if not value.strip().isdigit():
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
     return int(value)
 
 
@@ -95,7 +96,7 @@ def check_batch(sizes: dict[str, int], batch: int, what: str = "--batch") -> Non
     points call it before ``configure`` creates any device: the batch bounds the mesh."""
     shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
     if batch % shards:
-        raise ValueError(f"{what} {batch} is not divisible by the mesh's data x fsdp = {shards} devices: every "
+        raise ConfigError(f"{what} {batch} is not divisible by the mesh's data x fsdp = {shards} devices: every "
                          "device gets an equal share of the batch")
 
 
@@ -128,12 +129,12 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
         except ValueError as err:
             if processes.explicit:
                 raise
-            raise ValueError(f"--distributed auto found no cluster to join ({err}); outside SLURM and Cloud TPU "
+            raise ConfigError(f"--distributed auto found no cluster to join ({err}); outside SLURM and Cloud TPU "
                              "give --coordinator, --num-processes and --process-id") from None
         count = jax.process_count()
         if count > 1 and str(mesh_spec).strip().isdigit():
             if need % count:
-                raise ValueError(f"--mesh {need} does not split over {count} processes; pick a multiple")
+                raise ConfigError(f"--mesh {need} does not split over {count} processes; pick a multiple")
             sizes = {"data": count, "fsdp": need // count, "tensor": 1}
     devices = jax.devices()
     per = f" over {jax.process_count()} processes ({jax.local_device_count()} local each)" \
@@ -142,11 +143,11 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
         kind = "simulated CPU" if devices[0].platform == "cpu" and need > 1 else devices[0].platform
         return sizes, devices[:need], f"{need} {kind} device(s){per}"
     if jax.process_count() > 1:
-        raise ValueError(f"mesh {sizes} needs {need} devices but the {jax.process_count()} processes have "
+        raise ConfigError(f"mesh {sizes} needs {need} devices but the {jax.process_count()} processes have "
                          f"{len(devices)}")
     cpus = jax.devices("cpu")
     if len(cpus) < need:
-        raise ValueError(f"mesh {sizes} needs {need} devices but this machine has {len(devices)} "
+        raise ConfigError(f"mesh {sizes} needs {need} devices but this machine has {len(devices)} "
                          f"{devices[0].platform} device(s); --mesh simulates up to {MAX_SIMULATED_DEVICES} CPU "
                          "devices (more would take minutes to start and stop): choose a smaller --mesh")
     note = (f"{len(devices)} {devices[0].platform} device(s) available, mesh needs {need}: "

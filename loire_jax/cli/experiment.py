@@ -20,7 +20,8 @@ import sys
 import time
 from typing import Any
 
-from loire_jax.cli import devices  # noqa: E402  (before any JAX backend call)
+from loire_jax.cli import devices  # before any JAX backend call
+from loire_jax.errors import ENVIRONMENT, USER_ERRORS, RunError, command, fail, os_reason
 
 DIVERGED = "diverged.json"  # in a run's workdir: the run diverged with this config (kept, not retried)
 
@@ -35,6 +36,7 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+@command()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="paper-mini", help="a suite name in configs/suites, or a YAML path")
@@ -67,13 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                             "the suite's microbatch (batch_size / microbatches)")
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=False)
     except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return fail(err)
     try:
         devices.compile_cache(args.compile_cache)
     except OSError as err:
-        print(f"error: compilation cache {args.compile_cache}: {err.strerror or err}", file=sys.stderr)
-        return 2
+        return fail(f"compilation cache {args.compile_cache}: {err.strerror or err}")
     from loire_jax.cli.train import _library_logs_to
     from loire_jax.parallel.sharding import make_mesh
     from loire_jax.store import workdir as rundir
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         root = rundir.resolve(suites.workdir_for(suite, args.workdir))
         rundir.check_place(root)
     except (rundir.WorkdirError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return fail(err)
     root.mkdir(parents=True, exist_ok=True)
     _library_logs_to(root / "python.log")
     print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds"
@@ -165,7 +164,6 @@ class Experiment:
 
     def run(self, sweep) -> int:
         from loire_jax import paths
-        from loire_jax.data import DataError
         from loire_jax.experiments import suite as suites
 
         try:
@@ -192,13 +190,10 @@ class Experiment:
                 if code is not None:
                     return code
             return self._report(main, setting, why, sweep_rows)
-        except (ValueError, DataError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        except OSError as err:
-            print(f"error: {err.strerror or err}{f' ({err.filename})' if err.filename else ''}; finished runs are "
-                  "kept: fix this and rerun the same command", file=sys.stderr)
-            return 1
+        except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError
+            return fail(f"{os_reason(err)}; finished runs are kept: fix this and rerun the same command", ENVIRONMENT)
+        except USER_ERRORS as err:
+            return fail(err)
 
     def _entropy(self, base) -> dict[str, float]:
         """Unigram entropy (nats) of each domain's training split: the sanity gate's bar."""
@@ -231,7 +226,7 @@ class Experiment:
         except (ReportError, ValueError, OSError):
             return None
         if run.to_dict() != planned.config.to_dict():
-            raise ValueError(f"{workdir} holds a run of another config than this suite plans (the suite, its seeds "
+            raise RunError(f"{workdir} holds a run of another config than this suite plans (the suite, its seeds "
                              "or its sweep changed); give the suite another --workdir, or move that run away")
         try:
             saved = json.loads((workdir / DIVERGED).read_text())
@@ -247,7 +242,6 @@ class Experiment:
     def _one(self, planned, where: str) -> int | None:
         """Run (or resume) one planned run; None when it is over, else the exit code."""
         from loire_jax import paths, run
-        from loire_jax.cli.train import user_errors
         from loire_jax.errors import Diverged
         from loire_jax.train import hooks
 
@@ -265,13 +259,10 @@ class Experiment:
                                json.dumps({"config": planned.config.to_dict(), "error": str(err)}))
             print(f"{label}: diverged ({err}); recorded, it counts as failing the sanity gate", flush=True)
             return None
-        except user_errors() as err:
-            print(f"error: {planned.workdir}: {err}", file=sys.stderr)
-            return 2
-        except OSError as err:
-            print(f"error: {planned.workdir}: {err.strerror or err}; rerun the same command to resume",
-                  file=sys.stderr)
-            return 1
+        except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError
+            return fail(f"{planned.workdir}: {os_reason(err)}; rerun the same command to resume", ENVIRONMENT)
+        except USER_ERRORS as err:
+            return fail(f"{planned.workdir}: {err}")
         if not result.complete:
             print(f"stopped in {planned.workdir}; rerun the same command to resume the suite")
             return result.exit_code

@@ -18,7 +18,10 @@ import json
 import sys
 from pathlib import Path
 
+from loire_jax.errors import command
 
+
+@command(ValueError)  # a config.json the config loader refuses, a model config that cannot be valid
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workdir", help="a loire_jax run's workdir")
@@ -37,42 +40,34 @@ def main(argv: list[str] | None = None) -> int:
     from loire_jax.model.params import abstract_params
     from loire_jax.store import checkpoints
 
+    workdir = Path(args.workdir).expanduser()
+    if not (workdir / "config.json").is_file():
+        raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)")
     try:
-        workdir = Path(args.workdir).expanduser()
-        if not (workdir / "config.json").is_file():
-            raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)")
-        try:
-            saved = json.loads((workdir / "config.json").read_text())
-        except ValueError as err:  # UnicodeDecodeError is one too
-            raise hf.HFError(f"{workdir / 'config.json'} is not valid JSON ({err})") from None
-        try:
-            run = run_config_from_dict(saved)
-        except ValueError as err:
-            raise hf.HFError(f"{workdir / 'config.json'}: {err}") from None
-        if args.stage is not None and not 1 <= args.stage <= len(run.stages):
-            raise hf.HFError(f"--stage must be in 1..{len(run.stages)} (the run's stages), got {args.stage}")
-        steps = {k: checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k))
-                 for k in range(1, len(run.stages) + 1)}
-        stages = [k for k, s in steps.items() if s is not None]
-        stage = args.stage if args.stage is not None else (stages[-1] if stages else None)
-        if stage not in stages:
-            raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
-        directory, step = checkpoints.stage_dir(workdir, stage), steps[stage]
-        meta = checkpoints.read_latest_meta(directory)
-        cfg = ModelConfig.from_dict(meta["model"])
-        arch = hf.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
-        one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), abstract_params(cfg))
-        params = checkpoints.restore_params(directory, abstract)
-        files, note = _tokenizer_files(run, meta["tokenizer"])
-        out = hf.save(cfg, params, args.out, tokenizer_files=files, tokenizer_identity=meta["tokenizer"])
-    except (hf.HFError, checkpoints.CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        where = f" ({err.filename})" if err.filename else ""
-        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
-        return 1
+        saved = json.loads((workdir / "config.json").read_text())
+    except ValueError as err:  # UnicodeDecodeError is one too
+        raise hf.HFError(f"{workdir / 'config.json'} is not valid JSON ({err})") from None
+    try:
+        run = run_config_from_dict(saved)
+    except ValueError as err:
+        raise hf.HFError(f"{workdir / 'config.json'}: {err}") from None
+    if args.stage is not None and not 1 <= args.stage <= len(run.stages):
+        raise hf.HFError(f"--stage must be in 1..{len(run.stages)} (the run's stages), got {args.stage}")
+    steps = {k: checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k))
+             for k in range(1, len(run.stages) + 1)}
+    stages = [k for k, s in steps.items() if s is not None]
+    stage = args.stage if args.stage is not None else (stages[-1] if stages else None)
+    if stage not in stages:
+        raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
+    directory, step = checkpoints.stage_dir(workdir, stage), steps[stage]
+    meta = checkpoints.read_latest_meta(directory)
+    cfg = ModelConfig.from_dict(meta["model"])
+    arch = hf.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), abstract_params(cfg))
+    params = checkpoints.restore_params(directory, abstract)
+    files, note = _tokenizer_files(run, meta["tokenizer"])
+    out = hf.save(cfg, params, args.out, tokenizer_files=files, tokenizer_identity=meta["tokenizer"])
     total = run.stages[stage - 1].steps
     when = "its final step" if step == total else f"step {step} of {total}: the stage has not finished"
     print(f"exported stage {stage} of {run.name} ({run.stages[stage - 1].name}), {when}, as {arch} to {out}{note}")

@@ -13,12 +13,13 @@ import sys
 import time
 from typing import Any
 
-from loire_jax.cli import devices  # noqa: E402  (must run before any JAX backend call)
+from loire_jax.cli import devices  # must run before any JAX backend call
+from loire_jax.errors import ConfigError, command, fail
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """key=value pairs for the M1 ModelConfig, typed by YAML rules (8 -> int, true -> bool);
-    ValueError names a malformed item or a key that is no ModelConfig field."""
+    ConfigError names a malformed item or a key that is no ModelConfig field."""
     import dataclasses
 
     import yaml
@@ -31,13 +32,13 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"expected key=value, got {item!r}")
+            raise ConfigError(f"expected key=value, got {item!r}")
         if key not in fields:
-            raise ValueError(f"unknown model field {key!r}; valid fields are {fields}")
+            raise ConfigError(f"unknown model field {key!r}; valid fields are {fields}")
         try:
             out[key] = yaml.safe_load(value)
         except yaml.YAMLError as err:
-            raise ValueError(f"{item!r}: the value is not valid YAML ({getattr(err, 'problem', None) or err})") \
+            raise ConfigError(f"{item!r}: the value is not valid YAML ({getattr(err, 'problem', None) or err})") \
                 from None
     return out
 
@@ -50,9 +51,9 @@ def checked(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, Any], l
 
     for name in ("batch", "seq"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+            raise ConfigError(f"--{name} must be a positive integer, got {getattr(args, name)}")
     if not 0 <= args.seed < 2**63:
-        raise ValueError(f"--seed must be in 0..2**63-1, got {args.seed}")
+        raise ConfigError(f"--seed must be in 0..2**63-1, got {args.seed}")
     sizes = parse_mesh(args.mesh)
     devices.check_batch(sizes, args.batch)
     m1 = dict(vocab_size=50257, max_seq_len=1024, hidden=384, ffn=1024, heads=6, head_dim=64, layers=6,
@@ -67,11 +68,12 @@ def checked(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, Any], l
         problems = mesh_problems(cfg, sizes)
         if problems:
             where = f"after {op} -> {size}" if op else "M1"
-            raise ValueError(f"the model {where} does not fit mesh {sizes}: " + "; ".join(problems[:4])
+            raise ConfigError(f"the model {where} does not fit mesh {sizes}: " + "; ".join(problems[:4])
                              + (" ..." if len(problems) > 4 else ""))
     return sizes, m1, schedule
 
 
+@command()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mesh", default="1", help="device count (fsdp=N) or e.g. data=2,fsdp=2,tensor=2")
@@ -85,9 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes, m1, schedule = checked(args)
         sizes, devs, note = devices.configure(args.mesh, enable_x64=args.dtype == "float64")
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:  # ConfigError, GrowthError, and a ModelConfig's own refusals
+        return fail(err)
 
     import jax
     import jax.numpy as jnp

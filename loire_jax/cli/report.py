@@ -16,23 +16,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loire_jax.analysis.reports import PLOTS, ReportError, write_report  # noqa: E402
+from loire_jax.analysis.reports import PLOTS, write_report
+from loire_jax.errors import command
 
 
+@command(ValueError)  # a config.json the config loader refuses
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workdirs", nargs="+", help="run workdirs; the first is compared to the others")
     parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
-    try:
-        out = write_report(args.workdirs, args.out)
-    except (ReportError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # an unwritable --out, a vanished workdir, a missing gs:// library
-        where = f" ({err.filename})" if err.filename else ""
-        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
-        return 1
+    out = write_report(args.workdirs, args.out)  # a workdir that is none: ReportError; an unwritable --out: OSError
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
 

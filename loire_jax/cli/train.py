@@ -19,13 +19,31 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from loire_jax.cli import devices  # before any JAX backend call
+from loire_jax.errors import ENVIRONMENT, USER, USER_ERRORS, ConfigError, command, fail, first_line, os_reason
 from loire_jax.train.hooks import Hook
 
 
+@command()
 def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
     """The CLI: parse arguments, set up the devices, call ``loire_jax.run``, map the outcome
     to an exit code (0 done or preempted, 2 a problem the user must fix, 1 environment or
     bug, 130 Ctrl-C). ``extra_hooks`` are appended to the default hooks."""
+    args = _parser().parse_args(argv)
+    set_up = _set_up(args)
+    if isinstance(set_up, int):
+        return set_up
+    run_config, sizes, devs, note = set_up
+    from loire_jax.store import workdir as rundir
+
+    try:  # resolved (.., links) before anything looks at it; the run uses the same directory
+        workdir = rundir.resolve(args.workdir or rundir.default_workdir(run_config.name))
+        rundir.check_place(workdir)
+    except (rundir.WorkdirError, OSError) as err:
+        return fail(err)
+    return _run(args, run_config, workdir, sizes, devs, note, extra_hooks)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="tiny",
                         help="a run config YAML, or a shipped preset by name (tiny, mini, gpt_paper, gpt_1b, ...)")
@@ -54,8 +72,12 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
                         help="multi-process runs: a process silent for S seconds is declared dead and the others "
                              "stop (default 60)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _set_up(args: argparse.Namespace):
+    """(run config, mesh sizes, devices, note), every value checked before any device exists;
+    or the exit code of a refusal, already reported in one line."""
     from loire_jax.config.loader import load_run_config
 
     try:
@@ -64,58 +86,49 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
         processes = devices.processes_from(args.coordinator, args.num_processes, args.process_id,
                                            detect=args.distributed == "auto")
         if args.heartbeat_s < 1:
-            raise ValueError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
+            raise ConfigError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as err:  # ConfigError, and the config loader's ValueErrors
+        return fail(err)
     except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
-        print(f"error: joining the other processes failed: {str(err).splitlines()[0][:300]}", file=sys.stderr)
-        return 1
+        return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
     try:
         devices.compile_cache(args.compile_cache)
     except OSError as err:
-        print(f"error: compilation cache {args.compile_cache}: {err.strerror or err}; pass --compile-cache off or "
-              "another directory", file=sys.stderr)
-        return 2
+        return fail(f"compilation cache {args.compile_cache}: {err.strerror or first_line(err)}; pass "
+                    "--compile-cache off or another directory")
+    return run_config, sizes, devs, note
 
+
+def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, extra_hooks: Sequence[Any]) -> int:
+    """The run itself, its outcome as an exit code; the libraries' logs go to a file."""
     import jax
 
     from loire_jax import run
     from loire_jax.analysis.reports import ReportError
     from loire_jax.parallel.sharding import make_mesh
-    from loire_jax.store import workdir as rundir
     from loire_jax.train import hooks
 
-    try:  # resolved (.., links) before anything looks at it; the run uses the same directory
-        workdir = rundir.resolve(args.workdir or rundir.default_workdir(run_config.name))
-        rundir.check_place(workdir)
-    except (rundir.WorkdirError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     early = Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log"  # library logs until the workdir is ours
     _library_logs_to(early)
-    lead = jax.process_index() == 0
-    if lead:
+    if jax.process_index() == 0:
         print(f"devices: {note}")
     try:
         result = run(run_config, workdir, mesh=make_mesh(sizes, devs), fresh=args.fresh, break_lock=args.break_lock,
                      hooks=[_LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
                             *extra_hooks])
-    except user_errors() as err:
-        return _failed(f"error: {err}", 2)
     except ReportError as err:  # the run is complete and every process done; only process 0's report failed
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:  # the environment: a full disk, a vanished mount, permissions
-        where = f" ({err.filename})" if err.filename else ""
-        return _failed(f"error: {err.strerror or err}{where}; the last complete checkpoint is intact, so fix this "
-                       "and rerun the same command to resume", 1)
+        return fail(err, ENVIRONMENT)
+    except OSError as err:  # the environment: a full disk, a vanished mount, permissions (a PathError too)
+        return _failed(f"{os_reason(err)}; the last complete checkpoint is intact, so fix this and rerun the same "
+                       "command to resume", ENVIRONMENT)
+    except USER_ERRORS as err:
+        return _failed(err, USER)
     except Exception as err:  # a bug: one line here, the traceback in a file
         log = _crash_log(workdir)
-        return _failed(f"error: internal error {type(err).__name__}: {err}; traceback in {log}", 1)
+        return _failed(f"internal error {type(err).__name__}: {first_line(err)}; traceback in {log}", ENVIRONMENT)
     finally:
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
@@ -136,23 +149,12 @@ def _check_mesh(run_config, mesh_spec: str, processes) -> None:
     validate(run_config, sizes)
 
 
-def user_errors() -> tuple[type[Exception], ...]:
-    """What a run refuses or stops with when the user must change something: answered with
-    one line and exit code 2 (by this CLI and by loire-experiment)."""
-    from loire_jax.data import DataError
-    from loire_jax.errors import RunError
-    from loire_jax.store.checkpoints import CheckpointError
-    from loire_jax.store.workdir import WorkdirError
-
-    return RunError, DataError, WorkdirError, CheckpointError, ValueError
-
-
-def _failed(message: str, code: int) -> int:
+def _failed(err: BaseException | str, code: int) -> int:
     """Print the one-line error. A process of a multi-process run then leaves at once
     (``peers.leave``): the others were told, and JAX's shutdown barrier would wait for them."""
     import jax
 
-    print(message, file=sys.stderr)
+    fail(err, code)
     if jax.process_count() > 1:
         from loire_jax.parallel import peers
 

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from loire_jax.config.model import ModelConfig
+from loire_jax.errors import GrowthError
 
 OPS = ("hidden", "ffn", "heads", "layers")
 
@@ -84,9 +85,9 @@ def _auto_hidden_method(cfg: ModelConfig, h2: int) -> str:
 
 def _check_size(what: str, old: int, new: Any) -> int:
     if not isinstance(new, (int, np.integer)) or isinstance(new, bool):
-        raise ValueError(f"{what} growth needs an integer target size, got {new!r}")
+        raise GrowthError(f"{what} growth needs an integer target size, got {new!r}")
     if new <= old:
-        raise ValueError(f"growth cannot shrink or keep {what}: it is {old}, asked for {new}; "
+        raise GrowthError(f"growth cannot shrink or keep {what}: it is {old}, asked for {new}; "
                          f"give a size larger than {old}")
     return int(new)
 
@@ -103,22 +104,23 @@ def plan_growth(
     mode: str = "plugin",
     last_gate: float | None = None,
 ) -> GrowthPlan:
-    """Validate a growth request and resolve every choice; raises ValueError on bad input.
+    """Validate a growth request and resolve every choice; raises ``GrowthError`` (a
+    ``ValueError``) on bad input.
 
     ``last_gate`` is the current gate of the last layer; only the tied post-norm
     ``duplicate`` construction depends on it (``grow`` passes it for you).
     """
     if op not in OPS:
-        raise ValueError(f"unknown growth operator {op!r}; choose one of {OPS}")
+        raise GrowthError(f"unknown growth operator {op!r}; choose one of {OPS}")
     if init not in INITS:
-        raise ValueError(f"unknown init {init!r}; choose one of {INITS}")
+        raise GrowthError(f"unknown init {init!r}; choose one of {INITS}")
     allowed = {"hidden": HIDDEN_METHODS, "heads": HEADS_METHODS}.get(op, ("auto",))
     if method not in allowed:
         if op in ("hidden", "heads"):
-            raise ValueError(f"unknown {op} method {method!r}; choose one of {allowed}")
-        raise ValueError(f"method={method!r} applies to hidden and heads growth only, not {op!r}")
+            raise GrowthError(f"unknown {op} method {method!r}; choose one of {allowed}")
+        raise GrowthError(f"method={method!r} applies to hidden and heads growth only, not {op!r}")
     if op != "layers" and (positions is not None or mode != "plugin"):
-        raise ValueError(f"positions and mode apply to layer growth only, not {op!r}")
+        raise GrowthError(f"positions and mode apply to layer growth only, not {op!r}")
 
     if op == "ffn":
         new = cfg.replace(ffn=_check_size("ffn", cfg.ffn, size))
@@ -138,13 +140,13 @@ def plan_growth(
     if obstacle and method == "auto" and not exact:
         chosen, obstacle = "paper", _hidden_obstacle(cfg, "paper", h2, last_gate)
     if obstacle and exact:
-        raise ValueError(
+        raise GrowthError(
             f"no exact hidden growth {cfg.hidden}->{h2} for this model ({cfg.norm}, {cfg.norm_position}-norm, "
             f"tied={cfg.tie_embeddings}) with method={chosen!r}: {obstacle}. Alternatives: "
             + _alternatives(cfg, h2) + ", or pass exact=False to accept a construction that is not function-preserving"
         )
     if chosen == "duplicate" and h2 % cfg.hidden:
-        raise ValueError(f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}")
+        raise GrowthError(f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}")
     eps = cfg.norm_eps * cfg.hidden / h2 if chosen in ("zero_pad", "mean_expand") else cfg.norm_eps
     tied_rescale = None
     if chosen == "duplicate" and cfg.tie_embeddings:
@@ -161,20 +163,20 @@ def _plan_heads(cfg: ModelConfig, h2: int, init: str, method: str) -> GrowthPlan
     why = "" if init == "loire" else f"init={init!r}"
     if not cfg.kv_heads:
         if method == "within":
-            raise ValueError("method='within' applies to grouped-query attention (kv_heads > 0); this model has one "
+            raise GrowthError("method='within' applies to grouped-query attention (kv_heads > 0); this model has one "
                              "key/value head per query head")
         return GrowthPlan("heads", cfg, cfg.replace(heads=h2), init, function_preserving=not why, reason=why)
     kv, group, add = cfg.kv_heads, cfg.heads // cfg.kv_heads, h2 - cfg.heads
     chosen = method if method != "auto" else ("groups" if add % group == 0 else "within")
     if chosen == "groups":
         if add % group:
-            raise ValueError(f"heads growth {cfg.heads}->{h2} by whole groups needs a multiple of the group size "
+            raise GrowthError(f"heads growth {cfg.heads}->{h2} by whole groups needs a multiple of the group size "
                              f"{group} more heads; use method='within' (needs a multiple of kv_heads={kv}) or "
                              f"another size")
         new = cfg.replace(heads=h2, kv_heads=kv + add // group)
     else:
         if h2 % kv:
-            raise ValueError(f"heads growth {cfg.heads}->{h2} within the {kv} groups needs a multiple of "
+            raise GrowthError(f"heads growth {cfg.heads}->{h2} within the {kv} groups needs a multiple of "
                              f"kv_heads={kv}; use method='groups' (a multiple of {group} more heads) or another size")
         new = cfg.replace(heads=h2)
     return GrowthPlan("heads", cfg, new, init, method=chosen, function_preserving=not why, reason=why)
@@ -195,10 +197,10 @@ def _alternatives(cfg: ModelConfig, h2: int) -> str:
 def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int] | None, mode: str) -> GrowthPlan:
     l2 = _check_size("layers", cfg.layers, size)
     if l2 > 2 * cfg.layers:
-        raise ValueError(f"layer growth copies each layer at most once, so {cfg.layers} layers can grow to at "
+        raise GrowthError(f"layer growth copies each layer at most once, so {cfg.layers} layers can grow to at "
                          f"most {2 * cfg.layers}, asked for {l2}")
     if mode not in MODES:
-        raise ValueError(f"unknown layer growth mode {mode!r}; choose one of {MODES}")
+        raise GrowthError(f"unknown layer growth mode {mode!r}; choose one of {MODES}")
     n = l2 - cfg.layers
     if positions is None:
         chosen = default_positions(cfg.layers, l2)
@@ -206,11 +208,11 @@ def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int
         chosen = tuple(int(p) for p in positions)
         bad = [p for p in chosen if not 0 <= p < cfg.layers]
         if bad:
-            raise ValueError(f"layer positions {bad} are out of range: valid positions are 0..{cfg.layers - 1}")
+            raise GrowthError(f"layer positions {bad} are out of range: valid positions are 0..{cfg.layers - 1}")
         if len(set(chosen)) != len(chosen):
-            raise ValueError(f"layer positions must be distinct, got {list(chosen)}")
+            raise GrowthError(f"layer positions must be distinct, got {list(chosen)}")
         if len(chosen) != n:
-            raise ValueError(f"growing {cfg.layers}->{l2} layers needs {n} positions, got {len(chosen)}")
+            raise GrowthError(f"growing {cfg.layers}->{l2} layers needs {n} positions, got {len(chosen)}")
         chosen = tuple(sorted(chosen))
     return GrowthPlan("layers", cfg, cfg.replace(layers=l2), init, positions=chosen, mode=mode,
                       function_preserving=init == "loire", reason="" if init == "loire" else f"init={init!r}")

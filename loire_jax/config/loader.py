@@ -64,10 +64,10 @@ def load_run_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfi
     """
     found = presets.find(path)
     if found == str(path) and not presets.looks_like_path(found) and not os.path.exists(os.path.expanduser(found)):
-        raise ValueError(f"run config {presets.unknown(path)}")
-    cfg, base = _yaml_file(found, ValueError, "run config")
+        raise ConfigError(f"run config {presets.unknown(path)}")
+    cfg, base = _yaml_file(found, ConfigError, "run config")
     _apply_overrides(cfg, overrides, base)
-    return run_config_from_dict(_plain(cfg, ValueError, str(path)), base_dir=base)
+    return run_config_from_dict(_plain(cfg, ConfigError, str(path)), base_dir=base)
 
 
 def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None) -> RunConfig:
@@ -77,27 +77,27 @@ def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None
     ``stage_defaults`` fills every stage; stage names default to M1, M2, ...
     """
     if not isinstance(mapping, Mapping):
-        raise ValueError(f"run config must be a mapping, got {type(mapping).__name__}")
+        raise ConfigError(f"run config must be a mapping, got {type(mapping).__name__}")
     base = paths.as_path(base_dir) if base_dir is not None else None
     raw = dict(mapping)
     if "model_preset" in raw:  # RunConfig's field, spelled model.preset in the document
-        raise ValueError(_unknown_message(RunConfig, (), ["model_preset"], "the top level"))
+        raise ConfigError(_unknown_message(RunConfig, (), ["model_preset"], "the top level"))
     for section in ("optimizer", "checkpoint", "eval", "stage_defaults"):
         if section in raw and raw[section] is None:  # an empty YAML section: the defaults
             del raw[section]
 
     defaults = _listed(raw.pop("stage_defaults", {}))
-    _validate(_StageDefaults, defaults, ValueError, prefix=("stage_defaults",), schema=StageConfig)
+    _validate(_StageDefaults, defaults, ConfigError, prefix=("stage_defaults",), schema=StageConfig)
     if isinstance(raw.get("stages"), list):  # stage names default to M1, M2, ...
         raw["stages"] = [_listed({"name": f"M{i + 1}", **defaults, **s}) if isinstance(s, Mapping) else s
                          for i, s in enumerate(raw["stages"])]
     if isinstance(raw.get("model"), Mapping):
         raw["model_preset"], raw["model"] = _model(raw["model"], raw.get("precision", "float32"))
     if isinstance(raw.get("data"), str):
-        raw["data"] = _data_file(raw["data"], base, ValueError)
+        raw["data"] = _data_file(raw["data"], base, ConfigError)
     elif isinstance(raw.get("data"), Mapping):
         raw["data"] = _with_data_paths(raw["data"], base)
-    return _validate(RunConfig, raw, ValueError)
+    return _validate(RunConfig, raw, ConfigError)
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
@@ -112,7 +112,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
     """
     cfg = OmegaConf.create(dict(raw))
     _apply_overrides(cfg, overrides, base_dir)
-    return _plain(cfg, ValueError, "overrides")
+    return _plain(cfg, ConfigError, "overrides")
 
 
 def data_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None) -> DataConfig:
@@ -151,11 +151,11 @@ def _model(raw: Mapping[str, Any], precision: Any) -> tuple[Any, dict[str, Any]]
     name = fields.pop("preset", "paper")
     derived = sorted(set(fields) & set(DERIVED_MODEL_FIELDS))
     if derived:
-        raise ValueError(f"model: {derived} follow from precision ({tuple(PRECISIONS)}); set precision instead")
+        raise ConfigError(f"model: {derived} follow from precision ({tuple(PRECISIONS)}); set precision instead")
     try:
         base = preset(name).to_dict()
     except ValueError as err:
-        raise ValueError(f"model.preset: {err}") from None
+        raise ConfigError(f"model.preset: {err}") from None
     # An invalid precision keeps the default dtypes; validation then names the precision.
     dtype, param_dtype = PRECISIONS.get(precision if isinstance(precision, str) else "", PRECISIONS["float32"])
     return name, {**base, **fields, "dtype": dtype, "param_dtype": param_dtype}
@@ -248,16 +248,16 @@ def _apply_overrides(cfg: DictConfig, overrides: Sequence[str], base_dir: str | 
     for item in overrides:
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"override {item!r}: expected key=value, e.g. optimizer.lr=1e-3")
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. optimizer.lr=1e-3")
         if key.startswith("data.") and isinstance(cfg.get("data"), str):
-            cfg.data = _data_file(cfg.data, base, ValueError)
+            cfg.data = _data_file(cfg.data, base, ConfigError)
         problem = _index_problem(cfg, key.strip())
         if problem:
-            raise ValueError(f"override {item!r}: {problem}")
+            raise ConfigError(f"override {item!r}: {problem}")
         try:
             cfg.merge_with_dotlist([item])
         except (OmegaConfBaseException, TypeError, ValueError) as err:
-            raise ValueError(f"override {item!r}: {_first_line(err)}") from None
+            raise ConfigError(f"override {item!r}: {_first_line(err)}") from None
 
 
 def _index_problem(cfg: DictConfig, key: str) -> str | None:

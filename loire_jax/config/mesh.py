@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import leaf_axes, leaf_shapes
+from loire_jax.errors import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -76,7 +77,7 @@ def parse_mesh(spec: str | int) -> dict[str, int]:
     if text.isdigit():
         n = int(text)
         if n < 1:
-            raise ValueError(f"--mesh needs a positive device count, got {n}")
+            raise ConfigError(f"--mesh needs a positive device count, got {n}")
         return {"data": 1, "fsdp": n, "tensor": 1}
     sizes = {a: 1 for a in MESH_AXES}
     given: set[str] = set()
@@ -84,9 +85,9 @@ def parse_mesh(spec: str | int) -> dict[str, int]:
         name, _, value = part.partition("=")
         name = name.strip()
         if name not in MESH_AXES or not value.strip().isdigit() or int(value) < 1:
-            raise ValueError(f"bad mesh spec {spec!r}: expected N or comma-separated axis=size with axes {MESH_AXES}")
+            raise ConfigError(f"bad mesh spec {spec!r}: expected N or comma-separated axis=size with axes {MESH_AXES}")
         if name in given:  # the last one silently winning would run another mesh than the one meant
-            raise ValueError(f"bad mesh spec {spec!r}: axis {name!r} is given twice")
+            raise ConfigError(f"bad mesh spec {spec!r}: axis {name!r} is given twice")
         given.add(name)
         sizes[name] = int(value)
     return sizes

@@ -13,6 +13,8 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
+from loire_jax.errors import ConfigError
+
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's tanh approximation
@@ -119,7 +121,7 @@ class ModelConfig:
         if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
             problems.append(f"rope needs an even head_dim, got {self.head_dim}")
         if problems:
-            raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+            raise ConfigError("invalid ModelConfig: " + "; ".join(problems))
 
     # -- derived ---------------------------------------------------------------------
     @property
@@ -164,13 +166,13 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown ModelConfig fields {unknown}; known fields are {sorted(known)}")
+            raise ConfigError(f"unknown ModelConfig fields {unknown}; known fields are {sorted(known)}")
         return cls(**data)
 
     def check_dtype_support(self) -> None:
         """float64 silently degrades to float32 unless x64 is on, which would fake exactness tests."""
         if "float64" in (self.dtype, self.param_dtype) and not jax.config.jax_enable_x64:
-            raise ValueError(
+            raise ConfigError(
                 "this ModelConfig uses float64, but JAX has x64 disabled; call "
                 "jax.config.update('jax_enable_x64', True) before creating arrays"
             )
@@ -197,6 +199,6 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
         base = dict(norm="rmsnorm", norm_position="pre", activation="swiglu", position="rope",
                     tie_embeddings=False, use_bias=False, norm_eps=1e-6)
     else:
-        raise ValueError(f"unknown preset {name!r}; choose 'paper', 'gpt2' or 'modern'")
+        raise ConfigError(f"unknown preset {name!r}; choose 'paper', 'gpt2' or 'modern'")
     base.update(overrides)
     return ModelConfig(**base)

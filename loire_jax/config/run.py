@@ -23,7 +23,7 @@ from loire_jax.config.data import DataConfig, TokenizerSpec
 from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, INITS, MODES, OPS
 from loire_jax.config.mesh import parse_mesh
 from loire_jax.config.model import ModelConfig
-from loire_jax.errors import raise_problems
+from loire_jax.errors import ConfigError, raise_problems
 
 PRESETS = ("paper", "gpt2", "modern")
 TEACHERS = ("all", "last", "none")
@@ -190,7 +190,7 @@ class StageConfig:
             if self.replay_ratio > 0 and self.warmup_steps == 0:
                 problems.append(f"replay_ratio={self.replay_ratio} acts during the warmup, but warmup_steps=0")
         if problems:
-            raise ValueError(f"invalid {where}: " + "; ".join(problems))
+            raise ConfigError(f"invalid {where}: " + "; ".join(problems))
 
     @property
     def distills(self) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from loire_jax.config.growth_plan import GrowthPlan, plan_growth
 from loire_jax.config.mesh import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh, simulate_hint
 from loire_jax.config.model import ModelConfig
-from loire_jax.errors import raise_problems
+from loire_jax.errors import ConfigError, raise_problems
 
 if TYPE_CHECKING:
     from loire_jax.config.run import RunConfig, StageConfig
@@ -77,7 +77,7 @@ def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
                 plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
                                    positions=g.positions, mode=g.mode, last_gate=last_gate)
             except ValueError as err:
-                raise ValueError(f"stages.{i} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): {err}") from None
+                raise ConfigError(f"stages.{i} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): {err}") from None
             if plan.op == "layers" and (plan.mode == "stack" or cfg.layers - 1 in plan.positions):
                 last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
             stage_plans.append(plan)
@@ -108,7 +108,7 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
         parse_mesh(mesh_sizes) if isinstance(mesh_sizes, (str, int)) else dict(mesh_sizes))
     unknown_axes = sorted(set(sizes) - set(MESH_AXES))
     if unknown_axes:
-        raise ValueError(f"unknown mesh axes {unknown_axes}; valid axes are {MESH_AXES}")
+        raise ConfigError(f"unknown mesh axes {unknown_axes}; valid axes are {MESH_AXES}")
     known = set(known_domains) if known_domains is not None else {d.name for d in run.data.domains}
     problems = []
     for i, stage in enumerate(run.stages):

@@ -8,10 +8,12 @@ import sys
 
 from loire_jax.config import presets
 from loire_jax.config.loader import load_data_config
+from loire_jax.errors import command
 
 DEFAULT_CONFIG = presets.presets_dir() / "domains" / "default.yaml"
 
 
+@command()  # a DataError (or any LoireError): one line, exit 2; an OSError (a vanished mount): exit 1
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="loire-data")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -23,21 +25,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from loire_jax.data import DataError, format_table, prepare
 
-    try:
-        found = presets.find(args.config, "domains")
-        if found == args.config and not presets.looks_like_path(found) and not os.path.exists(found):
-            raise DataError(f"data config {presets.unknown(args.config, 'domains')}")
-        cfg = load_data_config(found)
-        if args.data_dir:
-            cfg = cfg.with_data_dir(args.data_dir)
-        summary = prepare(cfg, progress=not args.quiet)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # the environment (a vanished mount, permissions) rather than the config
-        where = f" ({e.filename})" if e.filename else ""
-        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
-        return 1
+    found = presets.find(args.config, "domains")
+    if found == args.config and not presets.looks_like_path(found) and not os.path.exists(found):
+        raise DataError(f"data config {presets.unknown(args.config, 'domains')}")
+    cfg = load_data_config(found)
+    if args.data_dir:
+        cfg = cfg.with_data_dir(args.data_dir)
+    summary = prepare(cfg, progress=not args.quiet)
     print(format_table(summary))
     print(f"summary written to {cfg.root / 'summary.json'}" + (f" and {cfg.store}" if cfg.store else ""))
     return 0

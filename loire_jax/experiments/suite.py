@@ -26,6 +26,7 @@ from loire_jax import paths
 from loire_jax.config import presets
 from loire_jax.config.loader import load_run_config
 from loire_jax.config.run import RunConfig
+from loire_jax.errors import ConfigError
 from loire_jax.experiments.systems import SYSTEMS, derive
 
 SUITES_DIR = presets.presets_dir() / "suites"  # the checkout's configs/suites, or the wheel's copy
@@ -81,7 +82,7 @@ class Suite:
         if not (isinstance(self.gate_margin, (int, float)) and self.gate_margin >= 0):
             problems.append(f"gate_margin must be a non-negative number of nats, got {self.gate_margin!r}")
         if problems:
-            raise ValueError(f"invalid suite {self.name!r}: " + "; ".join(problems))
+            raise ConfigError(f"invalid suite {self.name!r}: " + "; ".join(problems))
 
 
 def suite_path(name_or_path: str) -> Path:
@@ -101,36 +102,36 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
     the YAML's folder."""
     path = suite_path(name_or_path)
     if not path.is_file():
-        raise ValueError(f"no suite {name_or_path!r}: {path} does not exist (suites: {', '.join(suite_names())})")
+        raise ConfigError(f"no suite {name_or_path!r}: {path} does not exist (suites: {', '.join(suite_names())})")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise ValueError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
     known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about"}
     if not isinstance(raw, Mapping) or set(raw) - known or not {"name", "base", "systems", "seeds"} <= set(raw):
-        raise ValueError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
+        raise ConfigError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
                          f"overrides, sweep, gate_margin, about); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
     def names(key: str, value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{path}: {key} must be a list of strings, got {value!r}")
+            raise ConfigError(f"{path}: {key} must be a list of strings, got {value!r}")
         return tuple(value)
 
     def integer(key: str, value: Any) -> int:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{path}: {key} must be an integer, got {value!r}")
+            raise ConfigError(f"{path}: {key} must be an integer, got {value!r}")
         return value
 
     if not isinstance(raw["seeds"], list):
-        raise ValueError(f"{path}: seeds must be a list of integers, got {raw['seeds']!r}")
+        raise ConfigError(f"{path}: seeds must be a list of integers, got {raw['seeds']!r}")
     for key in ("name", "base"):
         if not isinstance(raw[key], str):
-            raise ValueError(f"{path}: {key} must be a string, got {raw[key]!r}")
+            raise ConfigError(f"{path}: {key} must be a string, got {raw[key]!r}")
     sweep = None
     if raw.get("sweep"):
         s = raw["sweep"]
         if not isinstance(s, Mapping) or set(s) != {"systems", "grid", "seed"} or not isinstance(s["grid"], Mapping) \
                 or not all(isinstance(v, list) and v for v in s["grid"].values()):
-            raise ValueError(f"{path}: sweep needs exactly systems, grid (key: [values, ...]) and seed")
+            raise ConfigError(f"{path}: sweep needs exactly systems, grid (key: [values, ...]) and seed")
         sweep = Sweep(names("sweep.systems", s["systems"]), tuple((str(k), tuple(v)) for k, v in s["grid"].items()),
                       integer("sweep.seed", s["seed"]))
     base = Path(raw["base"])

@@ -2,7 +2,7 @@
 
 ``grow(cfg, params, op, size, key)`` returns a bigger config and bigger parameters that
 compute the same function, up to rounding, wherever an exact construction exists
-(``docs/growth.md``). It raises ``ValueError`` where none does,
+(``docs/growth.md``). It raises ``GrowthError`` (a ``ValueError``) where none does,
 unless ``exact=False``.
 
 - ``"ffn"`` (eq. 8): new W1 columns (and SwiGLU gate columns) random, new W2 rows zero.
@@ -37,6 +37,7 @@ from optax.tree_utils import NamedTupleKey, tree_get_all_with_path, tree_set
 from loire_jax.config.growth_plan import GrowthPlan, plan_growth
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_axes
+from loire_jax.errors import GrowthError
 from loire_jax.model.params import validate_params
 
 SPLIT_NOISE = 0.1  # relative spread of the random reader split in `duplicate` (breaks symmetry)
@@ -70,7 +71,7 @@ class _Ctx:
 
     def leaf_key(self, path: str, salt: str = "") -> jax.Array:
         if self.key is None:
-            raise ValueError(f"this {self.plan.op} growth draws random values (for {path}); pass a PRNG key, "
+            raise GrowthError(f"this {self.plan.op} growth draws random values (for {path}); pass a PRNG key, "
                              "e.g. key=jax.random.key(seed)")
         return jax.random.fold_in(self.key, zlib.crc32((path + salt).encode()) & 0x7FFFFFFF)
 
@@ -284,13 +285,13 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     Moments need no key. Leaves that are not arrays (e.g. optax's masked nodes) pass through.
     """
     if moment not in (0, 1, 2):
-        raise ValueError(f"moment must be 0, 1 or 2, got {moment!r}")
+        raise GrowthError(f"moment must be 0, 1 or 2, got {moment!r}")
     ctx = _Ctx(plan, _as_key(key), moment)
     flat = flatten_dict(dict(tree), sep="/")
     known = leaf_axes(plan.old)
     unknown = sorted(set(flat) - set(known))
     if unknown:
-        raise ValueError(f"cannot grow {unknown[:4]}: not parameters of the {plan.op} plan's model "
+        raise GrowthError(f"cannot grow {unknown[:4]}: not parameters of the {plan.op} plan's model "
                          f"(known paths: {sorted(known)[:4]} ...)")
     if plan.op == "hidden":
         flat = _grow_hidden(ctx, flat)
@@ -325,7 +326,7 @@ def grow_optimizer_state(plan: GrowthPlan, opt_state: Any) -> Any:
 
     Recognised moments (``MOMENT_FIELDS``): Adam's mu and nu, momentum's trace and Lion's
     mu, inside any chain or wrapper of states. Any other state holding non-scalar arrays
-    (Adafactor's factored moments, a user's own transform) is refused with a ValueError
+    (Adafactor's factored moments, a user's own transform) is refused with a GrowthError
     naming it: its leaves do not follow the parameters' shapes, and passing them through
     would break the first update or silently mislead it.
     """
@@ -334,7 +335,7 @@ def grow_optimizer_state(plan: GrowthPlan, opt_state: Any) -> Any:
     for state, fields in MOMENT_FIELDS.items():
         for field, order in fields.items():
             key = NamedTupleKey(state.__name__, field)
-            for path, moment in tree_get_all_with_path(opt_state, field, lambda p, _: p[-1] == key):
+            for path, moment in tree_get_all_with_path(opt_state, field, lambda p, _, key=key: p[-1] == key):
                 grown = tree_set(grown, lambda p, _, at=path: p == at, **{field: grow_like(plan, moment, moment=order)})
     return grown
 
@@ -358,7 +359,7 @@ def _refuse_unknown_arrays(opt_state: Any) -> None:
         big = [x for x in jax.tree_util.tree_leaves(node) if _is_array(x) and np.ndim(x) > 0]
         if big and type(node) not in MOMENT_FIELDS:
             what = type(node).__name__ if _is_state(node) else "leaf"
-            raise ValueError(
+            raise GrowthError(
                 f"cannot grow the optimizer state {what} at opt_state{jax.tree_util.keystr(path)}: it holds arrays "
                 f"(shapes {[tuple(x.shape) for x in big[:3]]}) that are not moments of the parameters, and no rule "
                 "grows them. Use Adam/AdamW, SGD momentum or Lion, or reset the optimizer at growth "
@@ -387,7 +388,7 @@ def grow(
     - ``init``: ``"loire"`` (function-preserving), ``"random"`` or ``"zero"`` (the paper's
       Fig. 4 ablations: every new slot random / zero, old slots untouched, and new layers
       plugged in ungated).
-    - ``exact=True`` raises ValueError where no exact construction exists. ``exact=False``
+    - ``exact=True`` raises GrowthError where no exact construction exists. ``exact=False``
       falls back to the paper's zero-padding there, which is NOT function-preserving.
     - ``method`` (hidden only): ``auto`` | ``zero_pad`` | ``mean_expand`` | ``duplicate`` |
       ``paper``.
@@ -422,7 +423,7 @@ def _with_params_dtype(cfg: ModelConfig, params: Mapping[str, Any]) -> ModelConf
     flat = flatten_dict(dict(params), sep="/")
     dtypes = {jnp.dtype(x.dtype) for p, x in flat.items() if p != GATES and hasattr(x, "dtype")}
     if len(dtypes) > 1:
-        raise ValueError(f"the parameters mix dtypes {sorted(d.name for d in dtypes)}; cast them to one first")
+        raise GrowthError(f"the parameters mix dtypes {sorted(d.name for d in dtypes)}; cast them to one first")
     if dtypes and dtypes != {cfg.params_dtype}:
         return cfg.replace(param_dtype=next(iter(dtypes)).name)
     return cfg
@@ -442,7 +443,7 @@ def _mesh_of(params: Mapping[str, Any]) -> jax.sharding.Mesh | None:
             meshes.append((mesh, path))
     if len(meshes) > 1:
         where = "; ".join(f"{p} on {dict(m.shape)}" for m, p in meshes[:3])
-        raise ValueError(f"the parameters are sharded over {len(meshes)} different meshes ({where}); put them on "
+        raise GrowthError(f"the parameters are sharded over {len(meshes)} different meshes ({where}); put them on "
                          "one mesh, or pass mesh= to grow onto it")
     return meshes[0][0] if meshes else None
 

@@ -36,6 +36,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
+from loire_jax.errors import LoireError
 
 ARCHITECTURES = ("GPT2LMHeadModel", "LlamaForCausalLM")
 INDEX = "model.safetensors.index.json"
@@ -45,7 +46,7 @@ TOKENIZER_IDENTITY = "loire_tokenizer.json"
 SINGLE = "model.safetensors"
 
 
-class HFError(ValueError):
+class HFError(LoireError, ValueError):
     """A checkpoint this project cannot read or a model it cannot write exactly; the message
     names the file, field or tensor."""
 
@@ -444,7 +445,7 @@ def load(path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None,
         flat = {}
         for path_, shape in leaf_shapes(cfg).items():
             if path_ == GATES:
-                flat[path_] = _build(shape, cfg, shardings and shardings[path_], lambda idx: np.ones(
+                flat[path_] = _build(shape, cfg, shardings and shardings[path_], lambda idx, shape=shape: np.ones(
                     [len(range(*s.indices(n))) for s, n in zip(idx, shape)]))
                 continue
             flat[path_] = _build(shape, cfg, shardings and shardings[path_],

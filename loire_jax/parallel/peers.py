@@ -163,6 +163,6 @@ class PeerWatch:
                       "saving; the last checkpoint is intact, so fix that and rerun to resume", file=sys.stderr)
                 _post("seen")
                 if jax.process_index() == 0:  # the coordinator goes last, after the failed ones have gone
-                    _wait_for(lambda p: set(failed) <= set(p["left"]))
+                    _wait_for(lambda p, failed=failed: set(failed) <= set(p["left"]))
                     time.sleep(LEAVE_GRACE_S)  # "left" is posted just before os._exit: let that exit happen
                 _flush_and_exit(1)

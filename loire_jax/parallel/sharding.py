@@ -26,13 +26,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from loire_jax.config.mesh import BATCH_AXES, MESH_AXES, axes_spec, mesh_problems, simulate_hint
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import leaf_axes
+from loire_jax.errors import ConfigError
 
 
 def partition_spec(cfg: ModelConfig, path: str) -> PartitionSpec:
     """The spec of the leaf at '/'-joined ``path`` of ``cfg``'s parameters."""
     axes = leaf_axes(cfg)
     if path not in axes:
-        raise ValueError(f"{path!r} is not a parameter of this model (parameters: {sorted(axes)})")
+        raise ConfigError(f"{path!r} is not a parameter of this model (parameters: {sorted(axes)})")
     return axes_spec(axes[path])
 
 
@@ -47,7 +48,7 @@ def check_divisible(cfg: ModelConfig, mesh: Mesh) -> None:
     """Refuse a model whose sharded dimensions ``mesh`` does not divide, naming them."""
     problems = mesh_problems(cfg, dict(mesh.shape))
     if problems:
-        raise ValueError("the model does not fit the mesh: " + "; ".join(problems[:6])
+        raise ConfigError("the model does not fit the mesh: " + "; ".join(problems[:6])
                          + (" ..." if len(problems) > 6 else "")
                          + ". Choose sizes that are multiples of the mesh axes or a different --mesh")
 
@@ -100,7 +101,7 @@ def make_mesh(sizes: Mapping[str, int], devices: Sequence[jax.Device] | None = N
     devices = sorted(devices if devices is not None else jax.devices(), key=lambda d: (d.process_index, d.id))
     need = math.prod(sizes[a] for a in MESH_AXES)
     if need > len(devices):
-        raise ValueError(f"mesh {dict(sizes)} needs {need} devices but only {len(devices)} are available; "
+        raise ConfigError(f"mesh {dict(sizes)} needs {need} devices but only {len(devices)} are available; "
                          + simulate_hint(need))
     grid = np.array(devices[:need]).reshape(tuple(sizes[a] for a in MESH_AXES))
     return Mesh(grid, MESH_AXES)

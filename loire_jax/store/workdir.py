@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pathlib
 import re
 import socket
 import threading
@@ -31,6 +32,7 @@ import time
 import uuid
 
 from loire_jax import paths
+from loire_jax.errors import LoireError
 from loire_jax.paths import Path
 
 MARKER = ".loire_run"
@@ -44,7 +46,7 @@ RUN_ENTRIES = re.compile(r"stage_\d+|config\.json|metrics\.jsonl|tb|report|pytho
 _RUN_TEMPORARY = re.compile(r"\.(config\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)\..+\.tmp")
 
 
-class WorkdirError(Exception):
+class WorkdirError(LoireError):
     """The workdir cannot be used as asked; the message says why and what to do."""
 
 
@@ -78,7 +80,7 @@ def resolve(workdir: paths.PathLike) -> Path:
 
 def _checkout() -> str | None:
     """The repository this package runs from, if it runs from a checkout (not an install)."""
-    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    root = str(pathlib.Path(os.path.realpath(__file__)).parents[2])  # <root>/loire_jax/store/workdir.py
     return root if any(os.path.exists(os.path.join(root, m)) for m in ("pyproject.toml", ".git")) else None
 
 
