@@ -32,7 +32,7 @@ def worker(args: argparse.Namespace) -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from loire_jax.store.checkpoints import RunSignals
+    from loire_jax.train.signals import RunSignals
 
     mesh = jax.make_mesh((len(jax.devices()),), ("data",), devices=jax.devices())
     rows = 16 * len(jax.devices())

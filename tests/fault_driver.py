@@ -11,19 +11,16 @@ as a bad local file). Production code knows nothing of it.
 import os
 import signal
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from loire_jax.cli.train import main  # noqa: E402
-from loire_jax.train.hooks import Hook  # noqa: E402
+from loire_jax.cli.train import main
+from loire_jax.train.hooks import Hook
 
 
 class SignalAfter(Hook):
     def __init__(self, signum: int, steps: int) -> None:
         self.signum, self.steps, self.seen = signum, steps, 0
 
-    def on_step(self, trainer, k: int, done: int) -> None:
+    def on_step(self, ctx, step) -> None:
         self.seen += 1
         if self.seen == self.steps:
             os.kill(os.getpid(), self.signum)
@@ -33,8 +30,8 @@ class SignalAtStageEnd(Hook):
     def __init__(self, stage: int) -> None:
         self.stage = stage
 
-    def on_stage_end(self, trainer, k: int) -> None:
-        if k + 1 == self.stage:
+    def on_stage_end(self, ctx) -> None:
+        if ctx.stage == self.stage:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -42,12 +39,12 @@ class FailAfter(Hook):
     def __init__(self, steps: int) -> None:
         self.steps, self.seen = steps, 0
 
-    def on_step(self, trainer, k: int, done: int) -> None:
+    def on_step(self, ctx, step) -> None:
         self.seen += 1
         if self.seen == self.steps:
             from loire_jax.errors import RunError
 
-            raise RunError(f"injected fault after step {done} of stage {k + 1}")
+            raise RunError(f"injected fault after step {step.step} of stage {step.stage}")
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ from loire_jax.parallel.sharding import make_mesh, param_shardings
 from loire_jax.store.checkpoints import (
     CheckpointError,
     DamagedCheckpoint,
-    PreemptionGuard,
     StageCheckpoints,
     restore_params,
     stage_dir,
 )
+from loire_jax.train.signals import PreemptionGuard
 from loire_jax.train.state import TrainState
 
 CFG = ModelConfig(vocab_size=64, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=2)

@@ -81,6 +81,7 @@ def _grads(cfg, params, tokens):
 _logits = jax.jit(apply_model, static_argnums=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remat", ["dots", "full"])
 def test_remat_gives_the_same_logits_and_gradients(remat):
     cfg = _model(**F64, remat="none")
@@ -93,6 +94,7 @@ def test_remat_gives_the_same_logits_and_gradients(remat):
                                    err_msg=path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, tol", [("float32", 2e-5), ("bfloat16", 5e-2)])
 def test_splash_attention_matches_xla(dtype, tol):
     """The TPU kernel, run in Pallas interpret mode: logits and gradients match XLA's."""
@@ -123,6 +125,7 @@ def _run(spec, params, batches, clip):
     return state, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clip", [None, 0.05])
 def test_microbatches_give_the_full_batch_update(clip):
     """Gradients are averaged over the whole batch before clipping (0.05 clips every step here)."""

@@ -31,6 +31,8 @@ from loire_jax.data import DataError  # noqa: E402
 from loire_jax.errors import RunError  # noqa: E402
 from loire_jax.store.workdir import WorkdirError  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
+
 # Cases that compare with the reference run share one worker (and one reference run).
 shared_reference = pytest.mark.xdist_group("faults")
 

@@ -12,6 +12,8 @@ from flax.traverse_util import flatten_dict
 
 from loire_jax import ModelConfig, apply_model, grow, init_params
 
+pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
+
 ARCHS = [
     dict(norm="layernorm", norm_position="post", activation="gelu", position="learned", tie_embeddings=True),
     dict(norm="layernorm", norm_position="pre", activation="gelu", position="learned", tie_embeddings=False),

@@ -215,3 +215,25 @@ def test_loading_every_preset_imports_no_training_stack():
     result = json.loads(out.stdout.splitlines()[-1])
     assert len(result["loaded"]) >= 6
     assert result["heavy"] == []
+
+
+MAX_CLASS_LINES, MAX_FUNCTION_LINES = 250, 80
+
+
+def too_long(source: str, where: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        size = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+        if isinstance(node, ast.ClassDef) and size > MAX_CLASS_LINES:
+            found.append(f"{where}: class {node.name} has {size} lines")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and size > MAX_FUNCTION_LINES:
+            found.append(f"{where}: {node.name} has {size} lines")
+    return found
+
+
+def test_no_class_over_250_lines_and_no_function_over_80():
+    """Small units: a class that grows past a screenful of methods, or a function past a
+    screen, is split before it lands."""
+    assert [line for m, p in MODULES.items() for line in too_long(p.read_text(), m)] == []
+    long_function = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    assert too_long(long_function, "m") == [f"m: f has {MAX_FUNCTION_LINES + 1} lines"]

@@ -13,7 +13,6 @@ import numpy as np
 import optax
 import pytest
 from flax.traverse_util import flatten_dict
-from tiers import tiered
 
 from loire_jax import apply_model, grow_optimizer_state, init_params, plan_growth, preset
 from loire_jax.config.run import OptimizerConfig
@@ -56,6 +55,7 @@ def _counts(opt_state) -> dict[str, int]:
             for tuple_name in [key.tuple_name]}
 
 
+@pytest.mark.slow
 def test_restart_schedules_zeroes_the_schedule_and_keeps_adams_count():
     state = _trained()
     assert _counts(state.opt_state) == {"ScaleByAdamState": 3, "ScaleByScheduleState": 3}
@@ -65,7 +65,8 @@ def test_restart_schedules_zeroes_the_schedule_and_keeps_adams_count():
     assert restart_schedules(s) is s
 
 
-@pytest.mark.parametrize("ops", tiered([[("ffn", 48)], [("hidden", 32), ("layers", 3)]], lambda i, c: i == 1, unpack=False))
+@pytest.mark.slow
+@pytest.mark.parametrize("ops", [[("ffn", 48)], [("hidden", 32), ("layers", 3)]])
 def test_grow_train_state_is_growth_of_each_part_laid_out_as_asked(ops):
     state = _trained()
     plans, cfg = [], CFG
@@ -96,6 +97,7 @@ def test_grow_train_state_is_growth_of_each_part_laid_out_as_asked(ops):
     np.testing.assert_allclose(after, before, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_reset_optimizer_starts_fresh_moments():
     state = _trained()
     plan = plan_growth(CFG, "ffn", 48)

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from runs import ROOT, cli, final_losses, in_process, records, steps_saved
 
+from loire_jax.config.schedule import stage_number
 from loire_jax.errors import RunError
 from loire_jax.store import checkpoints
 
-pytestmark = pytest.mark.xdist_group("engine")  # one worker runs the shared reference once (conftest.py)
+pytestmark = [pytest.mark.xdist_group("engine"), pytest.mark.slow]  # one worker runs the shared reference once (conftest.py)
 
 
 def test_two_stage_run_on_8_devices(reference):
@@ -61,7 +62,7 @@ def _recompute_from_jsonl(workdir: Path) -> tuple[list[float], list[float | None
     for t in sorted(final):
         seen = order[:t]
         ap.append(math.exp(sum(math.log(final[t][d]) for d in seen) / len(seen)))
-        ap_plus.append(None if t == 1 else sum(final[t][d] - final[order.index(d) + 1][d] for d in seen[:-1])
+        ap_plus.append(None if t == 1 else sum(final[t][d] - final[stage_number(order.index(d))][d] for d in seen[:-1])
                        / (len(seen) - 1))
     return ap, ap_plus
 
@@ -168,8 +169,8 @@ def test_a_run_whose_lock_was_taken_over_stops_before_its_next_save(run_config, 
     from loire_jax.train.hooks import Hook, default_hooks
 
     class BreakLockAfterStep1(Hook):
-        def on_step(self, trainer, k, done):
-            if done == 1:
+        def on_step(self, ctx, step):
+            if step.step == 1:
                 (tmp_path / LOCK).write_text(json.dumps({"pid": 4242, "host": "other-host", "token": "theirs"}))
 
     hooks = [*default_hooks(load_run_config(run_config), progress=False), BreakLockAfterStep1()]

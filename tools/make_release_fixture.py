@@ -1,9 +1,9 @@
 """Write ``tests/fixtures/release-<version>/``: a workdir the installed release left mid-run,
 so that tests/test_release_compat.py can check that the current code resumes it.
 
-Run it with the release to freeze (from that release's checkout, whose tests/ it reads):
+Run it with the release to freeze, whose package and tests/ come first on the path:
 
-    PYTHONPATH=<release checkout> python tools/make_release_fixture.py <release checkout> 0.1.0
+    R=<release checkout>; PYTHONPATH=$R:$R/tests:$R/tests/data python tools/make_release_fixture.py $R 0.1.0
 
 It trains tests/test_faults.py's two-stage config and stops the run with SIGTERM after
 step 2 of stage 2 (the trainer saves and stops), then replaces the checkout's absolute
@@ -27,7 +27,6 @@ HERE = Path(__file__).resolve().parents[1]
 
 def main(release: str, version: str) -> None:
     release_root = Path(release).resolve()
-    sys.path[:0] = [str(release_root / "tests"), str(release_root / "tests" / "data")]
     import yaml
     from test_faults import config_dict
 

@@ -235,10 +235,13 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """matplotlib figures by file stem: ``ap`` (Fig. 3), ``ppl_heatmap``, ``init_final`` (Fig. 4),
     ``training`` (loss with stage boundaries, gate alpha and beta). Plain ``Figure`` objects,
     outside pyplot: drawing a report leaves the caller's matplotlib backend and figures alone."""
-    from matplotlib.colors import LogNorm
-    from matplotlib.figure import Figure
+    return {"ap": _ap_figure(summaries), "ppl_heatmap": _heatmap_figure(summaries),
+            "init_final": _init_final_figure(summaries), "training": _training_figure(summaries)}
 
-    figs: dict[str, Any] = {}
+
+def _ap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
+    """AP and AP+ after each stage (Fig. 3)."""
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 4))
     ax_ap, ax_plus = fig.subplots(1, 2)
@@ -254,7 +257,13 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend()
     fig.tight_layout()
-    figs["ap"] = fig
+    return fig
+
+
+def _heatmap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
+    """Every seen domain's PPL after each stage."""
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5 * len(summaries), 4))
     axes = fig.subplots(1, len(summaries), squeeze=False)
@@ -275,7 +284,12 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ax.set_title(f"{s['name']}: PPL after each stage")
         fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    figs["ppl_heatmap"] = fig
+    return fig
+
+
+def _init_final_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
+    """PPL right after growth (Init) against the stage ends (Fig. 4)."""
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5 * len(summaries), 4))
     axes = fig.subplots(1, len(summaries), squeeze=False)
@@ -290,7 +304,12 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ax.set(title=f"{s['name']}: init vs final PPL", ylabel="perplexity (AP)")
         ax.legend()
     fig.tight_layout()
-    figs["init_final"] = fig
+    return fig
+
+
+def _training_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
+    """The loss, gate alpha and KD beta over the run's one step axis."""
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 8))
     ax_loss, ax_alpha, ax_beta = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1, 1]})
@@ -311,8 +330,7 @@ def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ax_beta.set(ylabel="KD β", xlabel="global step")
     ax_loss.legend(fontsize=7)
     fig.tight_layout()
-    figs["training"] = fig
-    return figs
+    return fig
 
 
 # --------------------------------------------------------------------------- files

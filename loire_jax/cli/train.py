@@ -175,7 +175,7 @@ class _LogsToWorkdir(Hook):
         name = "python.log" if jax.process_index() == 0 else f"python.{jax.process_index()}.log"
         self.stream = _library_logs_to(trainer.workdir / name, carry_over=self.early)
 
-    def on_stage_end(self, trainer, k: int) -> None:
+    def on_stage_end(self, ctx) -> None:
         if self.stream is not None:
             self.stream.flush()
 

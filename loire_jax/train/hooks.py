@@ -3,22 +3,30 @@
 The trainer (``loire_jax.train.trainer``) grows, trains, evaluates at stage boundaries and
 checkpoints; logging, the progress bar, mid-stage evaluation, the non-finite-loss stop
 and the checkpoint period are hooks, so a researcher can drop, replace or add any of them
-(``run(cfg, workdir, hooks=[*default_hooks(cfg), MyHook()])``). The trainer calls, in
+(``run(cfg, workdir, hooks=[*default_hooks(cfg), MyHook()])``).
+
+Every event receives a ``RunContext`` (``loire_jax.train.context``): the run config, the
+workdir, the mesh, the stage under way (``stage_index``, 0-based; ``stage``, the paper's
+number n of model Mn), the process, and ``say``, ``emit``, ``global_step`` and
+``evaluate``. Step events also receive the step's ``StepRecord`` (``loire_jax.train.loop``:
+``stage_index``, ``stage``, ``step`` (1-based, steps done in the stage), ``phase``,
+``final``, ``compiled``, ``state``, ``metrics`` still on the device). The trainer calls, in
 order and for every hook in the list:
 
-- ``on_run_start(trainer)`` once the workdir is checked and locked;
-- ``on_stage_start(trainer, k, step)`` when stage ``k`` (0-based) starts or resumes at ``step``;
-- ``on_record(trainer, record)`` for every JSON-able record: ``train`` (one step's
-  metrics, fetched one step late so the device never waits for the host), ``eval``,
-  ``compile``, ``wall`` and ``quarantined``;
-- ``on_step(trainer, k, done)`` right after step ``done`` (1-based) is dispatched;
-- ``wants_checkpoint(trainer, k, done)``: a save happens if any hook says so (the
-  stage's last step and a preemption always save);
-- ``on_step_end(trainer, k, done, state)`` after that step's save decision;
-- ``on_stage_end(trainer, k)`` when the stage completes or stops, before the trainer prints;
-- ``on_run_end(trainer)`` always, also after an error: close what you opened.
+- ``on_run_start(ctx)`` once the workdir is checked and locked;
+- ``on_stage_start(ctx, start)`` when stage ``ctx.stage`` starts (``start`` 0) or resumes at step ``start``;
+- ``on_record(ctx, record)`` for every JSON-able record: ``train`` (one step's metrics,
+  fetched one step late so the device never waits for the host), ``eval``, ``compile``,
+  ``setup``, ``wall`` and ``quarantined``; each names its stage as ``"stage": n``;
+- ``on_step(ctx, step)`` right after the step is dispatched;
+- ``wants_checkpoint(ctx, step)``: a save happens if any hook says so (the stage's last
+  step and a preemption always save);
+- ``on_step_end(ctx, step)`` after that step's save decision (and save);
+- ``on_stage_end(ctx)`` when the stage's loop completes or stops, before the trainer prints;
+- ``on_run_end(ctx)`` always, also after an error: close what you opened.
 
-A hook that prints uses ``say``: a bare ``print`` would land inside the progress bar's line.
+A hook that prints uses ``ctx.say`` (or ``say``): a bare ``print`` would land inside the
+progress bar's line.
 """
 
 from __future__ import annotations
@@ -32,53 +40,42 @@ from typing import TYPE_CHECKING, Any
 from loire_jax import paths
 from loire_jax.analysis.records import METRICS_FILE
 from loire_jax.errors import Diverged, RunError
+from loire_jax.train.context import say, stage_index, stage_label
 
 if TYPE_CHECKING:  # the trainer imports this module
     from loire_jax.config.run import RunConfig
-    from loire_jax.train.state import TrainState
-    from loire_jax.train.trainer import Trainer
+    from loire_jax.train.context import RunContext
+    from loire_jax.train.loop import StepRecord
 
+__all__ = ["Hook", "say", "StopOnNonFinite", "JsonlLog", "TensorBoard", "ProgressBar", "EvalEvery",
+           "CheckpointEvery", "default_hooks"]
 
 
 class Hook:
     """Base class: every event is a no-op, so a hook overrides only what it needs."""
 
-    def on_run_start(self, trainer: "Trainer") -> None: ...
-    def on_stage_start(self, trainer: "Trainer", k: int, step: int) -> None: ...
-    def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None: ...
-    def on_step(self, trainer: "Trainer", k: int, done: int) -> None: ...
+    def on_run_start(self, ctx: "RunContext") -> None: ...
+    def on_stage_start(self, ctx: "RunContext", start: int) -> None: ...
+    def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None: ...
+    def on_step(self, ctx: "RunContext", step: "StepRecord") -> None: ...
 
-    def wants_checkpoint(self, trainer: "Trainer", k: int, done: int) -> bool:
+    def wants_checkpoint(self, ctx: "RunContext", step: "StepRecord") -> bool:
         return False
 
-    def on_step_end(self, trainer: "Trainer", k: int, done: int, state: "TrainState") -> None: ...
-    def on_stage_end(self, trainer: "Trainer", k: int) -> None: ...
-    def on_run_end(self, trainer: "Trainer") -> None: ...
-
-
-def say(*parts: Any) -> None:
-    """Print one line for the user from a hook: once (process 0), through ``tqdm.write``,
-    which lifts the progress bar, prints above it and redraws it, so the bar stays whole."""
-    import jax
-    from tqdm import tqdm
-
-    if jax.process_index() == 0:
-        tqdm.write(" ".join(str(p) for p in parts), file=sys.stdout)
-        sys.stdout.flush()
-
-
+    def on_step_end(self, ctx: "RunContext", step: "StepRecord") -> None: ...
+    def on_stage_end(self, ctx: "RunContext") -> None: ...
+    def on_run_end(self, ctx: "RunContext") -> None: ...
 
 
 class StopOnNonFinite(Hook):
     """A non-finite loss ends the run before anything of that step is saved (the
     checkpoint before it stays the latest); the message names stage and step."""
 
-    def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
         if record.get("kind") == "train" and not math.isfinite(record["loss"]):
-            stage = trainer.run_config.stages[record["stage"] - 1]
-            raise Diverged(f"non-finite loss ({record['loss']}) in stage {record['stage']} ({stage.name}) at step "
-                           f"{record['step']}; the last good checkpoint is kept. Lower the learning rate or check "
-                           "the data.")
+            where = stage_label(ctx.run_config, stage_index(record["stage"]))
+            raise Diverged(f"non-finite loss ({record['loss']}) in {where} at step {record['step']}; the last "
+                           "good checkpoint is kept. Lower the learning rate or check the data.")
 
 
 class JsonlLog(Hook):
@@ -91,20 +88,20 @@ class JsonlLog(Hook):
         self.every_s = every_s
         self._file: paths.AppendLog | None = None
 
-    def on_run_start(self, trainer: "Trainer") -> None:
-        self._file = paths.AppendLog(trainer.workdir / METRICS_FILE, every_s=self.every_s)
+    def on_run_start(self, ctx: "RunContext") -> None:
+        self._file = paths.AppendLog(ctx.workdir / METRICS_FILE, every_s=self.every_s)
 
-    def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record))
             if record.get("kind") == "wall":  # emitted at each checkpoint save
                 self._file.flush()
 
-    def on_stage_end(self, trainer: "Trainer", k: int) -> None:
+    def on_stage_end(self, ctx: "RunContext") -> None:
         if self._file is not None:
             self._file.flush()
 
-    def on_run_end(self, trainer: "Trainer") -> None:
+    def on_run_end(self, ctx: "RunContext") -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -117,27 +114,27 @@ class TensorBoard(Hook):
     def __init__(self) -> None:
         self._writer = None
 
-    def on_run_start(self, trainer: "Trainer") -> None:
+    def on_run_start(self, ctx: "RunContext") -> None:
         try:
             from tensorboardX import SummaryWriter
         except ImportError as err:  # a declared dependency: a broken install, not an option
             raise RunError(f"tensorboardX cannot be imported ({err}); reinstall with pip install -e .") from None
-        self._writer = SummaryWriter(os.fspath(trainer.workdir / "tb"))  # writes gs:// itself
+        self._writer = SummaryWriter(os.fspath(ctx.workdir / "tb"))  # writes gs:// itself
 
-    def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None:
-        if self._writer is None:
+    def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
+        if self._writer is None or record.get("kind") not in ("train", "eval"):
             return
-        k = record.get("stage", 1) - 1
-        if record.get("kind") == "train":
-            step = trainer.global_step(k, record["step"])
+        k = stage_index(record["stage"])
+        if record["kind"] == "train":
+            step = ctx.global_step(record["step"], k)
             for key, value in record.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("stage", "step"):
                     self._writer.add_scalar(f"train/{key}", value, step)
-        elif record.get("kind") == "eval" and math.isfinite(record["ppl"]):
-            at = {"init": 0, "final": trainer.run_config.stages[k].steps}.get(record["point"], record.get("step", 0))
-            self._writer.add_scalar(f"eval/{record['domain']}/ppl", record["ppl"], trainer.global_step(k, at))
+        elif math.isfinite(record["ppl"]):
+            at = {"init": 0, "final": ctx.run_config.stages[k].steps}.get(record["point"], record.get("step", 0))
+            self._writer.add_scalar(f"eval/{record['domain']}/ppl", record["ppl"], ctx.global_step(at, k))
 
-    def on_run_end(self, trainer: "Trainer") -> None:
+    def on_run_end(self, ctx: "RunContext") -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -150,24 +147,24 @@ class ProgressBar(Hook):
         self.enabled = enabled
         self._bar = None
 
-    def on_stage_start(self, trainer: "Trainer", k: int, step: int) -> None:
+    def on_stage_start(self, ctx: "RunContext", start: int) -> None:
         from tqdm import tqdm
 
-        stage = trainer.run_config.stages[k]
-        self._bar = tqdm(total=stage.steps, initial=step, desc=f"stage {k + 1}/{len(trainer.run_config.stages)} "
+        stage = ctx.stage_config
+        self._bar = tqdm(total=stage.steps, initial=start, desc=f"stage {ctx.stage}/{len(ctx.run_config.stages)} "
                          f"{stage.name}", unit="step", dynamic_ncols=True, file=sys.stdout, disable=not self.enabled)
 
-    def on_record(self, trainer: "Trainer", record: dict[str, Any]) -> None:
+    def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
         if self._bar is not None and record.get("kind") == "train":
             self._bar.set_postfix_str(f"{record['phase']} loss {record['loss']:.3f} kd {record['kd_loss']:.4f} "
                                       f"a {record['alpha']:.2f} {record['tokens_per_s']:,.0f} tok/s "
                                       f"MFU {100 * record['mfu']:.1f}%", refresh=False)
             self._bar.update(1)
 
-    def on_stage_end(self, trainer: "Trainer", k: int) -> None:
-        self.on_run_end(trainer)
+    def on_stage_end(self, ctx: "RunContext") -> None:
+        self.on_run_end(ctx)
 
-    def on_run_end(self, trainer: "Trainer") -> None:
+    def on_run_end(self, ctx: "RunContext") -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -180,9 +177,9 @@ class EvalEvery(Hook):
     def __init__(self, every: int) -> None:
         self.every = every
 
-    def on_step_end(self, trainer: "Trainer", k: int, done: int, state: "TrainState") -> None:
-        if self.every and done % self.every == 0 and done < trainer.run_config.stages[k].steps:
-            trainer.evaluate(k, state.params, "step", step=done)
+    def on_step_end(self, ctx: "RunContext", step: "StepRecord") -> None:
+        if self.every and step.step % self.every == 0 and not step.final:
+            ctx.evaluate(step.state.params, step=step.step)
 
 
 class CheckpointEvery(Hook):
@@ -191,8 +188,8 @@ class CheckpointEvery(Hook):
     def __init__(self, every: int) -> None:
         self.every = every
 
-    def wants_checkpoint(self, trainer: "Trainer", k: int, done: int) -> bool:
-        return bool(self.every) and done % self.every == 0
+    def wants_checkpoint(self, ctx: "RunContext", step: "StepRecord") -> bool:
+        return bool(self.every) and step.step % self.every == 0
 
 
 def default_hooks(run_config: "RunConfig", *, progress: bool = True) -> list[Hook]:

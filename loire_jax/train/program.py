@@ -1,0 +1,139 @@
+"""The programs a run executes: every stage's layout, train steps and evaluation step, built,
+sharded and compiled ahead of time, once per session.
+
+A stage compiles one train step per distinct ``StepSpec`` (phases with the same step, warmup
+and train without distillation, share one) and one evaluation step; each compilation is
+checked against the device's memory before it runs and logged as a "compile" record. A
+compiled executable refuses inputs it was not compiled for, so a phase runs exactly the one
+program compiled here, and nothing recompiles inside a phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+from jax.sharding import Mesh
+
+from loire_jax.analysis import memory
+from loire_jax.config.run import RunConfig
+from loire_jax.config.schedule import Phase, growth_plans, stage_models, stage_number, teacher_stages
+from loire_jax.errors import RunError
+from loire_jax.growth.transforms import ramp_layers
+from loire_jax.model.kernels import for_platform, loss_chunk_for
+from loire_jax.parallel.sharding import batch_sharding, param_shardings
+from loire_jax.train.context import stage_label
+from loire_jax.train.optimizer import optimizer_for
+from loire_jax.train.state import TrainState, abstract_state, state_shardings
+from loire_jax.train.step import StepSpec, frozen_teacher, make_eval_step, make_train_step
+
+
+class StageLayout(NamedTuple):
+    optimizer: Any
+    shardings: TrainState
+    abstract: TrainState
+
+
+class Programs:
+    """Every stage's model, growth plans, layout and compiled steps for one session.
+
+    ``emit`` receives the "compile" records; ``stop_point`` is called after each compilation
+    (a place where a multi-process run may stop: ``RunSession.stop_point``)."""
+
+    def __init__(self, run_config: RunConfig, mesh: Mesh, emit: Callable[[dict[str, Any]], None],
+                 stop_point: Callable[[str], None]) -> None:
+        self.run_config, self.mesh = run_config, mesh
+        self.platform = mesh.devices.flat[0].platform
+        self.models = stage_models(run_config)
+        self.plans = growth_plans(run_config)
+        self._emit, self._stop_point = emit, stop_point
+        self._layouts: dict[int, StageLayout] = {}
+        self._steps: dict[tuple[int, StepSpec], Any] = {}  # compiled once per distinct step of a stage
+        self._evals: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ how a model runs here
+    @property
+    def loss_chunk(self) -> int:
+        return loss_chunk_for(self.run_config.loss_chunk, self.platform)
+
+    def exec(self, cfg):
+        """``cfg`` as it runs here: attention kernel and remat resolved for the mesh's platform."""
+        return for_platform(cfg, self.platform, self.run_config.seq_len)
+
+    def knobs(self, index: int) -> dict[str, Any]:
+        """The settings that trade memory for speed, for ``memory.advice`` and ``check_fits``."""
+        run = self.run_config
+        return {"microbatches": run.microbatches, "remat": self.exec(self.models[index]).remat,
+                "batch_size": run.batch_size, "loss_chunk": self.loss_chunk}
+
+    def teacher_models(self, index: int) -> list:
+        return [self.models[j] for j in teacher_stages(self.run_config, index)]
+
+    def layout(self, index: int) -> StageLayout:
+        """Stage ``index``'s optimizer, state shardings and abstract state: built once per session
+        (verification, resume, growth, teachers and the step compilations all need them)."""
+        if index not in self._layouts:
+            opt = optimizer_for(self.run_config.optimizer, self.run_config.stages[index].steps)
+            cfg = self.models[index]
+            shardings = state_shardings(cfg, self.mesh, opt)
+            self._layouts[index] = StageLayout(opt, shardings, abstract_state(cfg, self.mesh, opt, shardings))
+        return self._layouts[index]
+
+    def abstract(self, index: int) -> TrainState:
+        return self.layout(index).abstract
+
+    # ------------------------------------------------------------------ the steps
+    def specs(self, index: int, stage_phases: list[Phase]) -> dict[str, StepSpec]:
+        """Each phase's step: the student, its frozen teachers and their betas when the phase
+        distils (eq. 15), the gate ramp of the layers grown into this stage."""
+        run, stage, teachers = self.run_config, self.run_config.stages[index], self.teacher_models(index)
+        ramp = ramp_layers(self.plans[index])
+        return {p.name: StepSpec(self.exec(self.models[index]),
+                                 teachers=tuple(frozen_teacher(self.exec(t)) for t in teachers) if p.distill else (),
+                                 betas=(stage.beta,) * len(teachers) if p.distill else (),
+                                 ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps,
+                                 microbatches=run.microbatches, loss_chunk=self.loss_chunk)
+                for p in stage_phases}
+
+    def has_step(self, index: int, spec: StepSpec) -> bool:
+        return (index, spec) in self._steps
+
+    def step_fn(self, index: int, spec: StepSpec, phase: Phase, args: tuple):
+        """The compiled step of ``spec``, compiled for ``args`` on first use."""
+        if (index, spec) not in self._steps:
+            opt, shardings, _ = self.layout(index)
+            teacher_sh = tuple(param_shardings(t, self.mesh) for t in self.teacher_models(index)) \
+                if phase.distill else ()
+            fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
+                         in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
+                         out_shardings=(shardings, None))
+            self._steps[index, spec] = self._compile(f"{stage_label(self.run_config, index)} {phase.name} step",
+                                                     index, fn, args, phase.name)
+        return self._steps[index, spec]
+
+    def eval_fn(self, index: int, args: tuple):
+        """Stage ``index``'s evaluation step, compiled at "highest" matmul precision: init vs
+        final PPL is the run's function-preservation check, and TF32 must not fake it."""
+        if index not in self._evals:
+            fn = jax.jit(make_eval_step(self.exec(self.models[index]), self.loss_chunk))
+            self._evals[index] = self._compile(f"{stage_label(self.run_config, index)} evaluation", index, fn,
+                                               args, "eval", precision="highest")
+        return self._evals[index]
+
+    def _compile(self, what: str, index: int, fn, args: tuple, phase: str, precision: str | None = None):
+        """Compile ahead of time, check that it fits the device before it runs, log the cost."""
+        t = time.perf_counter()
+        with jax.set_mesh(self.mesh), jax.default_matmul_precision(precision) if precision else contextlib.nullcontext():
+            compiled = fn.lower(*args).compile()
+        seconds = time.perf_counter() - t
+        self._stop_point(f"compiling {what}")
+        need = memory.step_memory(compiled)
+        self._emit({"kind": "compile", "stage": stage_number(index), "phase": phase, "seconds": seconds,
+                    **({"peak_bytes": need.peak, "temp_bytes": need.temporaries} if need else {})})
+        try:
+            memory.check_fits(what, need, memory.device_memory(list(self.mesh.devices.flat)), self.knobs(index))
+        except memory.OutOfMemory as err:
+            raise RunError(str(err)) from None
+        return compiled
