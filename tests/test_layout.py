@@ -237,3 +237,18 @@ def test_no_class_over_250_lines_and_no_function_over_80():
     assert [line for m, p in MODULES.items() for line in too_long(p.read_text(), m)] == []
     long_function = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
     assert too_long(long_function, "m") == [f"m: f has {MAX_FUNCTION_LINES + 1} lines"]
+
+
+# cli's public interface is its console scripts (setup.cfg; tests/test_cli_args.py), not names.
+@pytest.mark.parametrize("package", ["loire_jax", *sorted(f"loire_jax.{p.parent.name}" for p in PKG.glob("*/__init__.py")
+                                                           if p.parent.name != "cli")])
+def test_every_package_lists_its_public_names_and_each_one_resolves(package):
+    """A curated public API: ``__all__`` in every package's ``__init__``, each name importable
+    from it, none private; everything else is internal."""
+    import importlib
+
+    module = importlib.import_module(package)
+    assert module.__all__, package
+    for name in module.__all__:
+        assert not name.startswith("_"), (package, name)
+        assert getattr(module, name) is not None, (package, name)

@@ -260,14 +260,20 @@ def _ap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
     return fig
 
 
-def _heatmap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
-    """Every seen domain's PPL after each stage."""
-    from matplotlib.colors import LogNorm
+def _one_panel_per_run(summaries: Sequence[Mapping[str, Any]]) -> tuple[Any, Any]:
+    """A figure with one panel per compared run, side by side, and its axes."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5 * len(summaries), 4))
-    axes = fig.subplots(1, len(summaries), squeeze=False)
-    for ax, s in zip(axes[0], summaries):
+    return fig, fig.subplots(1, len(summaries), squeeze=False)[0]
+
+
+def _heatmap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
+    """Every seen domain's PPL after each stage."""
+    from matplotlib.colors import LogNorm
+
+    fig, axes = _one_panel_per_run(summaries)
+    for ax, s in zip(axes, summaries):
         doms, final = s["domains"], s["ppl"]["final"]
         grid = [[row.get(d, float("nan")) for d in doms] for row in final] or [[float("nan")] * len(doms)]
         vals = [v for row in grid for v in row if v == v]
@@ -289,11 +295,8 @@ def _heatmap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
 
 def _init_final_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
     """PPL right after growth (Init) against the stage ends (Fig. 4)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5 * len(summaries), 4))
-    axes = fig.subplots(1, len(summaries), squeeze=False)
-    for ax, s in zip(axes[0], summaries):
+    fig, axes = _one_panel_per_run(summaries)
+    for ax, s in zip(axes, summaries):
         rows = s["preservation"]
         xs = list(range(len(rows)))
         for off, key, label in ((-0.27, "previous_final", "prev final"), (0.0, "init", "init"),
