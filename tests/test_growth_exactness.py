@@ -240,6 +240,7 @@ def test_zero_layers_change_a_post_norm_model_only(position):
     assert (delta > 1e-6) if position == "post" else (delta <= F64_TOL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["ffn", "heads"])
 def test_zero_init_of_width_is_preserving_but_dead(op):
     """Zero new FFN units or heads output exactly 0 (so the function is kept) - and receive

@@ -89,6 +89,7 @@ def test_chunked_padded_objective_and_gradients_equal_the_plain_ones(vocab, pad,
         _close(g, ref_flat[path], floor=largest)
 
 
+@pytest.mark.slow
 def test_weights_and_parts_match_the_reference():
     """Evaluation weights tokens; the logged parts are the NLL sum and beta-weighted KL sum."""
     spec, params, tokens, teachers = _case(37, 16, False, 5, 2, 3)
