@@ -56,7 +56,12 @@ def target_size(draw, cfg: ModelConfig, op: str, even: bool = False) -> int:
         group = cfg.heads // cfg.kv_heads
         if draw(st.booleans()):  # whole groups (unit of them, so kv_heads stays even)
             return cfg.heads + group * unit * draw(st.integers(1, 2))
-        return cfg.kv_heads * (group + draw(st.integers(1, 2)))  # within the groups
+        size = cfg.kv_heads * (group + draw(st.integers(1, 2)))  # within the groups
+        add = size - cfg.heads
+        if add % group == 0 and (cfg.kv_heads + add // group) % unit:
+            # method "auto" grows this size by whole groups, which would leave an odd kv_heads
+            size = cfg.heads + group * unit
+        return size
     return cfg.layers + draw(st.integers(1, cfg.layers))
 
 

@@ -52,3 +52,18 @@ def test_sharded_growth_matches_unsharded_and_preserves_function(data):
     before = apply_model(cfg, params, tokens)
     after = jax.jit(apply_model, static_argnums=0)(cfg2, grown_s, tokens)
     assert float(jnp.max(jnp.abs(after - before))) <= 1e-9
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_the_growth_requests_drawn_above_fit_the_mesh(data):
+    """The strategy behind the test above only asks for growth whose result the (2, 2, 2)
+    mesh divides: 'auto' heads growth by whole groups must keep kv_heads even (hypothesis
+    found a draw that made it 3)."""
+    from loire_jax import plan_growth
+    from loire_jax.config.mesh import mesh_problems
+
+    cfg = data.draw(model_configs(even=True))
+    op = data.draw(st.sampled_from(["hidden", "ffn", "heads", "layers"]))
+    new = plan_growth(cfg, op, target_size(data.draw, cfg, op, even=True)).new
+    assert mesh_problems(new, {"data": 2, "fsdp": 2, "tensor": 2}) == []
