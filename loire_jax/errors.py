@@ -13,6 +13,7 @@ user error is left outside it)::
             GrowthError                   a growth request no exact construction serves
         RunError                          found while running: a setting, the environment, the data
             Diverged                      a non-finite loss or state
+            PeerLost                      parallel.peers: another process of the run died without a word
             OutOfMemory                   analysis.memory: a step that does not fit the device
         DataError                         data.errors: SourceError, InsufficientDataError, ...
         ReportError                       analysis.reports: a workdir that cannot be reported on
@@ -64,14 +65,45 @@ class Diverged(RunError):
     reason to stop); a lone run stops with the message, as for any ``RunError``."""
 
 
+class PeerLost(RunError):
+    """Another process of a multi-process run died without a word (``kill -9``, a lost node):
+    the fault is elsewhere, the last checkpoint is intact, and the run is resumable. The
+    CLIs exit ``PEER_LOST`` with it and write no crash log. ``indices``: the lost processes."""
+
+    def __init__(self, message: str, indices: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.indices = tuple(indices)
+
+
 # --------------------------------------------------------------------------- on the command line
-# Exit codes of every console script: 0 done, USER a problem the user must fix (a value, a
-# file, a workdir), ENVIRONMENT the machine (a full disk, a vanished mount, an unreachable peer).
-USER = 2
-ENVIRONMENT = 1
+# The exit codes of every console script, and of every process of a multi-process run (all of
+# them return the same code for the same event). A batch script decides on them alone:
+# requeue on RESUME, stop for good on DONE and USER (docs/operations.md, "Exit codes").
+DONE = 0
+FAILED = 1  # anything unexpected: a bug, whose traceback is in the workdir's crash log
+USER = 2  # bad input or environment: a value, a file, a workdir, a full disk; the line says what to fix
+ENVIRONMENT = USER
+RESUME = 75  # EX_TEMPFAIL: stopped by a signal or a preemption notice, everything finished saved: resume me
+PEER_LOST = 76  # another process of the run died without a word (killed, its node lost); resumable
+INTERRUPTED = 130  # Ctrl-C
+EXIT_CODES = {DONE: "done", FAILED: "failed (a bug: see the crash log)", USER: "bad input or environment",
+              RESUME: "stopped, checkpoint saved: resume me", PEER_LOST: "a peer process was lost: resumable",
+              INTERRUPTED: "interrupted (Ctrl-C)"}
 # What a run refuses or stops with when the user must change something: every LoireError, and
 # a ValueError from a check that does not raise one yet (loire-train and loire-experiment).
 USER_ERRORS: tuple[type[Exception], ...] = (LoireError, ValueError)
+
+
+def exit_code(err: BaseException) -> int:
+    """The exit code a run that ended with ``err`` returns, by the contract above: every
+    process of a multi-process run uses it, so all of them end with the same code."""
+    if isinstance(err, PeerLost):
+        return PEER_LOST
+    if isinstance(err, KeyboardInterrupt):
+        return INTERRUPTED
+    if isinstance(err, (OSError, *USER_ERRORS)):
+        return USER
+    return FAILED
 
 
 def first_line(err: BaseException | str) -> str:
@@ -97,8 +129,9 @@ def command(*also_user_errors: type[Exception]) -> Callable[[Callable[..., int]]
     the same: a ``LoireError`` (or one of ``also_user_errors``) becomes ``error: <first
     line>`` and exit ``USER``; an ``OSError`` ``error: <reason> (<file>)`` and exit
     ``ENVIRONMENT`` (``PathError`` too: what the filesystem cannot do). Anything else is a
-    bug and keeps its traceback; argparse's usage errors and Ctrl-C pass as they are. A step
-    that needs another message or code catches its errors itself and reports with ``fail``."""
+    bug and keeps its traceback; argparse's usage errors pass as they are, and Ctrl-C is
+    ``interrupted`` and exit ``INTERRUPTED``. A step that needs another message or code catches
+    its errors itself and reports with ``fail``."""
 
     def wrap(main: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(main)
@@ -111,6 +144,9 @@ def command(*also_user_errors: type[Exception]) -> Callable[[Callable[..., int]]
                 return fail(os_reason(err), ENVIRONMENT)
             except LoireError as err:
                 return fail(err, USER)
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                return INTERRUPTED
 
         return guarded
 

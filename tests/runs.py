@@ -55,14 +55,17 @@ def in_process(config: Path, workdir: Path, *overrides: str, mesh: str | None = 
 
 
 def cli(config: Path, workdir: Path, *args: str, fault: str | None = None, wait: bool = True, preexec=None,
-        timeout: int = 600, env: dict[str, str] | None = None):
+        timeout: int = 600, env: dict[str, str] | None = None, supervised: bool = False):
     """``python launch/train.py`` as a user runs it. ``fault="kill:N"`` or ``"term:N"`` runs it
     through ``tests/fault_driver.py``, which sends the process that signal after N steps.
-    ``env`` adds environment variables."""
+    ``env`` adds environment variables; ``supervised`` starts it as the launchers do, under
+    ``python -m loire_jax.cli.supervise``."""
     env = {**{k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64",)}, "JAX_PLATFORMS": "cpu",
            **(env or {})}
     entry = [str(ROOT / "tests" / "fault_driver.py"), fault] if fault else [str(ROOT / "launch" / "train.py")]
     cmd = [sys.executable, *entry, "--config", str(config), "--workdir", str(workdir), "--no-progress", *args]
+    if supervised:
+        cmd = [sys.executable, "-m", "loire_jax.cli.supervise", "--log", str(workdir / "python.log"), "--", *cmd]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=preexec)

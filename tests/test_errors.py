@@ -115,7 +115,7 @@ def test_the_package_installs_its_console_scripts():
 @pytest.mark.parametrize("raised,code,line", [
     (LoireError("what is wrong and how to fix it\na second line"), 2, "error: what is wrong and how to fix it"),
     (ConfigError("bad value"), 2, "error: bad value"),
-    (OSError(28, "No space left on device", "/runs/x/metrics.jsonl"), 1,
+    (OSError(28, "No space left on device", "/runs/x/metrics.jsonl"), 2,
      "error: No space left on device (/runs/x/metrics.jsonl)"),
 ])
 def test_every_console_script_reports_an_error_in_one_line_and_a_nonzero_code(capsys, monkeypatch, raised, code,
@@ -257,3 +257,38 @@ def test_importing_every_module_changes_nothing_in_the_process():
     assert result.returncode == 0, result.stderr[-3000:]
     changed = json.loads(result.stdout.strip().splitlines()[-1])
     assert changed == {}, changed
+
+
+def test_one_exit_code_contract():
+    """What every console script and every process of a run exits with (docs/operations.md):
+    a batch script decides on the code alone, so each event has exactly one."""
+    from loire_jax.errors import (
+        DONE,
+        EXIT_CODES,
+        FAILED,
+        INTERRUPTED,
+        PEER_LOST,
+        RESUME,
+        USER,
+        ConfigError,
+        PeerLost,
+        RunError,
+        exit_code,
+    )
+
+    assert (DONE, FAILED, USER, RESUME, PEER_LOST, INTERRUPTED) == (0, 1, 2, 75, 76, 130)
+    assert set(EXIT_CODES) == {0, 1, 2, 75, 76, 130}
+    assert exit_code(ConfigError("x")) == exit_code(RunError("x")) == exit_code(OSError(28, "full")) == USER
+    assert exit_code(PeerLost("lost process 1")) == PEER_LOST
+    assert exit_code(KeyboardInterrupt()) == INTERRUPTED
+    assert exit_code(ZeroDivisionError()) == FAILED
+
+
+def test_ctrl_c_in_a_console_script_is_one_word_and_130(capsys):
+    from loire_jax.errors import command
+
+    @command()
+    def main() -> int:
+        raise KeyboardInterrupt
+
+    assert main() == 130 and capsys.readouterr().err == "interrupted\n"

@@ -210,7 +210,53 @@ def _foreign_lock(workdir: Path, age_s: float) -> None:
                                                    "started": then, "renewed": then}))
 
 
-def test_a_lock_from_another_host_is_respected_until_its_lease_runs_out(tmp_path):
+@pytest.fixture
+def no_job(monkeypatch):
+    """This process in no batch job (whatever the machine running the tests is in)."""
+    for name in rundir.JOB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def _foreign_job_lock(workdir: Path, job: str | None) -> None:
+    now = time.time()
+    (workdir / rundir.LOCK).write_text(json.dumps({"pid": 4242, "host": "gpu-node-3", "job": job, "token": "earlier",
+                                                   "started": now - 3600, "renewed": now - 2}))
+
+
+def test_a_requeued_job_takes_its_own_lock_over_at_once_from_any_node(tmp_path, no_job):
+    """A job requeued onto a new node after a node loss finds a lock its first attempt left,
+    freshly renewed, naming another host: the same scheduler job id takes it at once; a
+    different job, or no job, is refused in one line until the lease runs out."""
+    _foreign_job_lock(tmp_path, "SLURM 81234")
+    no_job.setenv("SLURM_JOB_ID", "81234")
+    lock = rundir.WorkdirLock(tmp_path, lease_s=600)
+    note = lock.acquire()
+    assert "earlier attempt of this job (SLURM 81234: pid 4242 on gpu-node-3)" in note
+    holder = json.loads((tmp_path / rundir.LOCK).read_text())
+    assert holder["token"] == lock.token and holder["job"] == "SLURM 81234"
+    lock.release()
+    for job_env in ("81235", None):  # another job; a run outside any job
+        _foreign_job_lock(tmp_path, "SLURM 81234")
+        if job_env:
+            no_job.setenv("SLURM_JOB_ID", job_env)
+        else:
+            no_job.delenv("SLURM_JOB_ID")
+        with pytest.raises(rundir.WorkdirError, match="in use by pid 4242 on host gpu-node-3 .*renewed 2 s ago"):
+            rundir.WorkdirLock(tmp_path, lease_s=600).acquire()
+        assert json.loads((tmp_path / rundir.LOCK).read_text())["token"] == "earlier"
+
+
+def test_a_lock_from_a_run_outside_any_job_is_never_taken_by_job_id(tmp_path, no_job):
+    """A lock without a job id (an interactive run) is not "this job's", whatever this job is."""
+    _foreign_job_lock(tmp_path, None)
+    no_job.setenv("PBS_JOBID", "77.server")
+    with pytest.raises(rundir.WorkdirError, match="in use by pid 4242"):
+        rundir.WorkdirLock(tmp_path, lease_s=600).acquire()
+    assert rundir.scheduler_job() == "PBS 77.server"
+
+
+def test_a_lock_from_another_host_is_respected_until_its_lease_runs_out(tmp_path, no_job):
     _foreign_lock(tmp_path, age_s=5)
     with pytest.raises(rundir.WorkdirError, match="in use by pid 1 on host tpu-worker-7 .*renewed 5 s ago"):
         rundir.WorkdirLock(tmp_path, lease_s=60).acquire()

@@ -100,9 +100,10 @@ def test_kill_9_mid_run_then_rerun_reproduces_the_uninterrupted_run(run_config, 
     assert final_losses(tmp_path) == final_losses(reference)  # bitwise: same mesh, same programs
 
 
-def test_sigterm_saves_exits_0_and_resumes_onto_a_smaller_mesh(run_config, reference, tmp_path):
+def test_sigterm_saves_exits_75_and_resumes_onto_a_smaller_mesh(run_config, reference, tmp_path):
+    """75 (EX_TEMPFAIL): stopped and saved, not done; a batch script requeues on it."""
     stopped = cli(run_config, tmp_path, fault="term:9")
-    assert stopped.returncode == 0, stopped.stderr[-4000:]
+    assert stopped.returncode == 75, stopped.stderr[-4000:]
     assert "stopped (SIGTERM) in stage 2 at step 3" in stopped.stdout
     assert in_process(run_config, tmp_path, mesh="4").complete
     got, want = final_losses(tmp_path), final_losses(reference)
@@ -200,7 +201,7 @@ def test_the_report_command_refuses_an_unwritable_out_in_one_line(reference, tmp
     blocker.write_text("not a folder")
     result = subprocess.run([sys.executable, str(ROOT / "launch" / "report.py"), str(reference),
                              "--out", str(blocker / "report")], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1 and result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 

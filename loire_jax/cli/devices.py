@@ -18,6 +18,7 @@ import jax
 
 from loire_jax.config.mesh import BATCH_AXES, parse_mesh
 from loire_jax.errors import ConfigError
+from loire_jax.parallel import peers
 
 # Simulated CPU devices per process, at most. Each one brings threads (see simulated_cpu_env);
 # thousands of them made a refused run hang for minutes at exit (--mesh 4096: 9,819 threads).
@@ -124,8 +125,9 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     if processes is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         try:
+            # loire_jax's own watcher names a peer silent for heartbeat_s; JAX's timeout is its backstop
             jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
-                                       heartbeat_timeout_seconds=heartbeat_s)
+                                       heartbeat_timeout_seconds=peers.configure(heartbeat_s))
         except ValueError as err:
             if processes.explicit:
                 raise

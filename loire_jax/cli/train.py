@@ -6,7 +6,11 @@
 Runs LOIRE stage by stage (Algorithm 1): M1 on the first domain, then at every stage the
 configured growth, a distillation warmup from the earlier stages' frozen models, and
 training on the new domain. Rerunning the same command resumes the run where it stopped.
-A SIGTERM saves a checkpoint and exits 0.
+
+Exit codes (every process of a multi-process run returns the same one for the same event):
+0 done; 2 bad input or environment (one line says what to fix); 75 stopped by SIGTERM (a
+time limit, a preemption notice) with everything finished saved, so resume it; 76 another
+process of the run was lost, resumable; 130 Ctrl-C; 1 anything else (a bug: crash log).
 """
 
 from __future__ import annotations
@@ -15,19 +19,32 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
 from loire_jax.cli import devices  # before any JAX backend call
-from loire_jax.errors import ENVIRONMENT, USER, USER_ERRORS, ConfigError, command, fail, first_line, os_reason
+from loire_jax.errors import (
+    ENVIRONMENT,
+    FAILED,
+    PEER_LOST,
+    USER,
+    USER_ERRORS,
+    ConfigError,
+    PeerLost,
+    command,
+    fail,
+    first_line,
+    os_reason,
+)
 from loire_jax.train.hooks import Hook
 
 
 @command()
 def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
     """The CLI: parse arguments, set up the devices, call ``loire_jax.run``, map the outcome
-    to an exit code (0 done or preempted, 2 a problem the user must fix, 1 environment or
-    bug, 130 Ctrl-C). ``extra_hooks`` are appended to the default hooks."""
+    to an exit code (the module's docstring lists them). ``extra_hooks`` are appended to the
+    default hooks."""
     args = _parser().parse_args(argv)
     set_up = _set_up(args)
     if isinstance(set_up, int):
@@ -69,8 +86,8 @@ def _parser() -> argparse.ArgumentParser:
                              "on Cloud TPU, SLURM and other clusters (the launchers pass it); detect (default): only "
                              "if the flags, JAX_* variables or a SLURM/TPU environment say so")
     parser.add_argument("--heartbeat-s", type=int, default=60, metavar="S",
-                        help="multi-process runs: a process silent for S seconds is declared dead and the others "
-                             "stop (default 60)")
+                        help="multi-process runs: a process silent for S seconds is declared lost and the others "
+                             "stop, naming it (default 60)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     return parser
 
@@ -124,11 +141,13 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
     except OSError as err:  # the environment: a full disk, a vanished mount, permissions (a PathError too)
         return _failed(f"{os_reason(err)}; the last complete checkpoint is intact, so fix this and rerun the same "
                        "command to resume", ENVIRONMENT)
+    except PeerLost as err:  # not our bug: no crash log; resumable
+        return _failed(err, PEER_LOST)
     except USER_ERRORS as err:
         return _failed(err, USER)
     except Exception as err:  # a bug: one line here, the traceback in a file
         log = _crash_log(workdir)
-        return _failed(f"internal error {type(err).__name__}: {first_line(err)}; traceback in {log}", ENVIRONMENT)
+        return _failed(f"internal error {type(err).__name__}: {first_line(err)}; traceback in {log}", FAILED)
     finally:
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
@@ -154,11 +173,14 @@ def _failed(err: BaseException | str, code: int) -> int:
     (``peers.leave``): the others were told, and JAX's shutdown barrier would wait for them."""
     import jax
 
-    fail(err, code)
-    if jax.process_count() > 1:
-        from loire_jax.parallel import peers
+    if jax.process_count() == 1:
+        return fail(err, code)
+    from loire_jax.parallel import peers
 
-        peers.leave(code)
+    if not peers.claim():  # another thread is reporting this process's end, and ends it
+        threading.Event().wait()
+    fail(err, code)
+    peers.leave(code, getattr(err, "indices", ()))
     return code
 
 

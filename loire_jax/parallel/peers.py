@@ -14,6 +14,16 @@ watcher posts that it has seen the failure; the failing process waits for those 
 ``WAIT_S``), posts that it leaves, and leaves; process 0, if it is not the one that failed,
 leaves last.
 
+A process that dies without a word (``kill -9``, a lost node) posts nothing. So every
+watcher also beats (a counter in the store, once per poll, from its own thread: a main
+thread waiting in a collective does not stop it) and watches the others' beats. A peer
+whose beat stands still for ``stall_s`` (the run's heartbeat timeout; JAX's own is set
+well beyond it, since its client aborts the process with a fatal log and a C++ stack), or process 0 when the
+store it hosts cannot be reached, is lost: the survivor posts who (so every survivor names
+the same one), prints one line naming it, its host and the last step, and exits
+``PEER_LOST``. No crash log: the fault is elsewhere, and the last checkpoint is intact.
+The same check runs when a collective fails in the main thread (:func:`lost_peers`).
+
 The client is ``jax._src.distributed.global_state.client``, as in JAX's own
 ``multihost_utils`` (jax 0.10.2). There is no public handle to it.
 """
@@ -22,12 +32,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import threading
 import time
 from typing import Any
 
 import jax
+
+from loire_jax.errors import FAILED, PEER_LOST, PeerLost
 
 ROOT = "loire_jax/"
 PREFIX = ROOT + "failed/"
@@ -37,6 +50,30 @@ WAIT_S = 10.0
 # coordination service down: a loaded host may take more than a second to finish an exit,
 # and a process still connected then is aborted by JAX's runtime instead of exiting cleanly.
 LEAVE_GRACE_S = 3.0
+# A peer whose beat stands still this long is lost (``configure`` sets it to the run's
+# heartbeat timeout). A process not yet beating gets three times as long to start.
+STALL_S = 60.0
+_config = {"stall_s": STALL_S}
+
+
+def configure(heartbeat_s: float) -> int:
+    """Lose a silent peer after ``heartbeat_s``; returns the heartbeat timeout to give JAX's
+    coordination service, a backstop well beyond it: the service notices a silent task
+    between half and all of its timeout, and then aborts every process with a fatal log, so
+    its timeout must not end before this watcher has named the peer."""
+    _config["stall_s"] = max(3 * POLL_S, float(heartbeat_s))
+    return int(2 * heartbeat_s + 10)
+
+
+_hosts: dict[int, str] = {}  # every process's host, copied while the store is up
+_where = ""  # the last step this process finished ("stage 2 step 14"), for the lost-peer line
+_report = threading.Lock()  # one line per process, whichever thread notices first
+
+
+def at(where: str) -> None:
+    """Record how far this process got (the trainer calls it once per step)."""
+    global _where
+    _where = where
 
 
 def _client() -> Any:
@@ -45,15 +82,22 @@ def _client() -> Any:
     return distributed.global_state.client
 
 
-def post_failure(reason: str) -> None:
-    """Tell the other processes that this one failed, and why (first line only)."""
+def post_failure(reason: str, code: int = FAILED) -> None:
+    """Tell the other processes that this one failed, why (first line only) and with which
+    exit code, so that every process ends with the same one."""
     client = _client()
     if client is None:
         return
     try:
-        client.key_value_set(f"{PREFIX}{jax.process_index()}", (reason.splitlines() or ["failed"])[0][:500])
+        line = (reason.splitlines() or ["failed"])[0][:500]
+        client.key_value_set(f"{PREFIX}{jax.process_index()}", f"{code}:{line}")
     except Exception:  # the coordinator is gone too: the heartbeat timeout stops the others
         pass
+
+
+def _code_and_reason(value: str) -> tuple[int, str]:
+    code, sep, reason = value.partition(":")
+    return (int(code), reason) if sep and code.isdigit() else (FAILED, value)
 
 
 def settle(timeout: float = WAIT_S) -> None:
@@ -73,8 +117,10 @@ def settle(timeout: float = WAIT_S) -> None:
 
 
 def _posted() -> dict[str, dict[int, str]]:
-    """{"failed": {process: reason}, "seen": {...}, "left": {...}} from the store."""
-    out: dict[str, dict[int, str]] = {"failed": {}, "seen": {}, "left": {}}
+    """{"failed": {process: reason}, "seen": {...}, "left": {...}, ...} from the store: who
+    failed, saw a failure, left, finished cleanly ("done"), their beats and hosts, and the
+    processes each survivor found lost."""
+    out: dict[str, dict[int, str]] = {kind: {} for kind in ("failed", "seen", "left", "done", "beat", "host", "lost")}
     for key, value in _client().key_value_dir_get(ROOT):
         kind, _, index = key[len(ROOT):].partition("/")
         if kind in out and index.isdigit():
@@ -82,9 +128,9 @@ def _posted() -> dict[str, dict[int, str]]:
     return out
 
 
-def _post(kind: str) -> None:
+def _post(kind: str, value: str = "1") -> None:
     try:
-        _client().key_value_set(f"{ROOT}{kind}/{jax.process_index()}", "1")
+        _client().key_value_set(f"{ROOT}{kind}/{jax.process_index()}", value, allow_overwrite=True)
     except Exception:
         pass
 
@@ -100,23 +146,69 @@ def _wait_for(done, timeout: float = WAIT_S) -> None:
         time.sleep(0.1)
 
 
-def failed_peers() -> dict[int, str]:
-    """The processes other than this one that posted a failure, with their reasons."""
-    if _client() is None:
-        return {}
+def describe(index: int) -> str:
+    """``process 1 (host node07)``: the host as the process posted it, if known."""
+    host = _hosts.get(index)
+    return f"process {index}" + (f" (host {host})" if host else "")
+
+
+def lost_peers(wait_s: float = 3 * POLL_S) -> list[int]:
+    """The other processes that died without a word: those whose beat did not move for
+    ``wait_s`` seconds (their watcher thread beats even while their main thread waits in a
+    collective), or process 0 if the store it hosts cannot be reached. Empty with one process."""
+    if _client() is None or jax.process_count() == 1:
+        return []
     me = jax.process_index()
-    return {i: reason for i, reason in _posted()["failed"].items() if i != me}
+    try:
+        before = _posted()
+    except Exception:
+        return [0] if me != 0 else []
+    time.sleep(wait_s)
+    try:
+        after = _posted()
+    except Exception:
+        return [0] if me != 0 else []
+    gone = set(after["failed"]) | set(after["left"]) | set(after["done"])
+    return [i for i in range(jax.process_count())
+            if i != me and i not in gone and before["beat"].get(i) == after["beat"].get(i)]
 
 
-def leave(code: int) -> None:
-    """End a process that failed in a multi-process run, once the others have read its
-    reason, without JAX's shutdown barrier (it would wait for processes that are leaving)."""
+def lost(indices: list[int]) -> PeerLost:
+    """The error a survivor stops with: who was lost, and where this process was."""
+    names = ", ".join(describe(i) for i in indices)
+    where = f" after {_where}" if _where else ""
+    return PeerLost(f"lost {names}: it stopped without a word (killed, or its node failed){where}. Process "
+                    f"{jax.process_index()} stops too; the last checkpoint is intact, so rerun to resume",
+                    tuple(indices))
+
+
+def claim() -> bool:
+    """Whether this thread is the one to report this process's end (the first to ask). A
+    thread that is not waits: the one that is ends the process."""
+    return _report.acquire(blocking=False)
+
+
+def _end_lost(indices: list[int]) -> None:
+    """The watcher found ``indices`` lost: say so once, tell the other survivors, exit."""
+    if not claim():
+        return  # the main thread is already reporting and ending this process
+    print(f"error: {lost(indices)}", file=sys.stderr, flush=True)
+    leave(PEER_LOST, indices)
+
+
+def leave(code: int, lost: list[int] | tuple[int, ...] = ()) -> None:
+    """End a process that failed (or lost a peer) in a multi-process run, once the others
+    have read its reason, without JAX's shutdown barrier (it would wait for processes that
+    are leaving, or gone)."""
     if _client() is not None:
         me = jax.process_index()
-        others = set(range(jax.process_count())) - {me}
-        _wait_for(lambda p: others <= set(p["seen"]) | set(p["failed"]))
+        others = set(range(jax.process_count())) - {me} - set(lost)
+        if lost:  # the other survivors name the same process, and wait for this one as it waits for them
+            _post("lost", ",".join(map(str, lost)))
+            _post("seen")
+        _wait_for(lambda p: others <= set(p["seen"]) | set(p["failed"]) | set(p["left"]))
         _post("left")
-        if me == 0:  # the coordinator goes last: the others leave right after posting "seen"
+        if me == 0 and others:  # the coordinator goes last: the others leave right after posting "seen"
             time.sleep(LEAVE_GRACE_S)
     _flush_and_exit(code)
 
@@ -133,36 +225,75 @@ def _flush_and_exit(code: int) -> None:
 
 
 class PeerWatch:
-    """While entered, a daemon thread ends this process when another one posts a failure."""
+    """While entered, a daemon thread beats for this process, and ends it when another one
+    posts a failure or is lost (see the module's docstring)."""
 
-    def __init__(self, poll_s: float = POLL_S) -> None:
+    def __init__(self, poll_s: float = POLL_S, stall_s: float | None = None) -> None:
         self.poll_s = poll_s
+        self.stall_s = _config["stall_s"] if stall_s is None else stall_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "PeerWatch":
+        _post("host", socket.gethostname())
         self._stop.clear()
         self._thread = threading.Thread(target=self._watch, name="loire-peer-watch", daemon=True)
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.poll_s)
+        if exc_type is None:  # a clean end: the others must not take the silence for a loss
+            _post("done")
 
     def _watch(self) -> None:
+        me, count = jax.process_index(), jax.process_count()
+        beats, unreachable, moved = 0, None, {}  # moved: peer -> (its beat, when it last changed)
         while not self._stop.wait(self.poll_s):
+            beats += 1
+            _post("beat", str(beats))
+            now = time.monotonic()
             try:
-                failed = failed_peers()
-            except Exception:
-                continue  # a missed poll is retried; a dead coordinator is the heartbeat's case
-            if failed and not self._stop.is_set():
-                index, reason = min(failed.items())
-                print(f"error: process {index} failed: {reason}. Process {jax.process_index()} stops too, without "
-                      "saving; the last checkpoint is intact, so fix that and rerun to resume", file=sys.stderr)
-                _post("seen")
-                if jax.process_index() == 0:  # the coordinator goes last, after the failed ones have gone
-                    _wait_for(lambda p, failed=failed: set(failed) <= set(p["left"]))
-                    time.sleep(LEAVE_GRACE_S)  # "left" is posted just before os._exit: let that exit happen
-                _flush_and_exit(1)
+                posted = _posted()
+            except Exception:  # the store is down: process 0, which hosts it, is gone
+                unreachable = unreachable or now
+                if me != 0 and now - unreachable >= min(self.stall_s, 3 * self.poll_s) and not self._stop.is_set():
+                    return _end_lost([0])
+                continue
+            unreachable = None
+            _hosts.update(posted["host"])
+            if self._stop.is_set():
+                return
+            failed = {i: reason for i, reason in posted["failed"].items() if i != me}
+            if failed:
+                return self._end_failed(me, failed)
+            named = {int(i) for value in posted["lost"].values() for i in value.split(",") if i.isdigit()}
+            if named - {me}:  # another survivor found a loss first: the same line, the same code
+                return _end_lost(sorted(named - {me}))
+            gone = set(posted["left"]) | set(posted["done"])
+            stalled = []
+            for i in range(count):
+                if i == me or i in gone:
+                    continue
+                beat = posted["beat"].get(i)
+                if i not in moved or moved[i][0] != beat:
+                    moved[i] = (beat, now)
+                elif now - moved[i][1] >= (self.stall_s if beat is not None else 3 * self.stall_s):
+                    stalled.append(i)
+            if stalled:
+                return _end_lost(stalled)
+
+    def _end_failed(self, me: int, failed: dict[int, str]) -> None:
+        index, value = min(failed.items())
+        code, reason = _code_and_reason(value)
+        if not claim():
+            return
+        print(f"error: {describe(index)} failed: {reason}. Process {me} stops too, without saving; the last "
+              "checkpoint is intact, so fix that and rerun to resume", file=sys.stderr)
+        _post("seen")
+        if me == 0:  # the coordinator goes last, after the failed ones have gone
+            _wait_for(lambda p: set(failed) <= set(p["left"]))
+            time.sleep(LEAVE_GRACE_S)  # "left" is posted just before os._exit: let that exit happen
+        _flush_and_exit(code)

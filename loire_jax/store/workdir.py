@@ -41,7 +41,7 @@ LEASE_S = 600.0  # a lock not renewed for this long is stale: its holder is gone
 # The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py,
 # the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
 RUN_ENTRIES = re.compile(r"stage_\d+|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
-                         r"|diverged\.json")
+                         r"|diverged\.json|\.slurm")  # .slurm: launch/slurm.sbatch's exit codes
 # A killed ``paths.write_atomic`` leaves ``.<name>.<random>.tmp`` next to the file it wrote.
 _RUN_TEMPORARY = re.compile(r"\.(config\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)\..+\.tmp")
 
@@ -205,8 +205,27 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# A batch scheduler's id for the job, which stays the same when the job is requeued (on
+# another node, perhaps): SLURM, PBS/Torque, LSF, Grid Engine, Flux; LOIRE_JOB_ID for any other.
+JOB_VARIABLES = ("LOIRE_JOB_ID", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "FLUX_JOB_ID")
+
+
+def scheduler_job() -> str | None:
+    """``SLURM 1234``: the scheduler and id of the batch job this process runs in, or None."""
+    for name in JOB_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return f"{name.split('_')[0]} {value}"
+    return None
+
+
 class WorkdirLock:
-    """One run per workdir: a lock file created atomically, renewed, removed on release."""
+    """One run per workdir: a lock file created atomically, renewed, removed on release.
+
+    A lock whose holder is gone is taken over: at once if it was this host's process (its pid
+    is not running) or an earlier attempt of this batch job (the same scheduler job id: a
+    job requeued onto another node after a node loss must not wait out the lease); after
+    ``lease_s`` without renewal otherwise. Any other holder is refused in one line."""
 
     def __init__(self, workdir: Path, break_lock: bool = False, *, lease_s: float = LEASE_S) -> None:
         self.path, self.break_lock, self.lease_s, self.held = paths.as_path(workdir) / LOCK, break_lock, lease_s, False
@@ -216,7 +235,8 @@ class WorkdirLock:
 
     def _info(self) -> dict:
         now = time.time()
-        return {"pid": os.getpid(), "host": socket.gethostname(), "token": self.token, "started": now, "renewed": now}
+        return {"pid": os.getpid(), "host": socket.gethostname(), "job": scheduler_job(), "token": self.token,
+                "started": now, "renewed": now}
 
     def acquire(self) -> str | None:
         """Take the lock; returns a note if a stale or broken lock was taken over."""
@@ -230,8 +250,12 @@ class WorkdirLock:
                 return note
             holder = self._holder()
             age = time.time() - float(holder.get("renewed", holder.get("started", time.time())))
+            job = scheduler_job()
             if self.break_lock:
                 note = f"broke the lock of pid {holder.get('pid')} on {holder.get('host')} (--break-lock)"
+            elif job is not None and holder.get("job") == job:
+                note = (f"took over the lock of an earlier attempt of this job ({job}: pid {holder.get('pid')} on "
+                        f"{holder.get('host')}); a requeued job resumes its own run")
             elif holder.get("host") == host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]):
                 note = f"took over the stale lock of pid {holder['pid']} (no longer running on this host)"
             elif age > self.lease_s:

@@ -141,33 +141,69 @@ class TensorBoard(Hook):
 
 
 class ProgressBar(Hook):
-    """A tqdm bar per stage with loss, KD loss, gate alpha, tokens/s and MFU."""
+    """A tqdm bar per stage with loss, KD loss, gate alpha, tokens/s and MFU, on a terminal.
 
-    def __init__(self, enabled: bool = True) -> None:
+    Where stdout is not a terminal (a batch job's log file, a pipe) a bar's every refresh
+    would be written out, so the same figures come as plain lines instead: about ten per
+    stage (every ``steps // 10`` steps and the last), and at least one a minute."""
+
+    LINE_EVERY_S = 60.0
+
+    def __init__(self, enabled: bool = True, *, terminal: bool | None = None) -> None:
         self.enabled = enabled
+        self.terminal = terminal
         self._bar = None
+        self._lines: _ProgressLines | None = None
 
     def on_stage_start(self, ctx: "RunContext", start: int) -> None:
+        stage = ctx.stage_config
+        desc = f"stage {ctx.stage}/{len(ctx.run_config.stages)} {stage.name}"
+        terminal = sys.stdout.isatty() if self.terminal is None else self.terminal
+        if self.enabled and not terminal:
+            self._lines = _ProgressLines(desc, stage.steps, self.LINE_EVERY_S)
+            return
         from tqdm import tqdm
 
-        stage = ctx.stage_config
-        self._bar = tqdm(total=stage.steps, initial=start, desc=f"stage {ctx.stage}/{len(ctx.run_config.stages)} "
-                         f"{stage.name}", unit="step", dynamic_ncols=True, file=sys.stdout, disable=not self.enabled)
+        self._bar = tqdm(total=stage.steps, initial=start, desc=desc, unit="step", dynamic_ncols=True,
+                         file=sys.stdout, disable=not self.enabled)
 
     def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
-        if self._bar is not None and record.get("kind") == "train":
-            self._bar.set_postfix_str(f"{record['phase']} loss {record['loss']:.3f} kd {record['kd_loss']:.4f} "
-                                      f"a {record['alpha']:.2f} {record['tokens_per_s']:,.0f} tok/s "
-                                      f"MFU {100 * record['mfu']:.1f}%", refresh=False)
+        if record.get("kind") != "train":
+            return
+        figures = (f"{record['phase']} loss {record['loss']:.3f} kd {record['kd_loss']:.4f} a {record['alpha']:.2f} "
+                   f"{record['tokens_per_s']:,.0f} tok/s MFU {100 * record['mfu']:.1f}%")
+        if self._lines is not None:
+            self._lines.step(record["step"], figures)
+        elif self._bar is not None:
+            self._bar.set_postfix_str(figures, refresh=False)
             self._bar.update(1)
 
     def on_stage_end(self, ctx: "RunContext") -> None:
         self.on_run_end(ctx)
 
     def on_run_end(self, ctx: "RunContext") -> None:
+        self._lines = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class _ProgressLines:
+    """The progress of one stage as plain, periodic lines (for logs that are files)."""
+
+    def __init__(self, desc: str, steps: int, every_s: float) -> None:
+        import time
+
+        self.desc, self.steps, self.every_s, self.clock = desc, steps, every_s, time.monotonic
+        self.every = max(1, steps // 10)
+        self.last = self.clock()
+
+    def step(self, step: int, figures: str) -> None:
+        now = self.clock()
+        if step % self.every and step != self.steps and now - self.last < self.every_s:
+            return
+        self.last = now
+        print(f"{self.desc}: step {step}/{self.steps} ({100 * step // max(self.steps, 1)}%) {figures}", flush=True)
 
 
 class EvalEvery(Hook):

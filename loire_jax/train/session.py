@@ -21,7 +21,7 @@ from loire_jax import paths
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number, validate
-from loire_jax.errors import RunError
+from loire_jax.errors import LoireError, RunError, exit_code
 from loire_jax.interop import pretrained
 from loire_jax.parallel import peers
 from loire_jax.paths import Path
@@ -67,9 +67,13 @@ class RunSession:
             raise
         except BaseException as err:
             if several:  # failed alone: tell the others, and skip the collective parts of closing
-                peers.settle()
-                peers.post_failure(str(err) or type(err).__name__)
                 alone = True
+                # Not an error of ours (a collective that failed): was a peer lost without a word?
+                gone = [] if isinstance(err, (LoireError, OSError, KeyboardInterrupt)) else peers.lost_peers()
+                if gone:
+                    raise peers.lost(gone) from None
+                peers.settle()
+                peers.post_failure(str(err) or type(err).__name__, exit_code(err))
             raise
         finally:
             self.close(release=True, collective=not alone)
@@ -258,9 +262,19 @@ def _check_history(session: RunSession, *, tolerate_damage: bool) -> bool:
 
 
 def _verify_checkpoints(session: RunSession, programs: "Programs") -> None:
-    """Read back the newest step of every stage and check its checksums; a damaged step is
-    reported and set aside, and the newest intact one is used (never damaged weights)."""
-    for index in range(len(session.run_config.stages)):
+    """Read back the newest step of every stage the run still needs and check its checksums;
+    a damaged step is reported and set aside, and the newest intact one is used (never
+    damaged weights).
+
+    A finished run needs none (its report comes from the records), so it restores nothing.
+    A stage left with no intact step is trained again from its start, from the previous
+    stage's final (the stage's own steps are set aside, not deleted), unless a later stage
+    has already grown from it."""
+    stages = len(session.run_config.stages)
+    done = [_done(session, index) for index in range(stages)]
+    if all(done):
+        return
+    for index in range(stages):
         ck = session.ckpt(index)
         if ck.latest_step() is None:
             continue
@@ -271,6 +285,20 @@ def _verify_checkpoints(session: RunSession, programs: "Programs") -> None:
         n = stage_number(index)
         for line in notes:
             session.say(f"stage {n}: {line}")
-        if notes and step is None:
-            raise RunError(f"stage {n} has no intact checkpoint left in {ck.directory} (see above); "
-                           "restore it from a backup, or start over with --fresh")
+        if not notes or step is not None:
+            continue
+        if any(session.ckpt(j).latest_step() is not None for j in range(index + 1, stages)):
+            raise RunError(f"stage {n} has no intact checkpoint left in {ck.directory} (see above), and later "
+                           "stages grew from it; restore it from a backup, or start over with --fresh")
+        start = f"from {model_name(index - 1)}, the final model of stage {stage_number(index - 1)}" if index else \
+            "from its initialisation"
+        session.say(f"stage {n}: no intact checkpoint left (set aside, see above); training stage {n} again {start}")
+
+
+def _done(session: RunSession, index: int) -> bool:
+    """Whether stage ``index``'s final checkpoint is saved (False if its meta is damaged:
+    the verification then sets that step aside)."""
+    try:
+        return session.stage_done(index)
+    except checkpoints.DamagedCheckpoint:
+        return False

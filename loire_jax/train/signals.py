@@ -18,6 +18,8 @@ from typing import Any, Iterable
 import jax
 import numpy as np
 
+from loire_jax.errors import INTERRUPTED, RESUME
+
 
 class PreemptionGuard:
     """Turns SIGTERM into a flag the training loop polls: save, then exit cleanly.
@@ -115,8 +117,9 @@ class RunSignals(PreemptionGuard):
 
     @property
     def exit_code(self) -> int:
-        """0 for SIGTERM (a scheduler's preemption is a normal stop), 130 for Ctrl-C."""
-        return 130 if self.signum == signal.SIGINT else 0
+        """``RESUME`` (75) for SIGTERM, a scheduler's time limit or preemption notice: saved, not
+        done, so a batch script requeues it (exit 0 would read as a finished run); 130 for Ctrl-C."""
+        return INTERRUPTED if self.signum == signal.SIGINT else RESUME
 
     def deferred(self) -> "_Deferred":
         return _Deferred(self)

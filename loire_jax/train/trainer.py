@@ -44,6 +44,7 @@ from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number, stage_tokens, teacher_stages
 from loire_jax.config.shapes import param_count
 from loire_jax.errors import RunError
+from loire_jax.parallel import peers
 from loire_jax.parallel.sharding import make_mesh
 from loire_jax.paths import Path
 from loire_jax.store import checkpoints
@@ -156,6 +157,8 @@ class Trainer:
 
     def emit(self, record: dict[str, Any]) -> None:
         """Hand one record to every hook (the JSONL log writes it)."""
+        if record.get("kind") == "train":  # how far this process got, for a lost peer's line
+            peers.at(f"stage {record['stage']} step {record['step']}")
         for hook in self.hooks:
             hook.on_record(self._current, record)
 
