@@ -19,12 +19,16 @@ def _record(step: int) -> dict:
             "tokens_per_s": 12345.0, "mfu": 0.031}
 
 
-def test_a_log_file_gets_about_ten_plain_lines_a_stage(capsys):
-    bar, ctx = ProgressBar(), _stage(40)
+def _forty_steps(bar: ProgressBar) -> None:
+    ctx = _stage(40)
     bar.on_stage_start(ctx, 0)
     for step in range(1, 41):
         bar.on_record(ctx, _record(step))
     bar.on_stage_end(ctx)
+
+
+def test_a_log_file_gets_about_ten_plain_lines_a_stage(capsys):
+    _forty_steps(ProgressBar())
     out = capsys.readouterr().out  # captured: not a terminal
     lines = out.splitlines()
     assert "\r" not in out and len(lines) == 10, out
@@ -44,19 +48,11 @@ def test_a_slow_stage_still_says_something_every_minute(capsys, monkeypatch):
 
 
 def test_a_terminal_gets_the_bar(capsys):
-    bar, ctx = ProgressBar(terminal=True), _stage(40)
-    bar.on_stage_start(ctx, 0)
-    for step in range(1, 41):
-        bar.on_record(ctx, _record(step))
-    bar.on_stage_end(ctx)
+    _forty_steps(ProgressBar(terminal=True))
     out = capsys.readouterr().out
     assert "\r" in out and "40/40" in out and "step 4/40 (10%)" not in out
 
 
 def test_no_progress_means_none(capsys):
-    bar, ctx = ProgressBar(enabled=False), _stage(40)
-    bar.on_stage_start(ctx, 0)
-    for step in range(1, 41):
-        bar.on_record(ctx, _record(step))
-    bar.on_stage_end(ctx)
+    _forty_steps(ProgressBar(enabled=False))
     assert capsys.readouterr().out == ""
