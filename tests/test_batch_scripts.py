@@ -245,6 +245,16 @@ def test_a_loss_the_process_already_named_is_not_named_twice(tmp_path):
         "error: lost process 1 (host b): ..."]
 
 
+def test_the_collectives_set_up_chatter_is_dropped_and_everything_else_passes(tmp_path):
+    script = ('print("devices: 2 simulated CPU device(s)")\n'
+              'for i in range(48): print(f"[Gloo] Rank {i % 2} is connected to 1 peer ranks. Expected number of '
+              'connected peer ranks is : 1", flush=True)\n'
+              'print("run complete: 2 stages")')
+    result, _ = supervised(tmp_path, script)
+    assert result.returncode == 0 and result.stdout.splitlines() == ["devices: 2 simulated CPU device(s)",
+                                                                     "run complete: 2 stages"]
+
+
 @pytest.mark.parametrize("script,code", [
     ("import sys; sys.exit(75)", 75),
     ("import sys; print('error: bad value', file=sys.stderr); sys.exit(2)", 2),

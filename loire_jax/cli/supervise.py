@@ -8,7 +8,8 @@ client's callback cannot be given from Python in jax 0.10.2). The launchers
 (``launch/slurm.sbatch``, ``launch/tpu_pod.sh``) therefore start each process under this
 small parent, which passes the output through, holds back that fatal block (it goes to the
 file named by ``--log``, if any) and, when the process ended that way, prints the one line
-the run prints for any lost peer and exits ``PEER_LOST``. Every other ending, its exit code
+the run prints for any lost peer and exits ``PEER_LOST``. It also drops Gloo's "connected"
+line per collective group, which the C++ library prints on stdout. Every other ending, its exit code
 included, is the process's own. The parent imports no JAX and ignores SIGTERM and SIGINT:
 a scheduler signals every process of the job, so the run gets them and stops cleanly.
 """
@@ -42,17 +43,27 @@ def lost_line(block: list[str]) -> str:
             "The last checkpoint is intact, so rerun to resume")
 
 
-class _Relay:
-    """Copies the child's stderr to ours line by line, holding back JAX's fatal block."""
+# Gloo's line for every collective group it connects (one per process and group: dozens
+# with a large mesh), printed on stdout by the C++ library itself. Shown with
+# LOIRE_SHOW_COLLECTIVES=1.
+CHATTER = re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
 
-    def __init__(self, source: IO[str], sink: IO[str], log: str | None) -> None:
-        self.source, self.sink, self.log = source, sink, log
+
+class _Relay:
+    """Copies one of the child's streams to ours line by line, dropping the collectives'
+    set-up chatter and, on stderr, holding back JAX's fatal block."""
+
+    def __init__(self, source: IO[str], sink: IO[str], log: str | None, *, fatal: bool = True) -> None:
+        self.source, self.sink, self.log, self.fatal = source, sink, log, fatal
         self.block: list[str] = []
         self.said: str | None = None  # the process's own one-line error, if it printed one
+        self.quiet = os.environ.get("LOIRE_SHOW_COLLECTIVES", "") not in ("1", "true", "yes")
 
     def run(self) -> None:
         for line in self.source:
-            if self.block or FATAL.match(line):
+            if self.quiet and CHATTER.match(line):
+                continue
+            if self.fatal and (self.block or FATAL.match(line)):
                 self.block.append(line)
                 continue
             if line.startswith("error: "):
@@ -73,14 +84,19 @@ class _Relay:
 def supervise(command: list[str], log: str | None = None) -> int:
     """Run ``command``; its exit code, or ``PEER_LOST`` if JAX's runtime aborted it for a
     lost peer (one line said instead of the fatal block)."""
-    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # a pipe must not hold the child's lines back
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                             env=env)
     for s in (signal.SIGTERM, signal.SIGINT):  # after the start: the child must not inherit SIG_IGN
         signal.signal(s, signal.SIG_IGN)  # the child has its own handlers, and gets the job's signals too
     relay = _Relay(child.stderr, sys.stderr, log)
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
+    relays = [threading.Thread(target=r.run, daemon=True) for r in (relay, _Relay(child.stdout, sys.stdout, None,
+                                                                                   fatal=False))]
+    for thread in relays:
+        thread.start()
     code = child.wait()
-    thread.join(timeout=10)
+    for thread in relays:
+        thread.join(timeout=10)
     if relay.block and code == -signal.SIGABRT:
         relay.keep_block()
         if relay.said is None:
