@@ -23,10 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SBATCH = ROOT / "launch" / "slurm.sbatch"
 
 SRUN = """#!/bin/bash
-# srun [options] command...: the command once per task, in parallel; the highest exit code
+# srun [options] command...: the command once per task, in parallel; the highest exit code.
+# FAKE_STEP_SIGNAL_AFTER=S: after S seconds SIGTERM every process of the step, as slurmstepd
+# does at --signal=TERM@N or a preemption (the tasks' wrappers and what they started).
 while [ "${1#--}" != "$1" ]; do shift; done
 pids=()
 for ((i = 0; i < ${SLURM_NTASKS:-2}; i++)); do SLURM_PROCID=$i "$@" & pids+=($!); done
+if [ -n "${FAKE_STEP_SIGNAL_AFTER:-}" ]; then
+  sleep "$FAKE_STEP_SIGNAL_AFTER"
+  for p in "${pids[@]}"; do kill -TERM "$p" $(pgrep -P "$p") 2>/dev/null; done
+fi
 code=0
 for p in "${pids[@]}"; do wait "$p"; c=$?; [ "$c" -gt "$code" ] && code=$c; done
 exit "$code"
@@ -48,7 +54,8 @@ shift 2  # -m loire_jax.cli.train
 while [ $# -gt 0 ]; do [ "$1" = --workdir ] && wd=$2; shift; done
 mkdir -p "$wd" && touch "$wd/.loire_run"
 echo "process $SLURM_PROCID: $0" >> "$FAKE_LOG"
-sleep "${FAKE_SECONDS:-0}"
+trap 'exit 75' TERM  # the run saves and asks to be resumed
+sleep "${FAKE_SECONDS:-0}" & wait $!
 code_var=FAKE_CODE_$SLURM_PROCID
 exit "${!code_var:-0}"
 """
@@ -140,6 +147,23 @@ def test_sigterm_to_the_batch_script_waits_for_the_run_to_save(cluster):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 75 and requeues(cluster) == ["requeue 4711"], err
     assert "SIGTERM: the run is saving a checkpoint" in err
+
+
+def test_a_time_limit_signal_to_every_process_of_the_step_still_requeues(cluster):
+    """slurmstepd signals the tasks' wrappers as well as the run: the wrappers must outlive
+    the run's save and record its 75, or the job ends FAILED 143 and never comes back."""
+    code, _, err = batch(cluster, FAKE_SECONDS="5", FAKE_STEP_SIGNAL_AFTER="1")
+    assert code == 75 and requeues(cluster) == ["requeue 4711"], err
+    assert "exit codes by process: 75 -> 75" in err
+
+
+def test_a_job_slurm_requeued_itself_is_said_so(cluster):
+    bin_dir = Path(cluster["env"]["PATH"].split(":")[0])
+    _exe(bin_dir / "scontrol", SCONTROL.replace('requeue) echo "requeue $2" >> "$FAKE_LOG" ;;',
+                                                'requeue) echo "Requeue of JobId=$2 returned an error: Job is '
+                                                'pending execution" >&2; exit 1 ;;'))
+    code, _, err = batch(cluster, FAKE_CODE_0="75", FAKE_CODE_1="75")
+    assert code == 75 and "SLURM has requeued the job itself" in err and "resubmit" not in err
 
 
 def test_the_job_runs_the_python_it_was_submitted_with_and_the_checkout_s_arguments(cluster):
