@@ -218,6 +218,11 @@ def test_the_shipped_script_asks_slurm_for_what_requeueing_needs():
 JAX_ABORT = """
 import os, sys
 print("error-free output on stderr", file=sys.stderr, flush=True)
+os.write(2, b"W1125 23:46:08.042566   31078 preemption_sync_manager.cc:147] Failed to retrieve preemption notice "
+            b"from coordination service: UNAVAILABLE: Socket closed\\nAdditional GRPC error information from remote "
+            b"target coordination_service:\\n:UNKNOWN:Error received from peer\\n"
+            b"E1125 23:46:08.044333   31078 coordination_service_agent.cc:289] Polled an error from coordination "
+            b"service (this can be an error from this or another task).\\n")
 os.write(2, b"F1125 22:46:35.749838   11190 client.h:80] Terminating process because the JAX distributed service "
             b"detected fatal errors. absl::Status: UNAVAILABLE: Failed to send RPC to coordination service. Either the "
             b"leader task was preempted/died/restarted unexpectedly\\n*** Check failure stack trace: ***\\n"
@@ -244,7 +249,8 @@ def test_jax_s_abort_on_a_lost_coordinator_becomes_the_run_s_line_and_76(tmp_pat
         "error-free output on stderr",
         "error: lost process 0 (the coordinator, which hosts the coordination service): it stopped without a word "
         "(killed, or its node failed); this process stops too. The last checkpoint is intact, so rerun to resume"]
-    assert "Check failure stack trace" in (workdir / "python.log").read_text()  # kept, not shown
+    kept = (workdir / "python.log").read_text()  # the runtime's lines leading up to the abort: kept, not shown
+    assert "Check failure stack trace" in kept and "Polled an error" in kept and "GRPC" in kept
 
 
 SILENT_WORKER = """
@@ -277,6 +283,16 @@ def test_the_collectives_set_up_chatter_is_dropped_and_everything_else_passes(tm
     result, _ = supervised(tmp_path, script)
     assert result.returncode == 0 and result.stdout.splitlines() == ["devices: 2 simulated CPU device(s)",
                                                                      "run complete: 2 stages"]
+
+
+def test_a_runtime_warning_that_leads_to_nothing_is_shown(tmp_path):
+    script = ('import os, sys, time\n'
+              'os.write(2, b"W1125 23:46:08.042566   31078 client.cc:12] a warning\\ncontinued\\n")\n'
+              'time.sleep(3)\nprint("error: then a real error", file=sys.stderr)\nsys.exit(2)')
+    result, _ = supervised(tmp_path, script)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["W1125 23:46:08.042566   31078 client.cc:12] a warning", "continued",
+                                          "error: then a real error"]
 
 
 @pytest.mark.parametrize("script,code", [

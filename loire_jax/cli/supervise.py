@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import IO
 
 from loire_jax.errors import PEER_LOST, USER
@@ -49,27 +50,65 @@ def lost_line(block: list[str]) -> str:
 CHATTER = re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
 
 
+# A line of the runtime's own log (glog: level, date, time, thread, file:line]). Warnings and
+# errors come just before the fatal line when the coordinator is lost: they are held for
+# HOLD_S seconds and join the fatal block if one follows, else they are shown.
+RUNTIME_LOG = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]")
+HOLD_S = 2.0
+
+
 class _Relay:
     """Copies one of the child's streams to ours line by line, dropping the collectives'
-    set-up chatter and, on stderr, holding back JAX's fatal block."""
+    set-up chatter and, on stderr, holding back JAX's fatal block with the runtime's log
+    lines that lead up to it."""
 
     def __init__(self, source: IO[str], sink: IO[str], log: str | None, *, fatal: bool = True) -> None:
         self.source, self.sink, self.log, self.fatal = source, sink, log, fatal
         self.block: list[str] = []
+        self.held: list[str] = []  # runtime log lines that may lead up to a fatal block
+        self.held_at = 0.0
+        self.lock = threading.Lock()
         self.said: str | None = None  # the process's own one-line error, if it printed one
         self.quiet = os.environ.get("LOIRE_SHOW_COLLECTIVES", "") not in ("1", "true", "yes")
 
     def run(self) -> None:
         for line in self.source:
-            if self.quiet and CHATTER.match(line):
-                continue
-            if self.fatal and (self.block or FATAL.match(line)):
-                self.block.append(line)
-                continue
-            if line.startswith("error: "):
-                self.said = line
-            self.sink.write(line)
+            with self.lock:
+                self._take(line)
+        self.release()
+
+    def _take(self, line: str) -> None:
+        if self.quiet and CHATTER.match(line):
+            return
+        if self.fatal and (self.block or FATAL.match(line)):
+            self.block += self.held + [line]
+            self.held = []
+            return
+        if self.fatal and (RUNTIME_LOG.match(line) or self.held and not line.startswith("error: ")):
+            self.held.append(line)  # a runtime log line, or one of its continuation lines
+            self.held_at = time.monotonic()
+            return
+        self._show()
+        if line.startswith("error: "):
+            self.said = line
+        self.sink.write(line)
+        self.sink.flush()
+
+    def _show(self) -> None:
+        if self.held:
+            self.sink.writelines(self.held)
             self.sink.flush()
+            self.held = []
+
+    def release(self, older_than: float = 0.0) -> None:
+        """Show the held lines (those held ``older_than`` seconds, if nothing came since)."""
+        with self.lock:
+            if self.held and time.monotonic() - self.held_at >= older_than:
+                self._show()
+
+    def release_every(self, period: float, stop: threading.Event) -> None:
+        while not stop.wait(period):
+            self.release(HOLD_S)
 
     def keep_block(self) -> None:
         """Into the run's log file, if its directory is a run's workdir (never litter elsewhere)."""
@@ -92,11 +131,14 @@ def supervise(command: list[str], log: str | None = None) -> int:
     relay = _Relay(child.stderr, sys.stderr, log)
     relays = [threading.Thread(target=r.run, daemon=True) for r in (relay, _Relay(child.stdout, sys.stdout, None,
                                                                                    fatal=False))]
+    done = threading.Event()
+    relays.append(threading.Thread(target=relay.release_every, args=(HOLD_S / 4, done), daemon=True))
     for thread in relays:
         thread.start()
     code = child.wait()
-    for thread in relays:
+    for thread in relays[:2]:
         thread.join(timeout=10)
+    done.set()
     if relay.block and code == -signal.SIGABRT:
         relay.keep_block()
         if relay.said is None:
