@@ -204,6 +204,7 @@ def library_run(fixture_config, tmp_path_factory):
     assert code.count('"configs/tiny.yaml"') == 1
     cwd = tmp_path_factory.mktemp("library-run")
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOIRE_PROGRESS", "bar")  # the bar a terminal would show, for the hook example to print above
         printed = _exec(code.replace('"configs/tiny.yaml"', repr(str(fixture_config))), cwd, mp)
     return cwd / "runs" / "tiny-lib", printed
 

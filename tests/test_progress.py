@@ -53,6 +53,15 @@ def test_a_terminal_gets_the_bar(capsys):
     assert "\r" in out and "40/40" in out and "step 4/40 (10%)" not in out
 
 
+def test_the_environment_can_ask_for_either(capsys, monkeypatch):
+    monkeypatch.setenv("LOIRE_PROGRESS", "bar")
+    _forty_steps(ProgressBar())
+    assert "\r" in capsys.readouterr().out
+    monkeypatch.setenv("LOIRE_PROGRESS", "lines")
+    _forty_steps(ProgressBar())
+    assert len(capsys.readouterr().out.splitlines()) == 10
+
+
 def test_no_progress_means_none(capsys):
     _forty_steps(ProgressBar(enabled=False))
     assert capsys.readouterr().out == ""

@@ -145,7 +145,8 @@ class ProgressBar(Hook):
 
     Where stdout is not a terminal (a batch job's log file, a pipe) a bar's every refresh
     would be written out, so the same figures come as plain lines instead: about ten per
-    stage (every ``steps // 10`` steps and the last), and at least one a minute."""
+    stage (every ``steps // 10`` steps and the last), and at least one a minute.
+    ``LOIRE_PROGRESS=bar`` or ``lines`` chooses either anywhere."""
 
     LINE_EVERY_S = 60.0
 
@@ -158,7 +159,7 @@ class ProgressBar(Hook):
     def on_stage_start(self, ctx: "RunContext", start: int) -> None:
         stage = ctx.stage_config
         desc = f"stage {ctx.stage}/{len(ctx.run_config.stages)} {stage.name}"
-        terminal = sys.stdout.isatty() if self.terminal is None else self.terminal
+        terminal = self.terminal if self.terminal is not None else _bar_wanted()
         if self.enabled and not terminal:
             self._lines = _ProgressLines(desc, stage.steps, self.LINE_EVERY_S)
             return
@@ -186,6 +187,15 @@ class ProgressBar(Hook):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def _bar_wanted() -> bool:
+    """A bar on a terminal or in a notebook; plain lines in a file or a pipe. The variable
+    ``LOIRE_PROGRESS=bar|lines`` decides instead, where set."""
+    choice = os.environ.get("LOIRE_PROGRESS", "").strip().lower()
+    if choice in ("bar", "lines"):
+        return choice == "bar"
+    return sys.stdout.isatty() or "ipykernel" in sys.modules
 
 
 class _ProgressLines:
