@@ -5,7 +5,7 @@
 #   sudo tools/slurm_local_check.sh                    # every scenario
 #   sudo tools/slurm_local_check.sh timelimit lock     # some of them
 #
-# Scenarios: timelimit preempt_grace preempt_hard kill_worker kill_coordinator lock
+# Scenarios: timelimit preempt_grace preempt_hard kill_worker kill_coordinator lock cancel
 #            log_append finished bad_input bitwise
 # Prints one line per scenario, `PASS <scenario>: <evidence>` or `FAIL <scenario>: <evidence>`,
 # on stdout (progress goes to stderr) and exits 1 if any failed, 2 if the set-up failed.
@@ -39,7 +39,7 @@ HELP="$VENV/bin/python $HERE/slurm_local/helpers.py"
 STEPS_LONG=${STEPS_LONG:-2500}   # the time-limit run: longer than its first attempt
 STEPS_MID=${STEPS_MID:-500}      # preempted and killed runs, and their uninterrupted reference
 STEPS_TWO=20                     # stage 2 of every run
-ALL="timelimit preempt_grace preempt_hard kill_worker kill_coordinator lock log_append finished bad_input bitwise"
+ALL="timelimit preempt_grace preempt_hard kill_worker kill_coordinator lock cancel log_append finished bad_input bitwise"
 T0=$(date +%s)
 
 note() { echo "[$(date +%T) +$(( $(date +%s) - T0 ))s] $*" >&2; }
@@ -348,6 +348,22 @@ sc_bad_input() {  # an unknown override key: exit 2 recorded, one error line, no
     verdict bad_input "$ok" "$( [ ${#why[@]} -gt 0 ] && echo "${why[*]}; ")job $j $(jobinfo "$j"); codes [$rec]; $(echo "$errs" | sort | uniq -c | short 160)"
 }
 
+sc_cancel() {  # scancel mid-run: the run saves and exits 75, but a cancelled job is not requeued
+    local wd=$SCR/w_cancel j ok=0 why=() rec
+    j=$(submit cancel "$wd" "$REPO" --time=10 -- "stages.0.steps=$STEPS_MID"); track "$j"
+    [ -n "$j" ] || { verdict cancel 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
+    wait_step "$j" "$wd" 10 240 || why+=("never reached step 10")
+    scancel "$j"
+    wait_end "$j" 120 once || why+=("no final state in 120 s")
+    sleep 5
+    [ "$(field "$j" Restarts)" = 0 ] || { ok=1; why+=("requeued"); }
+    case "$(field "$j" JobState)" in CANCELLED) ;; *) ok=1; why+=("JobState $(field "$j" JobState), not CANCELLED") ;; esac
+    rec=$(codes "$wd" "$j")
+    case "$rec" in *=75*) ;; *) ok=1; why+=("recorded [$rec], not 75 (saved)") ;; esac
+    grep -q "(cancelled): not requeued" "$SCR/cancel.out" || { ok=1; why+=("no 'not requeued' line"); }
+    verdict cancel "$ok" "$( [ ${#why[@]} -gt 0 ] && echo "${why[*]}; ")job $j $(jobinfo "$j"); codes [$rec]; $(grep -h "not requeued" "$SCR/cancel.out" | short 120)"
+}
+
 sc_lock() {
     # A run's workdir (the finished scenario's, or a fresh short run's) whose .lock claims
     # another host, renewed just now. (a) the lock names the very job that starts: a requeued
@@ -432,7 +448,7 @@ sc_bitwise() {  # the interrupted runs end with the same final PPL as an uninter
 # The short, quick scenarios first; log_append reads the requeued runs' logs; bitwise
 # compares the interrupted runs that completed with a reference.
 main() {
-    for s in finished bad_input lock timelimit preempt_grace preempt_hard kill_worker kill_coordinator log_append bitwise; do
+    for s in finished bad_input lock cancel timelimit preempt_grace preempt_hard kill_worker kill_coordinator log_append bitwise; do
         if want "$s"; then note "== $s"; "sc_$s"; fi
     done
 
