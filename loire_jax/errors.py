@@ -86,9 +86,6 @@ ENVIRONMENT = USER
 RESUME = 75  # EX_TEMPFAIL: stopped by a signal or a preemption notice, everything finished saved: resume me
 PEER_LOST = 76  # another process of the run died without a word (killed, its node lost); resumable
 INTERRUPTED = 130  # Ctrl-C
-EXIT_CODES = {DONE: "done", FAILED: "failed (a bug: see the crash log)", USER: "bad input or environment",
-              RESUME: "stopped, checkpoint saved: resume me", PEER_LOST: "a peer process was lost: resumable",
-              INTERRUPTED: "interrupted (Ctrl-C)"}
 # What a run refuses or stops with when the user must change something: every LoireError, and
 # a ValueError from a check that does not raise one yet (loire-train and loire-experiment).
 USER_ERRORS: tuple[type[Exception], ...] = (LoireError, ValueError)

@@ -271,8 +271,7 @@ def _verify_checkpoints(session: RunSession, programs: "Programs") -> None:
     stage's final (the stage's own steps are set aside, not deleted), unless a later stage
     has already grown from it."""
     stages = len(session.run_config.stages)
-    done = [_done(session, index) for index in range(stages)]
-    if all(done):
+    if all(_done(session, index) for index in range(stages)):
         return
     for index in range(stages):
         ck = session.ckpt(index)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -28,16 +28,34 @@ from loire_jax.train.state import TrainState, grow_train_state, new_train_state,
 from loire_jax.train.step import frozen_teacher
 
 if TYPE_CHECKING:
+    from loire_jax.config.run import RunConfig
+    from loire_jax.train.context import RunContext
+    from loire_jax.train.evaluation import Evaluator
+    from loire_jax.train.hooks import Hook
     from loire_jax.train.program import Programs
     from loire_jax.train.session import RunSession
-    from loire_jax.train.trainer import Trainer
+
+
+class StageHost(Protocol):
+    """What a stage needs of the run that hosts it (the ``Trainer``): a stage does not know
+    the trainer, so the trainer can build stages without an import cycle."""
+
+    run_config: "RunConfig"
+    session: "RunSession"
+    programs: "Programs"
+    evaluator: "Evaluator"
+    ctx: "RunContext"
+    hooks: list["Hook"]
+    peak: float | None
+
+    def call(self, event: str, *args: Any) -> None: ...
 
 
 class StageRun:
     """Stage ``index`` of one session, run by ``trainer`` (its session, programs, evaluator
     and hooks)."""
 
-    def __init__(self, trainer: "Trainer", index: int) -> None:
+    def __init__(self, trainer: StageHost, index: int) -> None:
         self.trainer, self.index = trainer, index
         self.session, self.programs = trainer.session, trainer.programs
         self.run_config = trainer.run_config
