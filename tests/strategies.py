@@ -11,16 +11,26 @@ OPS = ("hidden", "ffn", "heads", "layers")
 
 
 @st.composite
-def model_configs(draw, dtype: str = "float64", even: bool = False) -> ModelConfig:
+def model_configs(draw, dtype: str = "float64", even: bool = False,
+                  kinds: tuple[str, ...] = ("decoder",)) -> ModelConfig:
     """Small configs covering every (norm, position, activation, positions, tying, bias) cell,
-    with multi-head or grouped-query attention (``kv_heads`` a divisor of ``heads``).
+    with multi-head or grouped-query attention (``kv_heads`` a divisor of ``heads``); with
+    ``kinds`` including "encoder", also masked-LM encoders with their token types and
+    position offsets.
 
     ``even`` keeps every shardable size a multiple of 2 for a (2, 2, 2) mesh.
     """
     unit = 2 if even else 1
     heads = draw(st.integers(1, 4)) * unit
     kv_heads = draw(st.sampled_from([0] + [k for k in range(unit, heads + 1, unit) if heads % k == 0]))
+    kind = draw(st.sampled_from(kinds))
+    position = draw(st.sampled_from(POSITIONS))
+    encoder = {}
+    if kind == "encoder":
+        encoder = dict(kind=kind, type_vocab_size=draw(st.integers(0, 2)),
+                       position_offset=draw(st.integers(0, 2)) if position == "learned" else 0)
     return ModelConfig(
+        **encoder,
         vocab_size=draw(st.integers(5, 24)) * unit,
         max_seq_len=draw(st.integers(4, 10)),
         hidden=draw(st.integers(2, 8)) * unit,
@@ -32,7 +42,7 @@ def model_configs(draw, dtype: str = "float64", even: bool = False) -> ModelConf
         norm=draw(st.sampled_from(NORMS)),
         norm_position=draw(st.sampled_from(NORM_POSITIONS)),
         activation=draw(st.sampled_from(ACTIVATIONS)),
-        position=draw(st.sampled_from(POSITIONS)),
+        position=position,
         tie_embeddings=draw(st.booleans()),
         use_bias=draw(st.booleans()),
         init_std=draw(st.sampled_from([0.02, 0.3, 1.0])),
@@ -42,10 +52,11 @@ def model_configs(draw, dtype: str = "float64", even: bool = False) -> ModelConf
 
 
 def target_size(draw, cfg: ModelConfig, op: str, even: bool = False) -> int:
-    """A size for which an exact construction exists (post-norm LayerNorm: multiples only)."""
+    """A size for which an exact construction exists (post-norm LayerNorm and LayerNorm
+    encoders, whose embedding norm is a post-norm: multiples only)."""
     unit = 2 if even else 1
     if op == "hidden":
-        if cfg.norm == "layernorm" and cfg.norm_position == "post" or draw(st.booleans()):
+        if cfg.norm == "layernorm" and (cfg.norm_position == "post" or cfg.encoder) or draw(st.booleans()):
             return cfg.hidden * draw(st.integers(2, 3))
         return cfg.hidden + unit * draw(st.integers(1, 4))
     if op == "ffn":

@@ -76,3 +76,53 @@ def test_stage_flops_add_the_teacher_forwards_of_the_distillation_phase():
     want = s3.steps * tokens * 3 * forward_flops_per_token(models[2], run.seq_len) + s3.beta_steps * tokens * sum(
         forward_flops_per_token(models[j], run.seq_len) for j in (0, 1))
     assert flops[2] == pytest.approx(want)
+
+
+# A small encoder and its decoder twin, counted by hand in multiply-adds (MACs) per token at
+# sequence length 16: hidden 8, ffn 32, 2 heads of width 4 (8 query/key/value columns), 3
+# layers, a 100-token vocabulary.
+#   Q, K, V, O projections   4 x 8 x 8       = 256
+#   FFN (GELU: in and out)   2 x 8 x 32      = 512
+#   scores QK^T + values PV  2 x 8 x 16      = 256 (bidirectional: every key)
+#   one layer                                  1024, three layers 3072
+#   MLM transform            8 x 8           =  64
+#   output matrix            8 x 100         = 800
+# 3936 MACs = 7872 FLOPs. The decoder twin attends to half the keys (128 MACs less per layer)
+# and has no transform: 3 x 896 + 800 = 3488 MACs = 6976 FLOPs.
+SMALL = dict(vocab_size=100, max_seq_len=16, hidden=8, ffn=32, heads=2, head_dim=4, layers=3)
+ENCODER_FLOPS, DECODER_FLOPS = 7872, 6976
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta"])
+def test_encoder_forward_matches_the_hand_count(name):
+    enc = preset(name, **SMALL)
+    assert enc.encoder
+    assert forward_flops_per_token(enc, 16) == ENCODER_FLOPS
+    # an explicit override still wins: causal=True halves the attention matmuls, False keeps them
+    assert forward_flops_per_token(enc, 16, causal=True) == ENCODER_FLOPS - 2 * 3 * 128
+    assert forward_flops_per_token(enc, 16, causal=False) == ENCODER_FLOPS
+
+
+def test_encoder_training_counts_three_forwards_plus_each_teacher_forward():
+    enc = preset("bert", **SMALL)
+    teacher = enc.replace(layers=1)  # two layers fewer: 2 x 2 x 1024 FLOPs less
+    assert forward_flops_per_token(teacher, 16) == ENCODER_FLOPS - 2 * 2 * 1024
+    assert train_flops_per_token(enc, 16) == 3 * ENCODER_FLOPS
+    assert train_flops_per_token(enc, 16, (teacher,)) == 3 * ENCODER_FLOPS + ENCODER_FLOPS - 4096
+    assert train_flops_per_token(enc, 16, causal=True) == 3 * (ENCODER_FLOPS - 768)
+
+
+def test_decoder_counts_are_unchanged_by_the_encoder_terms():
+    dec = preset("paper", **SMALL)
+    assert forward_flops_per_token(dec, 16) == DECODER_FLOPS
+    assert forward_flops_per_token(dec, 16, causal=True) == DECODER_FLOPS
+    assert forward_flops_per_token(dec, 16, causal=False) == DECODER_FLOPS + 2 * 3 * 128
+    assert train_flops_per_token(dec, 16, (dec,)) == 4 * DECODER_FLOPS
+    # figures of the count before encoders existed (causal default, dense, with a teacher)
+    modern = preset("modern", vocab_size=1000, max_seq_len=32, hidden=48, ffn=96, heads=6, head_dim=8,
+                    kv_heads=2, layers=3)
+    assert forward_flops_per_token(STUDENT, 32) == 1851392
+    assert forward_flops_per_token(STUDENT, 32, causal=False) == 1867776
+    assert forward_flops_per_token(modern, 32) == 225024
+    assert forward_flops_per_token(modern, 32, causal=False) == 234240
+    assert train_flops_per_token(modern, 32, (STUDENT,)) == 3 * 225024 + 1851392

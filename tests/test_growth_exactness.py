@@ -29,25 +29,39 @@ F64_TOL = 1e-9
 _apply = jax.jit(apply_model, static_argnums=0)
 
 
+def _inputs(tokens):
+    """tokens, or (tokens, valid) for an encoder with padding: the attention mask."""
+    return tokens if isinstance(tokens, tuple) else (tokens, None)
+
+
 def max_delta(cfg_a, params_a, cfg_b, params_b, tokens) -> float:
-    a = _apply(cfg_a, params_a, tokens)
-    b = _apply(cfg_b, params_b, tokens)
-    return float(jnp.max(jnp.abs(a.astype(jnp.float64) - b.astype(jnp.float64))))
+    """Over every position, or every valid (unpadded) position of an encoder's batch."""
+    toks, valid = _inputs(tokens)
+    a = _apply(cfg_a, params_a, toks, valid).astype(jnp.float64)
+    b = _apply(cfg_b, params_b, toks, valid).astype(jnp.float64)
+    delta = jnp.abs(a - b)
+    if valid is not None:
+        delta = jnp.where(valid[..., None], delta, 0.0)
+    return float(jnp.max(delta))
 
 
 def f32_tolerance(cfg, params, tokens) -> float:
-    return 1e-4 * max(1.0, float(jnp.max(jnp.abs(_apply(cfg, params, tokens)))))
+    return 1e-4 * max(1.0, float(jnp.max(jnp.abs(_apply(cfg, params, *_inputs(tokens))))))
 
 
 @st.composite
 def grown_case(draw, dtype="float64"):
-    cfg = draw(model_configs(dtype=dtype))
+    cfg = draw(model_configs(dtype=dtype, kinds=("decoder", "encoder")))
     ops = draw(op_sequences)
     seq = draw(st.integers(1, cfg.max_seq_len))
     batch = draw(st.integers(1, 2))
     tokens = np.asarray(draw(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=batch * seq,
                                       max_size=batch * seq)), np.int32).reshape(batch, seq)
     seed = draw(st.integers(0, 2**16))
+    if cfg.encoder:  # trailing padding of any length that leaves one real token per row
+        lengths = draw(st.lists(st.integers(1, seq), min_size=batch, max_size=batch))
+        valid = np.arange(seq)[None, :] < np.asarray(lengths)[:, None]
+        return cfg, ops, (tokens, valid), seed, draw
     return cfg, ops, tokens, seed, draw
 
 
@@ -63,6 +77,7 @@ def run_composition(cfg, ops, tokens, seed, draw, check):
             # The one documented refusal: tied post-norm duplicate after a gated copy was
             # plugged in last. Anything else is a bug.
             assert "gate" in str(err) and cur_cfg.tie_embeddings and cur_cfg.norm_position == "post", err
+            assert not cur_cfg.encoder, err
             return
         assert param_count(cur_cfg, padded=True) == count_leaves(cur)
         check(cfg, params, cur_cfg, cur, tokens)
@@ -290,4 +305,86 @@ def test_missing_eps_correction_is_caught_by_the_threshold():
     grown = grow_like(broken, params, jax.random.key(1))
     tokens = jnp.arange(18, dtype=jnp.int32).reshape(2, 9) % cfg.vocab_size
     assert max_delta(cfg, params, broken.new, grown, tokens) > F64_TOL
+    assert max_delta(cfg, params, plan.new, grow_like(plan, params, jax.random.key(1)), tokens) <= F64_TOL
+
+
+# ---- encoders (LOIRE-Bert): masked-LM logits at every real position, with padding
+ENCODER_ARCHS = {
+    "bert": dict(preset="bert"),
+    "roberta": dict(preset="roberta"),
+    "bert-untied": dict(preset="bert", tie_embeddings=False),
+    "rms-pre-swiglu-rope": dict(preset="bert", norm="rmsnorm", norm_position="pre", activation="swiglu",
+                                position="rope", type_vocab_size=0, use_bias=False),
+}
+ENCODER_CELLS = [(a, s, d) for a in ENCODER_ARCHS for s, d in (("paper", "float64"), ("reverse", "float64"),
+                                                                 ("paper", "float32"))]
+
+
+def _encoder(arch, dtype="float64", **kw) -> ModelConfig:
+    from loire_jax.config.model import preset
+
+    spec = dict(ENCODER_ARCHS[arch])
+    base = dict(vocab_size=31, max_seq_len=9, hidden=6, ffn=10, heads=2, head_dim=4, layers=2, init_std=0.5,
+                dtype=dtype, param_dtype=dtype)
+    base.update({k: v for k, v in spec.items() if k != "preset"}, **kw)
+    return preset(spec["preset"], **base)
+
+
+def _padded_batch(vocab: int, seed: int = 0):
+    tokens = jnp.asarray(np.random.default_rng(seed).integers(0, vocab, (3, 9)), jnp.int32)
+    valid = jnp.asarray(np.arange(9)[None, :] < np.array([[9], [5], [1]]))
+    return tokens, valid
+
+
+@pytest.mark.parametrize("arch,schedule,dtype", tiered(ENCODER_CELLS, lambda i, c: c[0] == "bert" and c[2] == "float64"),
+                         ids=lambda v: "-".join(str(x) for x in v) if isinstance(v, tuple) else str(v))
+def test_every_operator_on_every_encoder(arch, schedule, dtype):
+    """BERT, RoBERTa, an untied head and a pre-norm RMSNorm encoder through the four operators
+    in both orders; padded rows included. An encoder's tied head reads the MLM head's own
+    norm, so hidden duplication stays exact even after a gated copy was plugged in last."""
+    cfg = _encoder(arch, dtype)
+    tokens = _padded_batch(cfg.vocab_size)
+    params = init_params(cfg, jax.random.key(7))
+    bound = F64_TOL if dtype == "float64" else f32_tolerance(cfg, params, tokens)
+    cur_cfg, cur = cfg, params
+    for i, op in enumerate(SCHEDULES[schedule]):
+        cur_cfg, cur = grow(cur_cfg, cur, op, SIZES[op](cur_cfg), jax.random.key(i))
+        assert param_count(cur_cfg, padded=True) == count_leaves(cur)
+        assert max_delta(cfg, params, cur_cfg, cur, tokens) <= bound, op
+    assert (cur_cfg.hidden, cur_cfg.layers) == (2 * cfg.hidden, cfg.layers + 1)
+
+
+def test_encoder_hidden_growth_refuses_what_is_not_exact():
+    """A LayerNorm encoder's embedding norm is a post-norm: only duplication (a multiple of the
+    width) is exact; mean_expand and other widths are refused in one line, and the paper's
+    zero-padding (exact=False) measurably changes the function."""
+    cfg = _encoder("bert")
+    params = init_params(cfg, jax.random.key(0))
+    with pytest.raises(ValueError, match="embedding LayerNorm is a post-norm"):
+        grow(cfg, params, "hidden", 12, jax.random.key(1), method="mean_expand")
+    with pytest.raises(ValueError, match="no exact hidden growth 6->8"):
+        grow(cfg, params, "hidden", 8, jax.random.key(1))
+    tokens = _padded_batch(cfg.vocab_size)
+    cfg2, params2 = grow(cfg, params, "hidden", 8, jax.random.key(1), exact=False)
+    assert max_delta(cfg, params, cfg2, params2, tokens) > 1e-6
+
+
+@pytest.mark.parametrize("op", ["hidden", "ffn", "heads", "layers"])
+def test_random_init_changes_an_encoders_function(op):
+    cfg = _encoder("roberta")
+    params = init_params(cfg, jax.random.key(3))
+    cfg2, params2 = grow(cfg, params, op, SIZES[op](cfg), jax.random.key(4), init="random")
+    assert max_delta(cfg, params, cfg2, params2, _padded_batch(cfg.vocab_size)) > 1e-6
+
+
+def test_an_unscaled_mlm_norm_breaks_tied_encoder_duplication():
+    """The tied output reads the duplicated MLM norm twice; without its 1/m rescale the logits
+    move far beyond the threshold (the check can fail)."""
+    cfg = _encoder("bert")
+    params = init_params(cfg, jax.random.key(0))
+    plan = plan_growth(cfg, "hidden", 12)
+    assert plan.tied_rescale == "mlm/norm"
+    broken = dataclasses.replace(plan, tied_rescale=None)
+    tokens = _padded_batch(cfg.vocab_size)
+    assert max_delta(cfg, params, plan.new, grow_like(broken, params, jax.random.key(1)), tokens) > 1e-6
     assert max_delta(cfg, params, plan.new, grow_like(plan, params, jax.random.key(1)), tokens) <= F64_TOL

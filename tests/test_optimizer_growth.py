@@ -154,7 +154,7 @@ OPT = make_optimizer("adamw", learning_rate=3e-2, weight_decay=0.1, b1=0.9, b2=0
 
 @pytest.mark.slow
 @settings(max_examples=6)
-@given(cfg=model_configs(dtype="float64"), op=st.sampled_from(["hidden", "ffn", "heads", "layers"]),
+@given(cfg=model_configs(dtype="float64", kinds=("decoder", "encoder")), op=st.sampled_from(["hidden", "ffn", "heads", "layers"]),
        seed=st.integers(0, 2**16), steps=st.integers(2, 4), data=st.data())
 def test_grown_moments_equal_the_replay_across_architectures(cfg, op, seed, steps, data):
     # LayerNorm over 2 coordinates outputs +-gain whatever its input: every gradient behind
@@ -183,11 +183,15 @@ CELLS = [
     (dict(PRE_LN, use_bias=True), "ffn", 11),
     (dict(MODERN, activation="gelu", use_bias=True), "heads", 3),
     (MODERN, "layers", 4),
+    # LOIRE-Bert: a BERT encoder (embedding norm, token types, MLM head with its own norm)
+    (dict(POST_LN, kind="encoder", type_vocab_size=2), "hidden", 12),  # duplicate, the MLM norm rescaled
+    (dict(POST_LN, kind="encoder", position_offset=2, type_vocab_size=1), "heads", 3),
 ]
 
 
-# Fast tier: every operator and hidden construction; the tied zero_pad cell in the slow tier.
-@pytest.mark.parametrize("arch,op,size", tiered(CELLS, lambda i, c: i != 2), ids=[f"{c[1]}-{i}" for i, c in enumerate(CELLS)])
+# Fast tier: every operator and hidden construction and the encoder's duplicate; the tied
+# zero_pad cell and the encoder's heads in the slow tier.
+@pytest.mark.parametrize("arch,op,size", tiered(CELLS, lambda i, c: i not in (2, 8)), ids=[f"{c[1]}-{i}" for i, c in enumerate(CELLS)])
 def test_grown_moments_equal_the_replay(arch, op, size):
     check_replay(_cfg(**arch), op, size, seed=3, steps=3,
                  opt=make_optimizer("adam", learning_rate=1e-2, b2=0.999, clip_norm=None))

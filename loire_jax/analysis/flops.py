@@ -1,10 +1,11 @@
 """Analytic FLOPs of the model, as MFU and the paper's cost tables count them, and the
 devices' peak FLOP/s that MFU divides by.
 
-Matmul FLOPs only (2 per multiply-add), attention included; the causal mask is counted
-at half, as MaxText does. Training is forward + backward = 3 x forward. Teachers in
-distillation add one forward each. Norms, softmax and elementwise work are not counted,
-which is the usual convention, so MFU is conservative.
+Matmul FLOPs only (2 per multiply-add), attention included; a decoder's causal mask is
+counted at half, as MaxText does, and an encoder's bidirectional attention in full. Training
+is forward + backward = 3 x forward. Teachers in distillation add one forward each. Norms,
+softmax, biases and elementwise work are not counted, which is the usual convention, so MFU
+is conservative.
 """
 
 from __future__ import annotations
@@ -19,25 +20,39 @@ from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import phases, teacher_stages
 
 
-def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool = True) -> float:
+def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool | None = None) -> float:
     """Forward FLOPs for one token at context length ``seq_len``.
 
-    ``causal=False`` counts the full S x S score and value matmuls, which is what a dense
-    attention kernel executes (and what XLA's cost analysis reports); the default counts
-    the useful causal half, as MFU and the paper's cost tables do.
+    ``causal`` says how much of the S x S score and value matmuls counts. ``None`` (the
+    default) follows the model: a decoder counts the useful causal half, as MFU and the
+    paper's cost tables do, and an encoder, whose attention is bidirectional, the full
+    matrix. ``causal=False`` counts the full matrix for any model, which is what a dense
+    attention kernel executes (and what XLA's cost analysis reports); ``causal=True``
+    counts the half for any model.
+
+    An encoder's MLM head adds its ``hidden x hidden`` transform before the output matrix;
+    both run at every position. Its LayerNorm and vocabulary bias are elementwise work and
+    are not counted.
     """
+    if causal is None:
+        causal = not cfg.encoder
     h, f, H, d, L, V = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers, cfg.vocab_size
     K = cfg.n_kv_heads
     ffn_in = 2 if cfg.activation == "swiglu" else 1
     per_layer = 2 * (2 * h * H * d + 2 * h * K * d + (ffn_in + 1) * h * f)  # Q, O, K, V and the FFN matmuls
     per_layer += 2 * 2 * H * d * seq_len * (0.5 if causal else 1.0)  # QK^T and PV
-    return L * per_layer + 2 * h * V  # LM head
+    head = 2 * h * V  # LM head
+    if cfg.encoder:
+        head += 2 * h * h  # the MLM transform (dense hidden -> hidden) ahead of the output matrix
+    return L * per_layer + head
 
 
 def train_flops_per_token(cfg: ModelConfig, seq_len: int, teachers: Sequence[ModelConfig] = (),
-                          causal: bool = True) -> float:
+                          causal: bool | None = None) -> float:
     """One training step's FLOPs per token: 3x the student forward (the backward pass costs
-    two forwards), plus each teacher's forward (eq. 15; teachers get no backward)."""
+    two forwards), plus each teacher's forward (eq. 15; teachers get no backward).
+    ``causal`` as in ``forward_flops_per_token``: ``None`` lets each model count its own
+    attention (half for a decoder, full for an encoder)."""
     return 3 * forward_flops_per_token(cfg, seq_len, causal) + sum(
         forward_flops_per_token(t, seq_len, causal) for t in teachers)
 

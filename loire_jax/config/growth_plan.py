@@ -63,13 +63,17 @@ def _hidden_obstacle(cfg: ModelConfig, method: str, h2: int, last_gate: float | 
                 "LayerNorm's mean and variance, and RMSNorm's mean square, are taken over the new width")
     if method == "zero_pad" and cfg.norm != "rmsnorm":
         return "zero_pad is exact only for RMSNorm: with LayerNorm the mean over the new width moves the new coordinates"
+    if method == "mean_expand" and cfg.encoder:
+        return ("mean_expand is not exact for an encoder: its embedding LayerNorm is a post-norm, whose output "
+                "gamma*x+beta cannot keep the new stream coordinates at the mean")
     if method == "mean_expand" and not (cfg.norm == "layernorm" and cfg.norm_position == "pre"):
         return ("mean_expand is exact only for pre-norm LayerNorm: RMSNorm's statistic changes, and a "
                 "post-norm stream is gamma*x+beta, whose new coordinates cannot stay at the mean")
     if method == "duplicate":
         if h2 % cfg.hidden:
             return f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}"
-        if cfg.tie_embeddings and cfg.norm_position == "post" and last_gate is not None and last_gate != 1.0:
+        if (cfg.tie_embeddings and cfg.norm_position == "post" and not cfg.encoder and last_gate is not None
+                and last_gate != 1.0):
             return ("with tied embeddings and post-norm, duplicate rescales the last layer's output norm by 1/m, "
                     f"which is exact only while that layer's gate is 1 (it is {last_gate})")
     return None
@@ -78,7 +82,7 @@ def _hidden_obstacle(cfg: ModelConfig, method: str, h2: int, last_gate: float | 
 def _auto_hidden_method(cfg: ModelConfig, h2: int) -> str:
     if cfg.norm == "rmsnorm":
         return "zero_pad"
-    if cfg.norm_position == "pre":
+    if cfg.norm_position == "pre" and not cfg.encoder:
         return "mean_expand"
     return "duplicate"
 
@@ -150,7 +154,10 @@ def plan_growth(
     eps = cfg.norm_eps * cfg.hidden / h2 if chosen in ("zero_pad", "mean_expand") else cfg.norm_eps
     tied_rescale = None
     if chosen == "duplicate" and cfg.tie_embeddings:
-        tied_rescale = "final_norm" if cfg.has_final_norm else "layers/norm_mlp"
+        if cfg.encoder:  # the tied output reads the MLM head's own norm, whatever the block's layout
+            tied_rescale = "mlm/norm"
+        else:
+            tied_rescale = "final_norm" if cfg.has_final_norm else "layers/norm_mlp"
     return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2, norm_eps=eps), init, method=chosen,
                       tied_rescale=tied_rescale, function_preserving=obstacle is None, reason=obstacle or "")
 

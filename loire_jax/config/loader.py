@@ -82,7 +82,7 @@ def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None
     raw = dict(mapping)
     if "model_preset" in raw:  # RunConfig's field, spelled model.preset in the document
         raise ConfigError(_unknown_message(RunConfig, (), ["model_preset"], "the top level"))
-    for section in ("optimizer", "checkpoint", "eval", "stage_defaults"):
+    for section in ("optimizer", "checkpoint", "eval", "mlm", "stage_defaults"):
         if section in raw and raw[section] is None:  # an empty YAML section: the defaults
             del raw[section]
 

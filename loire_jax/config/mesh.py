@@ -32,6 +32,7 @@ AXIS_RULES: dict[str, str | None] = {
     "layers": None,  # the scanned layer axis: each device runs every layer
     "head_dim": None,
     "seq": None,
+    "types": None,
 }
 
 
@@ -49,10 +50,12 @@ def axes_spec(axes: Sequence[str]) -> PartitionSpec:
         raise ValueError(f"no sharding rule for axis {unknown[0]!r} (of a leaf with axes {tuple(axes)}); "
                          f"add its logical name to loire_jax.config.mesh.AXIS_RULES (known: {sorted(AXIS_RULES)})")
     vector = sum(a != "layers" for a in axes) == 1
-    spec = []
+    spec: list[str | None] = []
     for a in axes:
         mesh_axis = AXIS_RULES[a.split(":")[0]]
-        spec.append(None if vector and mesh_axis in MATRIX_ONLY_MESH_AXES else mesh_axis)
+        if (vector and mesh_axis in MATRIX_ONLY_MESH_AXES) or mesh_axis in spec:
+            mesh_axis = None  # a mesh axis shards one dimension at most (hidden x hidden: the first)
+        spec.append(mesh_axis)
     return PartitionSpec(*spec)
 
 

@@ -1,4 +1,4 @@
-"""Model configuration: a frozen, validated description of one decoder architecture.
+"""Model configuration: a frozen, validated description of one Transformer, decoder or encoder.
 
 Growth maps one ``ModelConfig`` to a bigger one, so the config is the single source of
 truth for every parameter shape (see ``loire_jax.config.shapes``). It is validated when built:
@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from loire_jax.errors import ConfigError
 
+KINDS = ("decoder", "encoder")
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's tanh approximation
@@ -32,7 +33,14 @@ def _is_number(x: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only Transformer (paper eqs 1-3 and its modern variants).
+    """A Transformer (paper eqs 1-3 and its modern variants): a causal decoder (LOIRE-GPT) or,
+    with ``kind="encoder"``, a bidirectional masked-LM encoder (LOIRE-Bert, paper §3).
+
+    An encoder adds what BERT and RoBERTa have: a LayerNorm over the embedding sum
+    (``embed_norm``), ``type_vocab_size`` token-type rows (type 0 is the one in use; 0 means
+    none), positions that start at ``position_offset`` (RoBERTa's padding offset, 2) and the
+    MLM head: dense ``hidden -> hidden``, GELU, LayerNorm, then the tied (or untied) output
+    matrix plus a vocabulary bias.
 
     ``head_dim`` is independent of ``hidden``: the paper's head operator (eqs 6-7) adds
     heads of a fixed width, and its hidden operator (eqs 9-11) leaves the heads alone, so
@@ -43,6 +51,7 @@ class ModelConfig:
     heads. 0 means one key/value head per query head (multi-head attention).
     """
 
+    kind: Literal["decoder", "encoder"] = "decoder"
     vocab_size: int = 256
     max_seq_len: int = 128
     hidden: int = 64
@@ -71,6 +80,8 @@ class ModelConfig:
     # Rows of the embedding / columns of the head, rounded up to a multiple of this: padded
     # logits are masked out of every softmax, so losses equal the unpadded ones.
     pad_vocab_to: int = 128
+    type_vocab_size: int = 0  # encoders: token-type rows (BERT 2, RoBERTa 1); 0 = none
+    position_offset: int = 0  # encoders: first position id (RoBERTa: padding_idx + 1 = 2)
     attention: str = "auto"  # see loire_jax.model.kernels: auto | xla | cudnn | splash
     remat: str = "auto"  # rematerialisation of the scanned layer: auto | none | dots | full
 
@@ -81,6 +92,7 @@ class ModelConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.append(f"{name} must be a positive integer, got {value!r}")
         for name, allowed in (
+            ("kind", KINDS),
             ("norm", NORMS),
             ("norm_position", NORM_POSITIONS),
             ("activation", ACTIVATIONS),
@@ -109,6 +121,16 @@ class ModelConfig:
         elif self.kv_heads and isinstance(self.heads, int) and self.heads % self.kv_heads:
             problems.append(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): each key/value "
                             "head serves an equal group of query heads")
+        for name in ("type_vocab_size", "position_offset"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                problems.append(f"{name} must be a non-negative integer, got {value!r}")
+            elif value and self.kind != "encoder":
+                problems.append(f"{name} applies to encoders (kind: encoder) only, got {value} on a decoder")
+        if self.kind == "encoder" and self.attention == "splash":
+            problems.append("attention 'splash' is causal-only here and cannot run an encoder; use auto, xla or cudnn")
+        if self.position_offset and self.position != "learned":
+            problems.append("position_offset needs learned positions (position: learned)")
         if self.rope_scaling != "none" and self.position != "rope":
             problems.append(f"rope_scaling {self.rope_scaling!r} needs position 'rope', got {self.position!r}")
         if self.rope_scaling == "llama3" and all(_is_number(getattr(self, n)) for n in numbers):
@@ -147,6 +169,15 @@ class ModelConfig:
         return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     @property
+    def encoder(self) -> bool:
+        return self.kind == "encoder"
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table: ``max_seq_len`` after RoBERTa's offset."""
+        return self.max_seq_len + self.position_offset
+
+    @property
     def has_final_norm(self) -> bool:
         """Pre-norm models normalise once more before the head; post-norm streams are already normalised."""
         return self.norm_position == "pre"
@@ -178,6 +209,9 @@ class ModelConfig:
             )
 
 
+PRESETS = ("paper", "gpt2", "modern", "bert", "roberta")
+
+
 def preset(name: str, **overrides: Any) -> ModelConfig:
     """Named architectures.
 
@@ -187,6 +221,10 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
       GELU in its tanh form, learned positions, tied embeddings, biases. LOIRE-GPT2 (§3.1)
       grows a pretrained model of this kind.
     - ``modern``: pre-norm RMSNorm, SwiGLU, RoPE, untied head, no biases (Llama's layout).
+    - ``bert``: LOIRE-Bert's encoder (``BertForMaskedLM``): post-norm LayerNorm (eps 1e-12),
+      exact GELU, learned positions, two token types, tied MLM head with its transform.
+    - ``roberta``: ``RobertaForMaskedLM``: BERT's block (eps 1e-5), positions offset by 2
+      past the padding id, one token type.
     """
     base: dict[str, Any]
     if name == "paper":
@@ -198,7 +236,13 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
     elif name == "modern":
         base = dict(norm="rmsnorm", norm_position="pre", activation="swiglu", position="rope",
                     tie_embeddings=False, use_bias=False, norm_eps=1e-6)
+    elif name == "bert":
+        base = dict(kind="encoder", norm="layernorm", norm_position="post", activation="gelu", position="learned",
+                    tie_embeddings=True, use_bias=True, norm_eps=1e-12, type_vocab_size=2)
+    elif name == "roberta":
+        base = dict(kind="encoder", norm="layernorm", norm_position="post", activation="gelu", position="learned",
+                    tie_embeddings=True, use_bias=True, norm_eps=1e-5, type_vocab_size=1, position_offset=2)
     else:
-        raise ConfigError(f"unknown preset {name!r}; choose 'paper', 'gpt2' or 'modern'")
+        raise ConfigError(f"unknown preset {name!r}; choose one of {PRESETS}")
     base.update(overrides)
     return ModelConfig(**base)

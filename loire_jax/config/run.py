@@ -25,7 +25,7 @@ from loire_jax.config.mesh import parse_mesh
 from loire_jax.config.model import ModelConfig
 from loire_jax.errors import ConfigError, raise_problems
 
-PRESETS = ("paper", "gpt2", "modern")
+PRESETS = ("paper", "gpt2", "modern", "bert", "roberta")
 TEACHERS = ("all", "last", "none")
 REPLAY_FROM = ("all", "previous")
 OPTIMIZERS = ("adam", "adamw")
@@ -40,6 +40,9 @@ PRECISIONS: dict[str, tuple[str, str]] = {
 GPT2_VOCAB = 50257
 # Known tokenizer vocabularies; other kinds are read from their files, and the trainer checks them.
 _STATIC_VOCAB = {"gpt2": GPT2_VOCAB}
+# Specials an encoder appends past these tokenizers' ids (data.special): GPT-2 has only its
+# <|endoftext|> (the separator); the trained BPE has <s> (the [CLS]) and </s>.
+_ADDED_SPECIALS = {"gpt2": 3, "trained_bpe": 2}
 DERIVED_MODEL_FIELDS = ("dtype", "param_dtype")  # set by RunConfig.precision, never by hand
 # Stage k's data stream is seeded seed * SEED_STRIDE + k, and the pipeline adds offsets
 # below SEED_HEADROOM (its recovery-memory shuffle); grain and numpy take seeds in [0, 2**32).
@@ -283,6 +286,27 @@ class EvalConfig:
         raise_problems(problems, "eval")
 
 
+@dataclasses.dataclass(frozen=True)
+class MlmConfig:
+    """Encoders' masked-LM recipe (BERT's): each non-special token is selected with
+    probability ``rate``; a selected one becomes [MASK] with probability ``mask``, a random
+    token with probability ``random``, and stays itself otherwise (``train.masking``)."""
+
+    rate: float = 0.15
+    mask: float = 0.8
+    random: float = 0.1
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (_is_num(self.rate) and 0.0 < self.rate < 1.0):
+            problems.append(f"rate must lie in (0, 1), got {self.rate!r}")
+        shares = [getattr(self, n) for n in ("mask", "random")]
+        if not all(_is_num(v) and 0.0 <= v <= 1.0 for v in shares) or sum(shares) > 1.0:
+            problems.append(f"mask ({self.mask!r}) and random ({self.random!r}) are shares of the selected tokens: "
+                            "each in [0, 1], with a sum of at most 1")
+        raise_problems(problems, "mlm")
+
+
 # --------------------------------------------------------------------------- the run
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
@@ -304,6 +328,7 @@ class RunConfig:
     mesh: str = "1"
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
+    mlm: MlmConfig = MlmConfig()  # encoders only
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
@@ -314,7 +339,7 @@ class RunConfig:
             problems.append(f"name must be letters, digits, '.', '_' or '-', and not '.' or '..' (it names the "
                             f"workdir), got {self.name!r}")
         for field, cls in (("model", ModelConfig), ("data", DataConfig), ("optimizer", OptimizerConfig),
-                           ("checkpoint", CheckpointConfig), ("eval", EvalConfig)):
+                           ("checkpoint", CheckpointConfig), ("eval", EvalConfig), ("mlm", MlmConfig)):
             if not isinstance(getattr(self, field), cls):
                 problems.append(f"{field} must be a {cls.__name__}")
         if not self.stages or not all(isinstance(s, StageConfig) for s in self.stages):
@@ -396,6 +421,7 @@ class RunConfig:
             "mesh": self.mesh,
             "checkpoint": dataclasses.asdict(self.checkpoint),
             "eval": dataclasses.asdict(self.eval),
+            "mlm": dataclasses.asdict(self.mlm),
         }
         return _jsonable(out)
 
@@ -404,6 +430,13 @@ def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:
     """The model's vocabulary must hold every token id. It may be larger (padding to a
     multiple of the tensor axis); the trainer checks file-based tokenizers when it loads them."""
     need = tok.vocab_size if tok.kind == "trained_bpe" else _STATIC_VOCAB.get(tok.kind)
+    if need is not None and model.encoder:  # the specials the tokenizer lacks are appended (data.special)
+        added = _ADDED_SPECIALS[tok.kind]
+        if model.vocab_size < need + added:
+            return [f"model.vocab_size={model.vocab_size} has no room for an encoder's special tokens: the "
+                    f"{tok.kind} tokenizer has {need} ids and lacks {added} of [CLS]/[MASK]/[PAD]; set "
+                    f"model.vocab_size to {need + added} (or more, to pad)"]
+        return []
     if need is not None and model.vocab_size < need:
         return [f"model.vocab_size={model.vocab_size} is smaller than the {tok.kind} tokenizer's {need}; "
                 f"set model.vocab_size to {need} (or more, to pad)"]

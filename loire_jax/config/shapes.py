@@ -28,6 +28,12 @@ def leaf_axes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
     axes: dict[str, tuple[str, ...]] = {"embed/embedding": ("vocab", "hidden:w")}
     if cfg.position == "learned":
         axes["pos_embed/embedding"] = ("seq", "hidden:w")
+    if cfg.encoder:
+        if cfg.type_vocab_size:
+            axes["type_embed/embedding"] = ("types", "hidden:w")
+        axes["embed_norm/scale"] = ("hidden:g",)  # a post-norm of the embedding sum: the stream is its output
+        if cfg.norm_has_bias:
+            axes["embed_norm/bias"] = ("hidden:b",)
     for name in ("query", "key", "value"):
         heads = "heads:o" if name == "query" or not cfg.kv_heads else "kv_heads:o"
         axes[f"layers/attn/{name}/kernel"] = ("layers", "hidden:r", heads, "head_dim")
@@ -52,8 +58,17 @@ def leaf_axes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
         axes[f"{norm}/scale"] = lead + ("hidden:g",)
         if cfg.norm_has_bias:
             axes[f"{norm}/bias"] = lead + ("hidden:b",)
+    if cfg.encoder:  # the MLM head: its transform reads the stream and writes the head's own norm
+        axes["mlm/transform/kernel"] = ("hidden:r", "hidden:w")
+        if cfg.use_bias:
+            axes["mlm/transform/bias"] = ("hidden:w",)
+        axes["mlm/norm/scale"] = ("hidden:g",)
+        if cfg.norm_has_bias:
+            axes["mlm/norm/bias"] = ("hidden:b",)
     if not cfg.tie_embeddings:
         axes["lm_head/kernel"] = ("hidden:r", "vocab")
+    if cfg.encoder:
+        axes["mlm/bias"] = ("vocab",)
     axes[GATES] = ("layers",)
     return axes
 
@@ -78,7 +93,8 @@ def axis_size(cfg: ModelConfig, name: str) -> int:
     base = name.split(":")[0]
     return {
         "vocab": cfg.padded_vocab,
-        "seq": cfg.max_seq_len,
+        "seq": cfg.position_rows,
+        "types": cfg.type_vocab_size,
         "layers": cfg.layers,
         "hidden": cfg.hidden,
         "heads": cfg.heads,
@@ -113,6 +129,9 @@ def param_count(cfg: ModelConfig, *, padded: bool = False) -> int:
     total += cfg.max_seq_len * h if cfg.position == "learned" else 0
     total += norm_params if cfg.has_final_norm else 0
     total += 0 if cfg.tie_embeddings else h * V
+    if cfg.encoder:  # embedding norm, token types, the MLM head's transform, norm and vocabulary bias
+        total += (cfg.position_offset * h if cfg.position == "learned" else 0) + cfg.type_vocab_size * h
+        total += 2 * norm_params + h * h + bias * h + V
     return total
 
 

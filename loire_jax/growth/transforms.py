@@ -164,59 +164,64 @@ def _split_factors(ctx: _Ctx, path: str, m: int, shape: tuple[int, ...], dtype: 
 
 
 def _grow_hidden(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
+    """Eqs 9-11 by the plan's construction, one hidden axis at a time: a leaf with two (an
+    encoder's MLM transform reads the stream and writes its own norm) grows along both."""
     plan = ctx.plan
-    h1, h2 = plan.old.hidden, plan.new.hidden
-    add, method = h2 - h1, plan.method
-    ratio = math.sqrt(h1 / h2)
     out = dict(flat)
     for path, axes in leaf_axes(plan.old).items():
         x = flat.get(path)
-        names = [a for a in axes if a.startswith("hidden:")]
-        if not names or not _is_array(x):
+        if not _is_array(x):
             continue
-        ax, role = axes.index(names[0]), names[0].split(":")[1]
-        block = _block_shape(x, ax, add)
-        if plan.init != "loire" or method == "paper":
-            loire = {"w": "zero", "r": "random", "g": "one", "b": "zero"}[role]
-            if loire == "one" and plan.init == "loire" and not ctx.moment:
-                new = jnp.ones(block, x.dtype)
-            else:
-                new = ctx.fresh(path, x, ax, block, loire if loire != "one" else "zero")
-            out[path] = _append(x, ax, new)
-        elif method in ("zero_pad", "mean_expand"):
-            if role == "w":
-                if method == "mean_expand" and not ctx.moment:
-                    new = jnp.broadcast_to(jnp.mean(x, axis=ax, keepdims=True), block)
-                else:  # zero_pad writes zeros; moments of new writer columns are new slots
-                    new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.zeros(block, x.dtype)
-                out[path] = _append(x, ax, new)
-            elif role == "r":
-                out[path] = _append(x, ax, ctx.fresh(path, x, ax, block, "random"))
-            elif role == "g":
-                new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.full(block, ratio, x.dtype)
-                out[path] = _append(ctx.scaled(x, ratio), ax, new)
-            else:  # 'b': the new coordinates normalise to 0, so a zero bias keeps them 0
-                new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.zeros(block, x.dtype)
-                out[path] = _append(x, ax, new)
-        else:  # duplicate
-            m = h2 // h1
-            if role == "r":
-                # A reader copy sees a copy of its input coordinate, so it gets the whole
-                # original gradient: its moments are the original ones, not split.
-                if ctx.moment:
-                    out[path] = jnp.concatenate([x] * m, axis=ax)
-                else:
-                    s = _split_factors(ctx, path, m, x.shape, x.dtype)
-                    out[path] = jnp.concatenate([x * s[j] for j in range(m)], axis=ax)
-            else:
-                # Writers, gains and biases of a tiled coordinate: the copies' gradients sum to
-                # the original one exactly, but the norm's Jacobian shares it unevenly (no exact
-                # rule). Each copy takes an even share: m/M and v/M**2.
-                share = ctx.scaled(x, float(m)) if ctx.moment else x
-                out[path] = jnp.concatenate([share] * m, axis=ax)
-    if method == "duplicate" and plan.init == "loire" and plan.tied_rescale:
-        out = _rescale_tied_head(ctx, out, 1.0 / (h2 // h1))
+        for ax, name in enumerate(axes):
+            if name.startswith("hidden:"):
+                x = _grow_hidden_axis(ctx, path, x, ax, name.split(":")[1])
+        out[path] = x
+    if plan.method == "duplicate" and plan.init == "loire" and plan.tied_rescale:
+        out = _rescale_tied_head(ctx, out, 1.0 / (plan.new.hidden // plan.old.hidden))
     return out
+
+
+def _grow_hidden_axis(ctx: _Ctx, path: str, x: jax.Array, ax: int, role: str) -> jax.Array:
+    """One hidden axis of one leaf; ``role`` is the layout's w(riter), r(eader), g(ain) or b(ias)."""
+    plan = ctx.plan
+    h1, h2 = plan.old.hidden, plan.new.hidden
+    method = plan.method
+    ratio = math.sqrt(h1 / h2)
+    block = _block_shape(x, ax, h2 - h1)
+    if plan.init != "loire" or method == "paper":
+        loire = {"w": "zero", "r": "random", "g": "one", "b": "zero"}[role]
+        if loire == "one" and plan.init == "loire" and not ctx.moment:
+            new = jnp.ones(block, x.dtype)
+        else:
+            new = ctx.fresh(path, x, ax, block, loire if loire != "one" else "zero")
+        return _append(x, ax, new)
+    if method in ("zero_pad", "mean_expand"):
+        if role == "w":
+            if method == "mean_expand" and not ctx.moment:
+                new = jnp.broadcast_to(jnp.mean(x, axis=ax, keepdims=True), block)
+            else:  # zero_pad writes zeros; moments of new writer columns are new slots
+                new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.zeros(block, x.dtype)
+            return _append(x, ax, new)
+        if role == "r":
+            return _append(x, ax, ctx.fresh(path, x, ax, block, "random"))
+        if role == "g":
+            new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.full(block, ratio, x.dtype)
+            return _append(ctx.scaled(x, ratio), ax, new)
+        # 'b': the new coordinates normalise to 0, so a zero bias keeps them 0
+        return _append(x, ax, ctx.new_moment(x, ax, block) if ctx.moment else jnp.zeros(block, x.dtype))
+    m = h2 // h1  # duplicate
+    if role == "r":
+        # A reader copy sees a copy of its input coordinate, so it gets the whole
+        # original gradient: its moments are the original ones, not split.
+        if ctx.moment:
+            return jnp.concatenate([x] * m, axis=ax)
+        s = _split_factors(ctx, path, m, x.shape, x.dtype)
+        return jnp.concatenate([x * s[j] for j in range(m)], axis=ax)
+    # Writers, gains and biases of a tiled coordinate: the copies' gradients sum to
+    # the original one exactly, but the norm's Jacobian shares it unevenly (no exact
+    # rule). Each copy takes an even share: m/M and v/M**2.
+    share = ctx.scaled(x, float(m)) if ctx.moment else x
+    return jnp.concatenate([share] * m, axis=ax)
 
 
 def _rescale_tied_head(ctx: _Ctx, flat: dict[str, Any], c: float) -> dict[str, Any]:
@@ -228,7 +233,7 @@ def _rescale_tied_head(ctx: _Ctx, flat: dict[str, Any], c: float) -> dict[str, A
         x = out.get(path)
         if not _is_array(x):
             continue
-        if target == "final_norm":
+        if not target.startswith("layers/"):  # final_norm, or an encoder's mlm/norm
             out[path] = ctx.scaled(x, c)
         else:  # post-norm: the last layer's output norm
             out[path] = x.at[-1].set(ctx.scaled(x[-1], c))
@@ -403,7 +408,7 @@ def grow(
     validate_params(cfg, params)
     cfg = _with_params_dtype(cfg, params)
     last_gate = None
-    if op == "hidden" and cfg.tie_embeddings and cfg.norm_position == "post":
+    if op == "hidden" and cfg.tie_embeddings and cfg.norm_position == "post" and not cfg.encoder:
         last_gate = float(jax.device_get(params[GATES][-1]))  # one scalar, not the model
     plan = plan_growth(cfg, op, size, init=init, exact=exact, method=method, positions=positions,
                        mode=mode, last_gate=last_gate)

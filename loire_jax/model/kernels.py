@@ -45,10 +45,13 @@ def attention_for(cfg: ModelConfig, platform: str, seq_len: int | None = None) -
     cudnn_ok = cfg.dtype in CUDNN_DTYPES and cfg.head_dim % 8 == 0 and cfg.head_dim <= CUDNN_MAX_HEAD_DIM
     splash_ok = seq % SPLASH_BLOCK == 0 or seq < SPLASH_BLOCK
     choice = cfg.attention
+    if cfg.encoder and choice == "splash":
+        raise ValueError("model.attention=splash is causal-only here and cannot run an encoder (kind: encoder); "
+                         "use attention=auto, xla or cudnn")
     if choice == "auto":
         if platform == "gpu" and cudnn_ok:
             return "cudnn"
-        if platform == "tpu" and splash_ok and cfg.dtype != "float64":
+        if platform == "tpu" and splash_ok and cfg.dtype != "float64" and not cfg.encoder:
             return "splash"
         return "xla"
     if choice == "cudnn":
@@ -115,7 +118,7 @@ def remat_policy(name: str) -> Callable | None:
 def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str) -> jax.Array:
     """Causal softmax attention (eq. 1) on [batch, seq, heads, head_dim] -> same shape."""
     if impl == "xla":
-        return _xla(q, k, v)
+        return _xla(q, k, v, causal=True)
     if impl == "cudnn":
         return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
     if impl == "splash":
@@ -123,12 +126,30 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str) -> jax
     raise ValueError(f"unknown attention implementation {impl!r}")
 
 
-def _xla(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+def bidirectional_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str,
+                            valid: jax.Array | None = None) -> jax.Array:
+    """An encoder's attention: every query sees every valid key. ``valid`` [batch, seq] bool
+    marks real tokens; padding is never attended to (its own outputs are meaningless).
+
+    cuDNN takes padding as per-example lengths, so there it must be trailing (the padded
+    evaluation windows are); splash is not offered for encoders (``attention_for``)."""
+    if impl == "xla":
+        return _xla(q, k, v, causal=False, valid=valid)
+    if impl == "cudnn":
+        lengths = None if valid is None else jnp.sum(valid, axis=-1, dtype=jnp.int32)
+        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
+    raise ValueError(f"attention implementation {impl!r} does not run an encoder; use xla or cudnn")
+
+
+def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.Array | None = None) -> jax.Array:
     sdt = jnp.promote_types(q.dtype, jnp.float32)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sdt) / math.sqrt(q.shape[-1])
     seq = q.shape[1]
-    causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
-    scores = jnp.where(causal[None, None], scores, jnp.finfo(sdt).min)
+    if causal:
+        allowed = jnp.tril(jnp.ones((seq, seq), dtype=bool))[None, None]
+    else:
+        allowed = jnp.ones((1, 1, seq, seq), dtype=bool) if valid is None else valid[:, None, None, :]
+    scores = jnp.where(allowed, scores, jnp.finfo(sdt).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 

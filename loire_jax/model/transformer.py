@@ -1,4 +1,5 @@
-"""The Flax decoder-only Transformer (paper §2.1, eqs 1-3) with LOIRE's gated layers (eq. 12).
+"""The Flax Transformer (paper §2.1, eqs 1-3) with LOIRE's gated layers (eq. 12): a causal
+decoder, or a bidirectional masked-LM encoder (LOIRE-Bert, ``kind="encoder"``).
 
 Parameters leave this module as a plain nested dict. Layers are stacked along a leading
 axis and run under ``nn.scan``, so a 24-layer model compiles as fast as a 1-layer one
@@ -23,7 +24,7 @@ from flax.traverse_util import unflatten_dict
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
-from loire_jax.model.kernels import causal_attention, remat_policy, resolved
+from loire_jax.model.kernels import bidirectional_attention, causal_attention, remat_policy, resolved
 from loire_jax.model.params import validate_params
 
 
@@ -76,13 +77,15 @@ def _kernel_init(cfg: ModelConfig) -> Any:
 
 
 class Attention(nn.Module):
-    """Causal multi-head attention, eq. 1, with ``heads`` heads of width ``head_dim``; with
-    ``kv_heads``, grouped-query attention (each key/value head serves a group of query heads)."""
+    """Multi-head attention, eq. 1, with ``heads`` heads of width ``head_dim``: causal in a
+    decoder, bidirectional over the valid tokens in an encoder; with ``kv_heads``,
+    grouped-query attention (each key/value head serves a group of query heads)."""
 
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array, rope: tuple[jax.Array, jax.Array] | None) -> jax.Array:
+    def __call__(self, x: jax.Array, rope: tuple[jax.Array, jax.Array] | None,
+                 valid: jax.Array | None = None) -> jax.Array:
         cfg = self.cfg
 
         def proj(name: str, heads: int) -> jax.Array:
@@ -96,7 +99,10 @@ class Attention(nn.Module):
         if cfg.gqa:  # query head i reads key/value head i // group: consecutive query heads share one
             group = cfg.heads // cfg.n_kv_heads
             k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
-        out = causal_attention(q, k, v, cfg.attention)
+        if cfg.encoder:
+            out = bidirectional_attention(q, k, v, cfg.attention, valid)
+        else:
+            out = causal_attention(q, k, v, cfg.attention)
         return nn.DenseGeneral(cfg.hidden, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                                param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="out")(out)
 
@@ -128,23 +134,40 @@ class GatedBlock(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array, gate: jax.Array, rope: Any) -> tuple[jax.Array, None]:
+    def __call__(self, x: jax.Array, gate: jax.Array, rope: Any, valid: Any = None) -> tuple[jax.Array, None]:
         cfg = self.cfg
         attn, mlp = Attention(cfg, name="attn"), Mlp(cfg, name="mlp")
         norm_attn, norm_mlp = _norm(cfg, "norm_attn"), _norm(cfg, "norm_mlp")
         if cfg.norm_position == "pre":
-            h = x + attn(norm_attn(x), rope)
+            h = x + attn(norm_attn(x), rope, valid)
             y = h + mlp(norm_mlp(h))
         else:  # eq. 3: Layer_norm(H + MHA(H)), Layer_norm(H + FFN(H))
-            h = norm_attn(x + attn(x, rope))
+            h = norm_attn(x + attn(x, rope, valid))
             y = norm_mlp(h + mlp(h))
         gate = jax.lax.stop_gradient(gate).astype(y.dtype)
         return x + gate * (y - x), None
 
 
+class MlmHead(nn.Module):
+    """BERT's MLM transform before the output matrix: dense hidden -> hidden, GELU, norm."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(transformed states, the output layer's vocabulary bias)."""
+        cfg = self.cfg
+        x = nn.Dense(cfg.hidden, use_bias=cfg.use_bias, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                     kernel_init=_kernel_init(cfg), name="transform")(x)
+        x = jax.nn.gelu(x, approximate=cfg.activation == "gelu_tanh")
+        bias = self.param("bias", nn.initializers.zeros, (cfg.padded_vocab,), cfg.params_dtype)
+        return _norm(cfg, "norm")(x), bias
+
+
 class Decoder(nn.Module):
-    """The whole model. With ``head=False`` it returns the final hidden states, which the
-    chunked losses multiply by ``head_matrix`` one block of tokens at a time.
+    """The whole model, decoder or encoder. With ``head=False`` it returns the final hidden
+    states (an encoder's after its MLM transform), which the chunked losses multiply by
+    ``head_matrix`` one block of tokens at a time.
 
     ``cfg`` must carry concrete execution choices (``kernels.for_platform``)."""
 
@@ -152,7 +175,7 @@ class Decoder(nn.Module):
     head: bool = True
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, gates: jax.Array) -> jax.Array:
+    def __call__(self, tokens: jax.Array, gates: jax.Array, valid: jax.Array | None = None) -> jax.Array:
         cfg = self.cfg
         seq = tokens.shape[1]
         if "auto" in (cfg.attention, cfg.remat):  # resolved against the default backend
@@ -163,25 +186,36 @@ class Decoder(nn.Module):
         x = embed(tokens)
         rope = None
         if cfg.position == "learned":
-            pos = nn.Embed(cfg.max_seq_len, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+            pos = nn.Embed(cfg.position_rows, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                            embedding_init=_kernel_init(cfg), name="pos_embed")
-            x = x + pos(jnp.arange(seq))[None]
+            x = x + pos(cfg.position_offset + jnp.arange(seq))[None]
         else:
             rope = rope_tables(cfg, seq)
+        if cfg.encoder:
+            if cfg.type_vocab_size:  # every token is of type 0 (no sentence pairs)
+                types = nn.Embed(cfg.type_vocab_size, cfg.hidden, dtype=cfg.compute_dtype,
+                                 param_dtype=cfg.params_dtype, embedding_init=_kernel_init(cfg), name="type_embed")
+                x = x + types(jnp.zeros((1, seq), jnp.int32))
+            x = _norm(cfg, "embed_norm")(x)
         block = GatedBlock
         if cfg.remat != "none":
             block = nn.remat(GatedBlock, policy=remat_policy(cfg.remat), prevent_cse=False)
         stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
-                        in_axes=(0, nn.broadcast), length=cfg.layers)
-        x, _ = stack(cfg, name="layers")(x, gates, rope)
+                        in_axes=(0, nn.broadcast, nn.broadcast), length=cfg.layers)
+        x, _ = stack(cfg, name="layers")(x, gates, rope, valid)
         if cfg.has_final_norm:
             x = _norm(cfg, "final_norm")(x)
+        bias = None
+        if cfg.encoder:
+            x, bias = MlmHead(cfg, name="mlm")(x)
         if not self.head:
             return x
         if cfg.tie_embeddings:
-            return embed.attend(x)
-        return nn.Dense(cfg.padded_vocab, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
-                        kernel_init=_kernel_init(cfg), name="lm_head")(x)
+            logits = embed.attend(x)
+        else:
+            logits = nn.Dense(cfg.padded_vocab, use_bias=False, dtype=cfg.compute_dtype,
+                              param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="lm_head")(x)
+        return logits if bias is None else logits + bias.astype(logits.dtype)
 
 
 def init_params(cfg: ModelConfig, key: jax.Array, *, out_shardings: Any = None) -> dict[str, Any]:
@@ -214,9 +248,14 @@ def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
     return unflatten_dict(flat, sep="/")
 
 
-def _check_inputs(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> None:
+def _check_inputs(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array, valid: Any = None) -> None:
     if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
         raise ValueError(f"tokens must be an integer array [batch, seq], got {tokens.dtype}{tokens.shape}")
+    if valid is not None:
+        if not cfg.encoder:
+            raise ValueError("an attention mask applies to encoders only: a decoder masks padding through loss weights")
+        if tuple(valid.shape) != tuple(tokens.shape):
+            raise ValueError(f"the attention mask has shape {tuple(valid.shape)}, the tokens {tuple(tokens.shape)}")
     if tokens.shape[1] > cfg.max_seq_len:
         raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_seq_len {cfg.max_seq_len}")
     # Concrete input: check the ids here (jitted callers check at their data boundary).
@@ -228,20 +267,32 @@ def _check_inputs(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -
     validate_params(cfg, params)  # shapes only: cheap, and works under tracing
 
 
-def final_hidden(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
+def final_hidden(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array,
+                 valid: jax.Array | None = None) -> jax.Array:
     """The last hidden states [batch, seq, hidden] (after the final norm), in the compute dtype.
+
+    An encoder's are the MLM transform's output with a constant 1 appended ([..., hidden + 1]),
+    the input that ``head_matrix``'s bias row multiplies: the chunked losses then add the
+    vocabulary bias without knowing of it. ``valid`` [batch, seq] bool (encoders only) marks
+    the real tokens; padding is never attended to.
 
     ``auto`` execution choices resolve against the default backend (in ``Decoder``); the
     trainer resolves them against its mesh's platform beforehand (``kernels.for_platform``)."""
-    _check_inputs(cfg, params, tokens)
+    _check_inputs(cfg, params, tokens, valid)
     body = {k: v for k, v in params.items() if k != GATES}
-    return Decoder(cfg, head=False).apply({"params": body}, tokens, params[GATES])
+    x = Decoder(cfg, head=False).apply({"params": body}, tokens, params[GATES], valid)
+    if cfg.encoder:
+        x = jnp.concatenate([x, jnp.ones(x.shape[:-1] + (1,), x.dtype)], axis=-1)
+    return x
 
 
 def head_matrix(cfg: ModelConfig, params: dict[str, Any]) -> jax.Array:
     """The LM head as [hidden, padded_vocab] in the compute dtype: the tied embedding's
-    transpose, or ``lm_head/kernel``."""
+    transpose, or ``lm_head/kernel``. An encoder's has the vocabulary bias as one more row
+    ([hidden + 1, padded_vocab]), matching ``final_hidden``'s constant coordinate."""
     w = params["embed"]["embedding"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
+    if cfg.encoder:
+        w = jnp.concatenate([w, params["mlm"]["bias"][None, :].astype(w.dtype)], axis=0)
     return w.astype(cfg.compute_dtype)
 
 
@@ -250,13 +301,16 @@ def logits_dtype(cfg: ModelConfig) -> jnp.dtype:
     return _softmax_dtype(cfg.compute_dtype)
 
 
-def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array) -> jax.Array:
-    """Logits [batch, seq, vocab_size] for int tokens [batch, seq], honouring the layer gates.
+def apply_model(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array,
+                valid: jax.Array | None = None) -> jax.Array:
+    """Logits [batch, seq, vocab_size] for int tokens [batch, seq], honouring the layer gates:
+    next-token logits for a decoder, masked-LM logits at every position for an encoder
+    (``valid``: its attention mask, see ``final_hidden``).
 
     The padded vocabulary columns are dropped, so the result does not depend on
     ``pad_vocab_to``. Logits are float32 at least (float64 for a float64 model).
     Jit it with the config static: ``jax.jit(apply_model, static_argnums=0)``.
     """
-    x = final_hidden(cfg, params, tokens)
+    x = final_hidden(cfg, params, tokens, valid)
     logits = jnp.einsum("bsh,hv->bsv", x, head_matrix(cfg, params), preferred_element_type=logits_dtype(cfg))
     return logits[..., :cfg.vocab_size]

@@ -42,11 +42,17 @@ class Evaluator:
         with self.clock.evaluating():
             for name in seen_domains_at(run, index):
                 it = eval_iterator(run.data, self.domain_index[name], seq_len=run.seq_len, batch_size=run.batch_size)
-                total, count = 0.0, 0.0
+                total, count, window = 0.0, 0.0, 0
                 for i, batch in enumerate(it):
                     if run.eval.batches and i >= run.eval.batches:
                         break
-                    args = (params, {key: self._replicated_input(batch[key]) for key in ("tokens", "weights")})
+                    batch = {key: batch[key] for key in ("tokens", "weights")}
+                    if self.programs.models[index].encoder:  # masks keyed by (domain, window): fixed per run
+                        rows = len(batch["tokens"])
+                        batch["window"] = np.arange(window, window + rows, dtype=np.int32)
+                        batch["domain"] = np.full((rows,), self.domain_index[name], np.int32)
+                        window += rows
+                    args = (params, {key: self._replicated_input(value) for key, value in batch.items()})
                     s, c = self.programs.eval_fn(index, args)(*args)
                     total, count = total + float(s), count + float(c)
                 mean = total / max(count, 1.0)

@@ -11,6 +11,7 @@ program compiled here, and nothing recompiles inside a phase.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -25,6 +26,7 @@ from loire_jax.growth.transforms import ramp_layers
 from loire_jax.model.kernels import for_platform, loss_chunk_for
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.train.context import stage_label
+from loire_jax.train.masking import MaskingSpec
 from loire_jax.train.optimizer import optimizer_for
 from loire_jax.train.state import TrainState, abstract_state, state_shardings
 from loire_jax.train.step import StepSpec, frozen_teacher, make_eval_step, make_train_step
@@ -52,6 +54,17 @@ class Programs:
         self._layouts: dict[int, StageLayout] = {}
         self._steps: dict[tuple[int, StepSpec], Any] = {}  # compiled once per distinct step of a stage
         self._evals: dict[int, Any] = {}
+        self.masking: MaskingSpec | None = None  # encoders: set from the tokenizer (``set_masking``)
+
+    def set_masking(self, special: Any) -> None:
+        """The masked-LM recipe of an encoder run, from the tokenizer's special tokens
+        (``data.special.SpecialTokens``) and the run's ``mlm`` section. Decoders need none."""
+        if not self.models[0].encoder:
+            return
+        mlm = self.run_config.mlm
+        self.masking = MaskingSpec(mask_id=special.mask, cls_id=special.cls, special_ids=special.ids(),
+                                   vocab_size=self.models[0].vocab_size, rate=mlm.rate, mask=mlm.mask,
+                                   random=mlm.random, seed=self.run_config.seed)
 
     # ------------------------------------------------------------------ how a model runs here
     @property
@@ -94,8 +107,17 @@ class Programs:
                                  teachers=tuple(frozen_teacher(self.exec(t)) for t in teachers) if p.distill else (),
                                  betas=(stage.beta,) * len(teachers) if p.distill else (),
                                  ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps,
-                                 microbatches=run.microbatches, loss_chunk=self.loss_chunk)
+                                 microbatches=run.microbatches, loss_chunk=self.loss_chunk,
+                                 masking=self._stage_masking(index))
                 for p in stage_phases}
+
+    def _stage_masking(self, index: int) -> MaskingSpec | None:
+        """Each stage draws its own masks (its index salts the key), as it draws its own data."""
+        if not self.models[index].encoder:
+            return None
+        if self.masking is None:
+            raise RunError("an encoder run needs its special tokens before its steps (Programs.set_masking)")
+        return dataclasses.replace(self.masking, stream=index)
 
     def has_step(self, index: int, spec: StepSpec) -> bool:
         return (index, spec) in self._steps
@@ -117,7 +139,8 @@ class Programs:
         """Stage ``index``'s evaluation step, compiled at "highest" matmul precision: init vs
         final PPL is the run's function-preservation check, and TF32 must not fake it."""
         if index not in self._evals:
-            fn = jax.jit(make_eval_step(self.exec(self.models[index]), self.loss_chunk))
+            masking = self._stage_masking(index)
+            fn = jax.jit(make_eval_step(self.exec(self.models[index]), self.loss_chunk, masking))
             self._evals[index] = self._compile(f"{stage_label(self.run_config, index)} evaluation", index, fn,
                                                args, "eval", precision="highest")
         return self._evals[index]

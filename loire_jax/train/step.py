@@ -1,4 +1,5 @@
-"""The training step: next-token loss, iterative distillation (eq. 15, L_final) and the gate ramp.
+"""The training step: next-token loss (decoders) or masked-LM loss over the masked positions
+(encoders, ``train.masking``), iterative distillation (eq. 15, L_final) and the gate ramp.
 
 The step is a pure function of (``TrainState``, batch, teacher params), in the manner of
 optax's init/update; the trainer jits it with shardings and donation. Its static parts (configs, which teachers,
@@ -23,22 +24,42 @@ from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES
 from loire_jax.model.transformer import final_hidden, head_matrix
 from loire_jax.train.losses import fused_losses
+from loire_jax.train.masking import EVAL_STREAM, MaskingSpec, Objective, mlm_objective, row_keys
 from loire_jax.train.state import TrainState, trainable
 
 
-def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array, teacher_params: Sequence[Any] = (),
-              weights: jax.Array | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
-    """(objective, (lm sum, kd sum, weight sum)) for tokens [B, S+1]: the next-token loss plus
-    beta x KL from every teacher (eq. 15), summed over tokens, through the chunked losses."""
+def objective(spec: "StepSpec", tokens: jax.Array, weights: jax.Array | None = None,
+              keys: jax.Array | None = None) -> Objective:
+    """What the loss reads for windows ``tokens`` [B, S+1]: the next token at every position
+    for a decoder; for an encoder the masked windows, with ``keys`` one PRNG key per row
+    (``masking.row_keys``)."""
+    if spec.model.encoder:
+        if keys is None:
+            raise ValueError("an encoder's objective needs one masking key per row (masking.row_keys)")
+        return mlm_objective(spec.masking, tokens, keys, weights)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    if weights is None:
+        weights = jnp.ones(targets.shape, jnp.promote_types(spec.model.compute_dtype, jnp.float32))
+    return Objective(inputs, targets, weights, None)
+
+
+def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array | Objective,
+              teacher_params: Sequence[Any] = (), weights: jax.Array | None = None, keys: jax.Array | None = None,
+              ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+    """(objective, (lm sum, kd sum, weight sum)) for tokens [B, S+1] (or a prepared
+    ``Objective``): the LM loss plus beta x KL from every teacher (eq. 15), summed over the
+    weighted tokens (an encoder's masked positions), through the chunked losses. Teachers
+    read the same inputs as the student, masks included."""
     cfg = spec.model
-    inputs, targets = tokens[:, :-1], tokens[:, 1:].reshape(-1)
-    x = final_hidden(cfg, params, inputs)
+    obj = tokens if isinstance(tokens, Objective) else objective(spec, tokens, weights, keys)
+    x = final_hidden(cfg, params, obj.inputs, obj.valid)
     n = x.shape[0] * x.shape[1]
     teachers = []
     for t_cfg, t_params in zip(spec.teachers, teacher_params):
         t_params = jax.lax.stop_gradient(t_params)
-        teachers.append((final_hidden(t_cfg, t_params, inputs).reshape(n, -1), head_matrix(t_cfg, t_params)))
-    w = jnp.ones((n,), jnp.promote_types(x.dtype, jnp.float32)) if weights is None else weights.reshape(-1)
+        t_x = final_hidden(t_cfg, t_params, obj.inputs, obj.valid)
+        teachers.append((t_x.reshape(n, -1), head_matrix(t_cfg, t_params)))
+    w, targets = obj.weights.reshape(-1), obj.targets.reshape(-1)
     total, nll, kl = fused_losses(x.reshape(n, -1), head_matrix(cfg, params), targets, vocab=cfg.vocab_size,
                                   weights=w, teachers=teachers, betas=spec.betas, chunk=spec.loss_chunk)
     kd = jnp.sum(jnp.asarray(spec.betas, kl.dtype) * kl) if spec.teachers else jnp.zeros((), kl.dtype)
@@ -64,8 +85,15 @@ class StepSpec:
     ramp_steps: int = 0
     microbatches: int = 1  # gradient accumulation: the batch is split into this many parts
     loss_chunk: int = 1024  # tokens per block of the chunked losses
+    masking: MaskingSpec | None = None  # encoders: the masked-LM recipe (its stream is the stage)
 
     def __post_init__(self) -> None:
+        if self.model.encoder and self.masking is None:
+            raise ValueError("an encoder's step needs its masking (a MaskingSpec)")
+        if any(t.kind != self.model.kind for t in self.teachers):
+            student, teacher = ("an encoder", "a decoder") if self.model.encoder else ("a decoder", "an encoder")
+            raise ValueError(f"{student} cannot distil from {teacher} teacher: teacher and student must read the "
+                             "same inputs and predict the same targets")
         if len(self.betas) != len(self.teachers):
             raise ValueError(f"{len(self.teachers)} teachers need as many betas, got {len(self.betas)}")
         for name in ("microbatches", "loss_chunk"):
@@ -93,8 +121,8 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
     if spec.ramp_layers:
         mask = jnp.zeros((cfg.layers,), bool).at[jnp.asarray(spec.ramp_layers)].set(True)
 
-    def loss_fn(train_params, gates, tokens, teacher_params):
-        total, aux = lm_and_kd(spec, {**train_params, GATES: gates}, tokens, teacher_params)
+    def loss_fn(train_params, gates, obj, teacher_params):
+        total, aux = lm_and_kd(spec, {**train_params, GATES: gates}, obj, teacher_params)
         return total, aux
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
@@ -103,13 +131,18 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
         params = state.params
         gates = gate_values(state.step, params[GATES], mask, spec.ramp_steps)
         tokens, teacher_params = batch["tokens"], tuple(teacher_params)
+        keys = None
+        if cfg.encoder:  # masks of the whole global batch, before any microbatch split
+            keys = row_keys(spec.masking, state.step, jnp.arange(tokens.shape[0]))
+        obj = objective(spec, tokens, keys=keys)
         n = spec.microbatches
         if n == 1:
-            grads, (lm, kd, count) = grad_fn(trainable(params), gates, tokens, teacher_params)
+            grads, (lm, kd, count) = grad_fn(trainable(params), gates, obj, teacher_params)
         else:
             if tokens.shape[0] % n:
                 raise ValueError(f"batch of {tokens.shape[0]} sequences does not split into {n} microbatches")
-            parts = tokens.reshape(tokens.shape[0] // n, n, tokens.shape[1]).swapaxes(0, 1)
+            parts = jax.tree_util.tree_map(lambda a: a.reshape((a.shape[0] // n, n) + a.shape[1:]).swapaxes(0, 1),
+                                           obj)
 
             def accumulate(acc, part):
                 g, aux = grad_fn(trainable(params), gates, part, teacher_params)
@@ -118,6 +151,7 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
             zero = jax.tree_util.tree_map(jnp.zeros_like, trainable(params))
             aux0 = (jnp.zeros((), jnp.promote_types(cfg.compute_dtype, jnp.float32)),) * 3
             (grads, (lm, kd, count)), _ = jax.lax.scan(accumulate, (zero, aux0), parts)
+        count = jnp.maximum(count, 1.0)  # a batch with no masked token has no loss, not 0/0
         grads = jax.tree_util.tree_map(lambda g: (g / count).astype(g.dtype), grads)
         lm, kd = lm / count, kd / count
         updates, opt_state = optimizer.update(grads, state.opt_state, trainable(params))
@@ -136,12 +170,22 @@ def frozen_teacher(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(param_dtype=cfg.dtype) if cfg.dtype in ("bfloat16", "float16") else cfg
 
 
-def make_eval_step(cfg: ModelConfig, loss_chunk: int = 1024) -> Callable:
-    """``eval(params, batch) -> (sum of weighted nll, sum of weights)`` for exact perplexity."""
-    spec = StepSpec(cfg, loss_chunk=loss_chunk)
+def make_eval_step(cfg: ModelConfig, loss_chunk: int = 1024, masking: MaskingSpec | None = None) -> Callable:
+    """``eval(params, batch) -> (sum of weighted nll, sum of weights)`` for exact perplexity.
+
+    An encoder's batch also holds "window" [B] (the window's index in its domain's
+    validation stream) and "domain" [B]: its masks come from a fixed key per (domain,
+    window), the same for every model of the run, so PPL = exp(sum CE / masked tokens) of
+    a grown model and its predecessor are over the same masked positions."""
+    if masking is not None:
+        masking = dataclasses.replace(masking, stream=EVAL_STREAM)
+    spec = StepSpec(cfg, loss_chunk=loss_chunk, masking=masking)
 
     def evaluate(params: dict[str, Any], batch: dict[str, jax.Array]):
-        _, (nll, _, count) = lm_and_kd(spec, params, batch["tokens"], (), batch["weights"])
+        keys = None
+        if cfg.encoder:
+            keys = jax.vmap(lambda d, w: row_keys(masking, d, w[None])[0])(batch["domain"], batch["window"])
+        _, (nll, _, count) = lm_and_kd(spec, params, batch["tokens"], (), batch["weights"], keys)
         return nll, count
 
     return evaluate

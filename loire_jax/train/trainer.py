@@ -251,6 +251,10 @@ class Trainer:
         if tokenizer.vocab_size > run.model.vocab_size:
             raise RunError(f"the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size is "
                            f"{run.model.vocab_size}")
+        if run.model.encoder:  # [CLS]/[MASK]/[PAD]: the tokenizer's own, or appended past its ids
+            from loire_jax.data.special import special_tokens
+
+            self.programs.set_masking(special_tokens(tokenizer, run.model.vocab_size))
         return tokenizer
 
     def _end_hooks(self) -> None:
