@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints in and out: ``GPT2LMHeadModel`` and ``LlamaForCausalLM``.
+"""Hugging Face checkpoints in and out: ``GPT2LMHeadModel`` and ``LlamaForCausalLM``, and the
+masked-LM encoders ``BertForMaskedLM`` and ``RobertaForMaskedLM`` (their tables: ``hf_encoders``).
 
 ``load(path)`` reads a local checkpoint directory (``config.json`` plus ``*.safetensors``,
 with or without a shard index) into a ``ModelConfig`` and this project's parameter tree;
@@ -17,6 +18,8 @@ what transformers computes. The mapping per architecture:
 - Llama: pre-norm RMSNorm, SwiGLU, RoPE (rotate-half, as ``rope_tables``) with its theta and
   optional ``llama3`` frequency scaling, grouped-query attention, tied or untied head, no
   biases. ``nn.Linear`` weights are stored [out, in].
+- BERT and RoBERTa (``kind="encoder"``): post-norm LayerNorm, GELU, learned positions (RoBERTa's
+  offset past the padding id), token types, the MLM head's transform and vocabulary bias.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Container, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +40,12 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
 from loire_jax.errors import LoireError
+from loire_jax.interop import hf_encoders
 
-ARCHITECTURES = ("GPT2LMHeadModel", "LlamaForCausalLM")
+DECODERS = ("GPT2LMHeadModel", "LlamaForCausalLM")
+ARCHITECTURES = DECODERS + hf_encoders.ARCHITECTURES
+# The base model's prefix of each architecture's tensor names.
+_PREFIX = {"GPT2LMHeadModel": "transformer.", "LlamaForCausalLM": "model.", **hf_encoders.PREFIX}
 INDEX = "model.safetensors.index.json"
 # The identity of the tokenizer the weights were trained with (kind, vocabulary size, EOS id,
 # hash), written by ``save`` and checked by ``init_from`` (loire_jax.interop.pretrained).
@@ -72,6 +79,7 @@ _REQUIRED = {
                         "scale_attn_by_inverse_layer_idx": (False,), "add_cross_attention": (False,)},
     "LlamaForCausalLM": {"hidden_act": ("silu",), "attention_bias": (False,), "mlp_bias": (False,),
                          "is_decoder": (True,)},
+    **hf_encoders.REQUIRED,
 }
 
 
@@ -84,6 +92,8 @@ def config_from_hf(hf: Mapping[str, Any], *, where: str = "config.json", **overr
     fields (``dtype``, ``param_dtype``, ``pad_vocab_to``, ``attention``, ``remat``)."""
     try:
         return _config_from_hf(hf, where, overrides)
+    except HFError:  # already names where and why (and is a ValueError: not "malformed")
+        raise
     except KeyError as err:
         raise _refuse(where, f"field {err.args[0]!r} is missing") from None
     except (TypeError, ValueError, ZeroDivisionError, AttributeError) as err:  # a field of the wrong type
@@ -98,7 +108,10 @@ def _config_from_hf(hf: Mapping[str, Any], where: str, overrides: dict[str, Any]
     for field, allowed in _REQUIRED[arch].items():
         if field in hf and hf[field] not in allowed:
             raise _refuse(where, f"{field}={hf[field]!r} is not supported for {arch} (only {list(allowed)})")
-    if arch == "GPT2LMHeadModel":
+    if arch in hf_encoders.ARCHITECTURES:
+        _refuse_unknown(hf, hf_encoders.KNOWN, where, arch)
+        fields = hf_encoders.config_fields(hf, arch, lambda why: _refuse(where, why))
+    elif arch == "GPT2LMHeadModel":
         known = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "layer_norm_epsilon",
                  "activation_function", "scale_attn_weights", "scale_attn_by_inverse_layer_idx"}
         _refuse_unknown(hf, known, where, arch)
@@ -181,6 +194,8 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         if not ok:
             raise HFError(f"cannot export: {why}")
 
+    if cfg.encoder:
+        return hf_encoders.config_to_hf(cfg, need)
     need(cfg.norm_position == "pre", "norm_position 'post' (the paper's GPT) has no Hugging Face class here; "
                                      "GPT2LMHeadModel and LlamaForCausalLM are pre-norm")
     dtype = cfg.param_dtype
@@ -224,7 +239,8 @@ class _Source:
     ``kind``: ``mat`` ours [A, B] = T[A, B] (or T.T with ``transposed``); ``heads_out`` ours
     [A, n, d], the n*d axis of T at ``offset``; ``heads_in`` ours [n, d, B]; ``vec`` ours [A]
     = T[offset:]; ``vec_heads`` ours [n, d]; ``rows`` ours [Vp, h] = T[V, h] padded with zero
-    rows; ``cols`` ours [h, Vp] = T.T padded with zero columns."""
+    rows; ``cols`` ours [h, Vp] = T.T padded with zero columns; ``vocab_vec`` ours [Vp] = T[V]
+    padded with zeros."""
 
     name: str  # with {i} for the layer
     kind: str
@@ -232,8 +248,13 @@ class _Source:
     offset: int = 0
 
 
-def _sources(cfg: ModelConfig, arch: str) -> dict[str, _Source]:
+def _sources(cfg: ModelConfig, arch: str, stored: Container[str] = ()) -> dict[str, _Source]:
+    """Each leaf's source; ``stored`` (the checkpoint's tensor names, on import) picks among
+    alternatives (an encoder's vocabulary bias)."""
     S = _Source
+    if arch in hf_encoders.ARCHITECTURES:
+        return {path: S(name, kind, transposed) for path, (name, kind, transposed)
+                in hf_encoders.tensor_map(cfg, arch, stored).items()}
     if arch == "GPT2LMHeadModel":
         p, width = "transformer.h.{i}.", cfg.heads * cfg.head_dim
         out = {"embed/embedding": S("transformer.wte.weight", "rows"),
@@ -283,7 +304,9 @@ def _stored_shape(src: _Source, shape: tuple[int, ...], cfg: ModelConfig, arch: 
     if src.kind == "vec":
         return shape
     if src.kind == "vec_heads":
-        return (3 * shape[0] * shape[1],)
+        return ((3 if arch == "GPT2LMHeadModel" else 1) * shape[0] * shape[1],)
+    if src.kind == "vocab_vec":
+        return (cfg.vocab_size,)
     return (cfg.vocab_size, cfg.hidden)  # rows, cols
 
 
@@ -317,6 +340,11 @@ def _cut(src: _Source, read: Callable[[tuple[slice, ...]], np.ndarray], index: t
         d = shape[1]
         out = read((slice(src.offset + rng[0].start * d, src.offset + rng[0].stop * d),))
         return out.reshape(-1, d)[:, rng[1]]
+    if src.kind == "vocab_vec":  # the padded entries beyond the stored ones are zeros
+        v = rng[0]
+        stored = slice(min(v.start, vocab), min(v.stop, vocab))
+        out = read((stored,)) if stored.start < stored.stop else np.zeros((0,), np.float32)
+        return np.pad(out, (0, (v.stop - v.start) - out.shape[0]))
     # rows / cols: the padded vocabulary rows (columns) beyond the stored ones are zeros
     v_axis = 0 if src.kind == "rows" else 1
     v = rng[v_axis]
@@ -353,9 +381,13 @@ class _Checkpoint:
             raise HFError(f"{folder}: no {SINGLE} or {INDEX} (loire_jax reads safetensors checkpoints; "
                           "re-save a .bin checkpoint with save_pretrained(safe_serialization=True))")
         # Some checkpoints (the original GPT-2's) store the base model's tensors without its
-        # prefix ("h.0.attn.c_attn.weight"); transformers accepts both, and so do we.
+        # prefix ("h.0.attn.c_attn.weight"); transformers accepts both, and so do we. Older
+        # BERTs name their LayerNorms' gain and bias "gamma" and "beta", which it renames.
         bare = prefix and not any(k.startswith(prefix) for k in where)
-        self.stored = {(prefix + k if bare and not k.startswith("lm_head.") else k): k for k in where}
+        self.stored = {_renamed(prefix + k if bare and not k.startswith(_HEADS) else k): k for k in where}
+        if len(self.stored) < len(where):
+            raise HFError(f"{folder}: a tensor is stored under two names (LayerNorm gamma/beta and weight/bias); "
+                          "refusing to guess which one transformers would load")
         self.where = {name: where[stored] for name, stored in self.stored.items()}
         self._files: dict[Path, Any] = {}
 
@@ -401,6 +433,16 @@ class _Checkpoint:
         self._files.clear()
 
 
+_HEADS = ("lm_head.",) + hf_encoders.HEAD_PREFIXES  # head tensors, stored without the base prefix
+
+
+def _renamed(name: str) -> str:
+    for old, new in ((".gamma", ".weight"), (".beta", ".bias")):
+        if name.endswith("LayerNorm" + old):
+            return name[: -len(old)] + new
+    return name
+
+
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
     """A checkpoint directory's ``config.json`` as a dict (HFError if absent or malformed)."""
     file = Path(path).expanduser() / "config.json"
@@ -432,10 +474,12 @@ def load(path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None,
     cfg = config_from_hf(hf, where=str(folder / "config.json"), **overrides)
     cfg.check_dtype_support()
     arch = hf["architectures"][0]
-    store = _Checkpoint(folder, "transformer." if arch == "GPT2LMHeadModel" else "model.")
+    store = _Checkpoint(folder, _PREFIX[arch])
     try:
-        sources = _sources(cfg, arch)
+        sources = _sources(cfg, arch, store.where)
         _check_tensors(cfg, arch, sources, store)
+        if cfg.encoder:
+            _check_copies(store, hf_encoders.tied_copies(cfg, arch, store.where))
         shardings = None
         if mesh is not None:
             from loire_jax.parallel.sharding import check_divisible, param_shardings
@@ -491,7 +535,7 @@ def _check_tensors(cfg: ModelConfig, arch: str, sources: Mapping[str, _Source], 
         if store.shape(name) != expected[name]:
             problems.append(f"tensor {name!r} has shape {list(store.shape(name))}, config.json implies "
                             f"{list(expected[name])}")
-    extra = sorted(n for n in store.where if n not in expected and not _ignorable(n, cfg, arch))
+    extra = sorted(n for n in store.where if n not in expected and not _ignorable(n, cfg, arch, store.where))
     if extra:
         problems.append(f"tensor(s) {extra[:4]}{' ...' if len(extra) > 4 else ''} have no place in "
                         f"{arch} as configured")
@@ -500,9 +544,25 @@ def _check_tensors(cfg: ModelConfig, arch: str, sources: Mapping[str, _Source], 
         raise HFError(f"{store.folder}: {problems[0]}{more}; refusing to load a partial or mismatched model")
 
 
-def _ignorable(name: str, cfg: ModelConfig, arch: str) -> bool:
+def _check_copies(store: _Checkpoint, pairs: list[tuple[str, str]], rows: int = 4096) -> None:
+    """HFError unless each ``(copy, original)`` pair holds the same values (read ``rows`` rows
+    at a time, so a large vocabulary is compared without holding it twice)."""
+    for copy, original in pairs:
+        n = store.shape(original)[0]
+        blocks = [(slice(i, min(i + rows, n)),) for i in range(0, n, rows)]
+        same = store.shape(copy) == store.shape(original) and all(
+            np.array_equal(store.read(copy, b), store.read(original, b)) for b in blocks)
+        if not same:
+            raise HFError(f"{store.folder}: {copy!r} differs from {original!r} although tie_word_embeddings is true; "
+                          "transformers 5 would use the copy, older versions the original, so loire_jax refuses "
+                          "to pick (set tie_word_embeddings false, or store one of them)")
+
+
+def _ignorable(name: str, cfg: ModelConfig, arch: str, stored: Container[str]) -> bool:
     """Stored buffers that are not parameters (GPT-2's causal masks, RoPE caches), and the
-    tied head's copy of the embedding where a writer kept one."""
+    tied head's copy of the embedding where a writer kept one (encoders: ``hf_encoders``)."""
+    if cfg.encoder:
+        return hf_encoders.ignorable(name, cfg, arch, stored)
     return name.endswith((".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")) or (
         cfg.tie_embeddings and name == "lm_head.weight")
 
@@ -516,9 +576,9 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
 
     Exports only what the target class computes exactly: every layer's gate must be 1
     (a half-ramped copied layer has no Hugging Face form), and the config must map to
-    ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` (``config_to_hf`` says why not). The padded
-    vocabulary rows are dropped. Tensors go in shards of at most ``max_shard_bytes`` with
-    an index when there is more than one. ``tokenizer_files`` (name → file) are copied in
+    ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``BertForMaskedLM`` or ``RobertaForMaskedLM``
+    (``config_to_hf`` says why not). The padded vocabulary rows are dropped. Tensors go in
+    shards of at most ``max_shard_bytes`` with an index when there is more than one. ``tokenizer_files`` (name → file) are copied in
     beside the weights, and ``tokenizer_identity`` (``Tokenizer.identity``) is written to
     ``loire_tokenizer.json``, so that a later run starting from this directory can prove it
     uses the same tokenizer.
@@ -535,25 +595,7 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     folder = Path(path).expanduser()
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise HFError(f"{folder}: exists and is not an empty directory; choose a new path")
-    arch = hf["architectures"][0]
-    sources = _sources(cfg, arch)
-    flat = flatten_dict(dict(params), sep="/")
-    out_dtype = jnp.dtype(cfg.param_dtype)  # float64 stays float64: a round trip is bit-exact
-    tensors: dict[str, np.ndarray] = {}
-    fused: dict[str, list[tuple[int, np.ndarray]]] = {}
-    for path_, src in sources.items():
-        value = np.asarray(jax.device_get(flat[path_]))
-        stacked = path_.startswith("layers/")
-        for i, part in enumerate(value if stacked else [value]):
-            name = src.name.format(i=i)
-            stored = _to_stored(src, part, cfg.vocab_size)
-            if src.kind in ("heads_out", "vec_heads") and arch == "GPT2LMHeadModel":
-                fused.setdefault(name, []).append((src.offset, stored))
-            else:
-                tensors[name] = stored
-    for name, parts in fused.items():  # c_attn: Q, K, V side by side along the output axis
-        tensors[name] = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])], axis=-1)
-    tensors = {k: np.ascontiguousarray(v.astype(out_dtype)) for k, v in tensors.items()}
+    tensors = _stored_tensors(cfg, params, hf["architectures"][0])
     # Written into a sibling directory, then renamed into place: an interrupted export leaves
     # no half-written checkpoint at ``path`` (and a retry is not refused as "not empty").
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -569,6 +611,30 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
+
+def _stored_tensors(cfg: ModelConfig, params: Mapping[str, Any], arch: str) -> dict[str, np.ndarray]:
+    """Every tensor of the export, by its stored name, in ``cfg.param_dtype`` (float64 stays
+    float64: a round trip is bit-exact)."""
+    flat = flatten_dict(dict(params), sep="/")
+    tensors: dict[str, np.ndarray] = {}
+    fused: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for path_, src in _sources(cfg, arch).items():
+        value = np.asarray(jax.device_get(flat[path_]))
+        stacked = path_.startswith("layers/")
+        for i, part in enumerate(value if stacked else [value]):
+            name = src.name.format(i=i)
+            stored = _to_stored(src, part, cfg.vocab_size)
+            if src.kind in ("heads_out", "vec_heads") and arch == "GPT2LMHeadModel":
+                fused.setdefault(name, []).append((src.offset, stored))
+            else:
+                tensors[name] = stored
+    for name, parts in fused.items():  # c_attn: Q, K, V side by side along the output axis
+        tensors[name] = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])], axis=-1)
+    if cfg.encoder:
+        hf_encoders.complete_export(cfg, arch, tensors)
+    out_dtype = jnp.dtype(cfg.param_dtype)
+    return {k: np.ascontiguousarray(v.astype(out_dtype)) for k, v in tensors.items()}
 
 
 def _write(folder: Path, tensors: Mapping[str, np.ndarray], hf: Mapping[str, Any], max_shard_bytes: int,
@@ -607,7 +673,7 @@ def _to_stored(src: _Source, ours: np.ndarray, vocab: int) -> np.ndarray:
         return flat.T if src.transposed else flat
     if src.kind in ("vec", "vec_heads"):
         return ours.reshape(-1)
-    return ours[:vocab] if src.kind == "rows" else ours[:, :vocab].T
+    return ours[:vocab] if src.kind in ("rows", "vocab_vec") else ours[:, :vocab].T
 
 
 def _shard(tensors: Mapping[str, np.ndarray], limit: int) -> list[dict[str, np.ndarray]]:
