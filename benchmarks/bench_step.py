@@ -23,6 +23,7 @@ StepSpec, state shardings, donation, ahead-of-time compilation and execution cho
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -42,6 +43,8 @@ SCHEDULES = {
     "m5": dict(vocab=50257, head_dim=64, batch=32, seq=1024,
                stages=[(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6),
                        (768, 2048, 12, 12)]),
+    # BERT-base (BertForMaskedLM's shape; for --kinds encoder)
+    "bert-base": dict(vocab=30522, head_dim=64, batch=32, seq=512, stages=[(768, 3072, 12, 12)]),
     "1b": dict(vocab=50257, head_dim=64, batch=8, seq=1024,
                stages=[(1024, 3072, 16, 12), (2048, 3072, 16, 12), (2048, 6144, 16, 12), (2048, 6144, 32, 12),
                        (2048, 6144, 32, 24)]),
@@ -49,6 +52,7 @@ SCHEDULES = {
 
 
 DTYPES = ("float32", "bfloat16", "float16")  # compute dtypes; parameters stay float32
+KINDS = ("decoder", "encoder")  # the paper's GPT (post-norm) or LOIRE-Bert's BERT encoder, same shape
 
 
 def _configs(case: dict):
@@ -59,7 +63,7 @@ def _configs(case: dict):
     vocab = case.get("vocab") or sched["vocab"]
 
     def cfg(h, f, a, L):
-        return preset("paper", vocab_size=vocab, max_seq_len=case["seq"], hidden=h, ffn=f, heads=a,
+        return preset("bert" if case.get("kind") == "encoder" else "paper", vocab_size=vocab, max_seq_len=case["seq"], hidden=h, ffn=f, heads=a,
                       head_dim=sched["head_dim"], layers=L, dtype=dtype, param_dtype="float32",
                       attention=case["attention"], remat=case["remat"])
 
@@ -91,9 +95,15 @@ def run_case(case: dict) -> dict:
     run_student = for_platform(student, platform, case["seq"])
     run_teachers = [frozen_teacher(for_platform(t, platform, case["seq"])) for t in teachers]
     opt = make_optimizer("adam", learning_rate=1e-4)
+    masking = None
+    if student.encoder:  # the last ids stand for [CLS]/[SEP]/[MASK]/[PAD]: the masks are what matter
+        from loire_jax.train.masking import MaskingSpec
+
+        v = student.vocab_size
+        masking = MaskingSpec(mask_id=v - 2, cls_id=v - 4, special_ids=(v - 4, v - 3, v - 2, v - 1), vocab_size=v)
     spec = StepSpec(run_student, teachers=tuple(run_teachers), betas=(0.1,) * len(teachers),
                     microbatches=case["microbatches"],
-                    loss_chunk=loss_chunk_for(case["loss_chunk"], platform))
+                    loss_chunk=loss_chunk_for(case["loss_chunk"], platform), masking=masking)
     state_sh = state_shardings(student, mesh, opt)
     teacher_sh = tuple(param_shardings(t, mesh) for t in teachers)
     batch_sh = batch_sharding(mesh)
@@ -216,14 +226,18 @@ def _cases(args) -> list[dict]:
     for shape in _listed(args.shapes, "--shapes"):
         if shape not in SCHEDULES:
             raise ValueError(f"unknown shape {shape!r}; choose from {sorted(SCHEDULES)}")
-        for dtype in _listed(args.dtypes, "--dtypes"):
-            for t in map(int, teachers):
-                sched = SCHEDULES[shape]
-                out.append(dict(shape=shape, dtype=dtype, teachers=t, batch=args.batch or sched["batch"],
-                                seq=args.seq or sched["seq"], vocab=args.vocab, mesh=args.mesh, steps=args.steps,
-                                repeats=args.repeats, microbatches=args.microbatches, loss_chunk=args.loss_chunk,
-                                attention=args.attention, remat=args.remat, compile_only=args.compile_only,
-                                torch=args.torch, peak_tflops=args.peak_tflops))
+        for kind, dtype, t in itertools.product(_listed(args.kinds, "--kinds"), _listed(args.dtypes, "--dtypes"),
+                                                map(int, teachers)):
+            if kind not in KINDS:
+                raise ValueError(f"--kinds: unknown model kind {kind!r}; choose from {KINDS}")
+            if kind == "encoder" and args.torch:
+                raise ValueError("--torch times the decoder step only; drop --torch or --kinds encoder")
+            sched = SCHEDULES[shape]
+            out.append(dict(shape=shape, kind=kind, dtype=dtype, teachers=t, batch=args.batch or sched["batch"],
+                            seq=args.seq or sched["seq"], vocab=args.vocab, mesh=args.mesh, steps=args.steps,
+                            repeats=args.repeats, microbatches=args.microbatches, loss_chunk=args.loss_chunk,
+                            attention=args.attention, remat=args.remat, compile_only=args.compile_only,
+                            torch=args.torch, peak_tflops=args.peak_tflops))
     for case in out:
         if case["dtype"] not in DTYPES:
             raise ValueError(f"--dtypes: unknown compute dtype {case['dtype']!r}; choose from {DTYPES}")
@@ -250,6 +264,8 @@ def _table(records: list[dict]) -> str:
             continue
         student, _ = _configs(r)
         shape = f"{r['shape']} ({student.hidden}, {student.ffn}, {student.heads}, {student.layers}) V{student.vocab_size}"
+        if student.encoder:
+            shape += " encoder"
         f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
         torch_col = f(r.get("torch_tokens_per_s"), ",.0f")
         if r.get("torch_tokens_per_s") and r.get("tokens_per_s"):
@@ -288,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="tiny", help=f"comma-separated, from {sorted(SCHEDULES)}")
     parser.add_argument("--teachers", default="0", help="comma-separated teacher counts, e.g. 0,1,4")
     parser.add_argument("--dtypes", default="float32", help="comma-separated compute dtypes: float32,bfloat16")
+    parser.add_argument("--kinds", default="decoder", help=f"comma-separated model kinds from {KINDS}: the same "
+                        "shape as the paper's GPT decoder or as a BERT encoder (masked LM)")
     parser.add_argument("--mesh", default="1")
     parser.add_argument("--batch", type=int, default=None, help="default: the shape's")
     parser.add_argument("--seq", type=int, default=None, help="default: the shape's")

@@ -28,7 +28,7 @@ from runs import ROOT, cli, one_line_error, tiny_run, users_numerics
 
 # The documents whose code blocks are run (python) or classified in SHELL (bash).
 DOCS = {name: ROOT / name for name in ("README.md", "CONTRIBUTING.md", "docs/library.md", "docs/interop.md",
-                                       "docs/operations.md", "docs/results.md")}
+                                       "docs/operations.md", "docs/results.md", "docs/encoders.md")}
 PUBLIC_ONLY = ("README.md", "docs/library.md", "docs/interop.md")  # they import public names only (``__all__``)
 README_MAX_LINES = 200
 # What the README must link to: the front page leads to every part of the documentation.
@@ -470,6 +470,15 @@ SHELL = {
         "not run here: an example of a targeted run; the tests it selects are in the fast tier",
     "ruff check .": "not run here: .ci/run runs it before the tests",
     ".ci/run": "not run here: it builds a fresh virtual environment and runs the whole suite",
+    # docs/encoders.md
+    "python launch/train.py --config bert_tiny --mesh 8":
+        "not run here: minutes; it made docs/results/bert-tiny (python tools/docs_figures.py --reproduce bert-tiny "
+        "reruns it), and tests/test_encoder_run.py runs an encoder run end to end, resumed after SIGTERM",
+    "python launch/train.py --config bert_paper":
+        "not run here: it needs TFDS Wikipedia and an accelerator; tests/test_run_config.py loads every preset",
+    "python launch/train.py --config bert_paper_5domain":
+        "not run here: it needs the paper's TFDS datasets and an accelerator; tests/test_run_config.py loads every "
+        "preset",
 }
 LAUNCHERS = ("launch/slurm.sbatch", "launch/tpu_pod.sh")  # they pass their arguments on to launch/train.py
 

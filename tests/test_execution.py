@@ -10,6 +10,7 @@ Pallas interpret mode, so its numerics are checked).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -111,6 +112,25 @@ def test_splash_attention_matches_xla(dtype, tol):
     for path, g in flatten_dict(g_got, sep="/").items():
         r = np.asarray(flatten_dict(g_ref, sep="/")[path], np.float32)
         assert np.max(np.abs(np.asarray(g, np.float32) - r)) <= tol * max(np.max(np.abs(r)), 1e-3), path
+
+
+@pytest.mark.slow
+def test_an_encoders_splash_attention_matches_xla_with_padding():
+    """Bidirectional splash (a full mask; padding as segment ids) against XLA's masked softmax,
+    at the real positions of a padded row; and the mask matters there."""
+    cfg = preset("bert", vocab_size=40, max_seq_len=128, hidden=16, ffn=32, heads=2, head_dim=8, layers=1,
+                 init_std=0.3, attention="xla")
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 128), 0, 40)
+    valid = jnp.ones((2, 128), bool).at[1, 50:].set(False)
+    splash = cfg.replace(attention="splash")
+    with jax.default_matmul_precision("highest"):
+        ref, got = _logits(cfg, params, tokens, valid), _logits(splash, params, tokens, valid)
+        unmasked = _logits(splash, params, tokens)
+    real = np.asarray(valid)[..., None]
+    scale = np.max(np.abs(np.asarray(ref)))
+    assert np.max(np.where(real, np.abs(np.asarray(got) - np.asarray(ref)), 0.0)) <= 2e-5 * scale
+    assert np.max(np.abs(np.asarray(unmasked)[1, :50] - np.asarray(ref)[1, :50])) > 1e-3 * scale
 
 
 # --------------------------------------------------------------------------- microbatches

@@ -31,7 +31,7 @@ def mesh():
 @settings(max_examples=4)
 @given(st.data())
 def test_sharded_growth_matches_unsharded_and_preserves_function(data):
-    cfg = data.draw(model_configs(even=True))
+    cfg = data.draw(model_configs(even=True, kinds=("decoder", "encoder")))
     op = data.draw(st.sampled_from(["hidden", "ffn", "heads", "layers"]))
     size = target_size(data.draw, cfg, op, even=True)
     params = init_params(cfg, jax.random.key(0))
@@ -63,7 +63,7 @@ def test_the_growth_requests_drawn_above_fit_the_mesh(data):
     from loire_jax import plan_growth
     from loire_jax.config.mesh import mesh_problems
 
-    cfg = data.draw(model_configs(even=True))
+    cfg = data.draw(model_configs(even=True, kinds=("decoder", "encoder")))
     op = data.draw(st.sampled_from(["hidden", "ffn", "heads", "layers"]))
     new = plan_growth(cfg, op, target_size(data.draw, cfg, op, even=True)).new
     assert mesh_problems(new, {"data": 2, "fsdp": 2, "tensor": 2}) == []

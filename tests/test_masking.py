@@ -165,8 +165,6 @@ def test_bad_masking_and_mixed_kinds_are_refused_in_one_line():
             MlmConfig(**bad)
         with pytest.raises(ConfigError):
             dataclasses.replace(SPEC, **bad)
-    with pytest.raises(ConfigError, match="'splash' is causal-only"):
-        preset("bert", attention="splash")
     enc, dec = _encoder(), preset("paper", vocab_size=VOCAB, pad_vocab_to=16)
     with pytest.raises(ValueError, match="an encoder cannot distil from a decoder teacher"):
         StepSpec(enc, teachers=(dec,), betas=(0.1,), masking=SPEC)

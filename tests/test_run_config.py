@@ -22,6 +22,7 @@ from loire_jax.config.schedule import (
     teacher_stages,
     validate,
 )
+from loire_jax.errors import ConfigError
 from loire_jax.store.resume import history_compatible
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,35 @@ def test_gpt_paper_is_table_1_with_app_d1_schedule():
         assert (stage.steps, stage.warmup_steps, stage.gate_ramp_steps) == (20000, 5000, 5000)
         assert (stage.beta, stage.beta_steps, stage.teachers) == (0.1, 1000, "all")
     assert run.stages[0].steps == 20000 and not run.stages[0].distills
+
+
+@pytest.mark.parametrize("name,domains", [("bert_paper", ["WIKI"] * 5), ("bert_paper_5domain",
+                                                                          ["WB", "NEWS", "REV", "BIO", "CS"])])
+def test_bert_paper_is_table_1s_encoder_schedule(name, domains):
+    """LOIRE-Bert (Table 1, App. D.2): a RoBERTa encoder grown (384,1024,6,6) -> (768,2048,12,12),
+    20k steps a stage, warmup 5k, gate ramp 5k, beta 0.1 for 1k steps, Adam, BERT's masking;
+    on Wikipedia alone or on the five domains. Its vocabulary holds GPT-2's ids and three specials."""
+    run = load_run_config(CONFIGS / f"{name}.yaml")
+    assert run.model.encoder and run.model.position_offset == 2 and run.model.vocab_size == 50260
+    assert shapes(run) == [(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6),
+                           (768, 2048, 12, 12)]
+    assert [s.domains[0] for s in run.stages] == domains and run.optimizer.name == "adam"
+    for stage in run.stages[1:]:
+        assert (stage.steps, stage.warmup_steps, stage.gate_ramp_steps) == (20000, 5000, 5000)
+        assert (stage.beta, stage.beta_steps, stage.teachers) == (0.1, 1000, "all")
+    assert (run.mlm.rate, run.mlm.mask, run.mlm.random) == (0.15, 0.8, 0.1)
+    assert run_config_from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    validate(run, {"data": 1, "fsdp": 8, "tensor": 1})
+    with pytest.raises(ConfigError, match="no room for an encoder's special tokens.*50260"):
+        load_run_config(CONFIGS / f"{name}.yaml", ["model.vocab_size=50257"])
+
+
+def test_bert_tiny_is_tiny_with_an_encoder():
+    run, base = load_run_config(CONFIGS / "bert_tiny.yaml"), tiny()
+    assert run.model.encoder and run.model.vocab_size == 8194 and shapes(run) == shapes(base)
+    assert run.stages == base.stages and run.data == base.data
+    with pytest.raises(ConfigError, match="rate must lie in \\(0, 1\\)"):
+        load_run_config(CONFIGS / "bert_tiny.yaml", ["mlm.rate=0"])
 
 
 def test_gpt_1b_is_table_3():

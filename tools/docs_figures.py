@@ -70,6 +70,8 @@ RECORDINGS = {
                           _RUN_FILES, "the PLM that LOIRE-GPT2 starts from", workdir="runs/tiny_gpt2_general"),
     "gpt2-loire": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2.yaml", "--mesh", "8"),
                             _RUN_FILES, "LOIRE-GPT2: the default schedule from the PLM", workdir="runs/tiny_gpt2"),
+    "bert-tiny": Recording(("python", "launch/train.py", "--config", "bert_tiny", "--mesh", "8", "--workdir",
+                            "{workdir}"), _RUN_FILES, "LOIRE-Bert's five stages at CPU scale"),
     "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
                               "the default corpus's second prepare: verify the cache, print the table"),
     "bench-data": Recording(("python", "benchmarks/bench_data.py"), (), "the data pipeline's tokens/s"),
@@ -526,6 +528,48 @@ def fig_bench_data(got: Callable[[str], dict[str, Any]]) -> str:
         f"{len(runs)} repeats): a median of {median} tokens/s, {_on(rec)} (`docs/results/bench-data`).")
 
 
+def fig_bert_tiny_report(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("bert-tiny")
+    run = rec["report"]
+    n = len(run["stages"])
+    pres = {p["stage"]: p["delta"] for p in run["preservation"]}
+    rows = [
+        ["AP"] + [_num(r["AP"]) for r in run["lifelong"]],
+        ["AP+"] + [_num(r["AP+"]) for r in run["lifelong"]],
+        ["Init − Prev final (AP)"] + [_num(pres.get(k + 1), 4) if k else "-" for k in range(n)],
+        ["training FLOPs"] + [f"{s['flops']:.2e}" for s in run["stages"]],
+        ["wall (s)"] + [_num(s["wall_s"], 1) for s in run["stages"]],
+    ]
+    table = ["| `bert_tiny` | " + " | ".join(f"M{k + 1}" for k in range(n)) + " |", "|---" * (n + 1) + "|"]
+    table += ["| " + " | ".join(row) + " |" for row in rows]
+    return _prose(
+        f"The report of {_cmd(rec)}, which took {_duration(rec['record']['wall_s'])} {_on(rec)} (one measurement; "
+        "`docs/results/bert-tiny`). Perplexities are masked-LM ones, exp(mean CE over the masked tokens) on the "
+        "fixed validation masks, so they are not comparable with a decoder's; Init − Prev final is the growth "
+        "step's own change on the same masks:"
+    ) + "\n" + "\n".join(table) + "\n"
+
+
+def fig_bench_encoder(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("bench:cpu-encoder-vs-decoder")
+    table = ["| shape (h, f, heads, L), vocab, batch × seq | decoder tokens/s | encoder tokens/s | encoder / decoder |",
+             "|---|---|---|---|"]
+    for shape in ("tiny", "m1"):
+        dec, = _bench_rows(rec["rows"], shape=shape, kind="decoder", teachers=0)
+        enc, = _bench_rows(rec["rows"], shape=shape, kind="encoder", teachers=0)
+        label, vocab = _SHAPES[shape]
+        table.append(f"| {label}, {dec['vocab'] or vocab}, {dec['batch']} × {dec['seq']} | "
+                     f"{_int(dec['tokens_per_s'])} | {_int(enc['tokens_per_s'])} | "
+                     f"{enc['tokens_per_s'] / dec['tokens_per_s']:.2f} |")
+    return _prose(
+        "The encoder's train step against the paper's decoder of the same shape, float32 on one CPU device, "
+        "measured one after the other in one sitting by `python benchmarks/bench_step.py --shapes tiny,m1 --kinds "
+        "decoder,encoder --batch 8 --seq 256 --vocab 8192 --mesh 1 --json` (median of 3 repeats of 10 steps; "
+        f"recorded in `{rec['path']}`). The encoder computes full attention and its MLM transform, the decoder "
+        "half the attention:"
+    ) + "\n" + "\n".join(table) + "\n"
+
+
 FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "default-run-log": fig_default_run_log,
     "default-run-report": fig_default_run_report,
@@ -539,6 +583,8 @@ FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "growth-f64": fig_growth_f64,
     "data-prepare": fig_data_prepare,
     "bench-data": fig_bench_data,
+    "bert-tiny-report": fig_bert_tiny_report,
+    "bench-encoder": fig_bench_encoder,
 }
 
 

@@ -127,8 +127,6 @@ class ModelConfig:
                 problems.append(f"{name} must be a non-negative integer, got {value!r}")
             elif value and self.kind != "encoder":
                 problems.append(f"{name} applies to encoders (kind: encoder) only, got {value} on a decoder")
-        if self.kind == "encoder" and self.attention == "splash":
-            problems.append("attention 'splash' is causal-only here and cannot run an encoder; use auto, xla or cudnn")
         if self.position_offset and self.position != "learned":
             problems.append("position_offset needs learned positions (position: learned)")
         if self.rope_scaling != "none" and self.position != "rope":

@@ -8,6 +8,11 @@ the model, the growth or the warmup of its stages, and everything else is inheri
 
 The warmup that a system keeps (replay share, distillation weight and length, gate ramp)
 is LOIRE's, stage by stage, so the systems differ only where the paper says they do.
+
+The fixed-size baselines carry the paper's names for the base's kind of model: GPT_S,
+GPT_L and GPT_R beside a decoder (LOIRE-GPT), BERT_S, BERT_L and BERT_R beside an encoder
+(LOIRE-Bert, Table 2's bottom rows). Both families are one derivation each; a name of the
+other family is refused in one line. Every other system applies to both kinds.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from loire_jax.config.schedule import stage_models
 @dataclasses.dataclass(frozen=True)
 class System:
     """One row of the comparison: what it is, where the paper reports it, and how it is
-    derived from the LOIRE config."""
+    derived from the LOIRE config. ``kind``: the model kind (``ModelConfig.kind``) the
+    system's name belongs to, or None for a system of either kind."""
 
     name: str
     what: str
     where: str
     derive: Callable[[RunConfig], RunConfig]
+    kind: str | None = None
 
 
 def _no_growth(stage: StageConfig) -> StageConfig:
@@ -46,7 +53,8 @@ def _later(base: RunConfig, fn: Callable[[StageConfig], StageConfig], first: Cal
 
 
 def _largest(base: RunConfig):
-    """LOIRE's last model as a plain architecture (no gates): what GPT_L and GPT_R train."""
+    """LOIRE's last model as a plain architecture (no gates): what GPT_L and GPT_R (BERT_L and
+    BERT_R) train."""
     if base.stages[0].init_from:
         raise ValueError("its model is the last one's size from scratch, so stage 1 cannot start from "
                          f"init_from={base.stages[0].init_from!r}")
@@ -63,12 +71,14 @@ def _loire(base: RunConfig) -> RunConfig:
     return _named(base, "LOIRE")
 
 
-def _gpt_s(base: RunConfig) -> RunConfig:
-    return _named(base, "GPT_S", stages=_later(base, _plain))
+def _small(name: str) -> Callable[[RunConfig], RunConfig]:
+    """GPT_S / BERT_S: M1's size throughout, each domain in turn."""
+    return lambda base: _named(base, name, stages=_later(base, _plain))
 
 
-def _gpt_l(base: RunConfig) -> RunConfig:
-    return _named(base, "GPT_L", model=_largest(base), stages=_later(base, _plain))
+def _large(name: str) -> Callable[[RunConfig], RunConfig]:
+    """GPT_L / BERT_L: the last model's size from scratch, each domain in turn."""
+    return lambda base: _named(base, name, model=_largest(base), stages=_later(base, _plain))
 
 
 def _recovery(stage: StageConfig) -> StageConfig:
@@ -77,8 +87,9 @@ def _recovery(stage: StageConfig) -> StageConfig:
                                replay_from=stage.replay_from)
 
 
-def _gpt_r(base: RunConfig) -> RunConfig:
-    return _named(base, "GPT_R", model=_largest(base), stages=_later(base, _recovery))
+def _recovered(name: str) -> Callable[[RunConfig], RunConfig]:
+    """GPT_R / BERT_R: GPT_L / BERT_L plus LOIRE's recovery replay."""
+    return lambda base: _named(base, name, model=_largest(base), stages=_later(base, _recovery))
 
 
 def _er(base: RunConfig) -> RunConfig:
@@ -133,10 +144,26 @@ def _memory(base: RunConfig) -> RunConfig:
                                                for s in base.stages))
 
 
+# The fixed-size baselines by model kind: the paper's prefix, and each size's description.
+FAMILIES = {"decoder": "GPT", "encoder": "BERT"}
+_SCRATCH = (("S", "M1's size, no growth, each domain in turn", "Table 2", _small),
+            ("L", "the last model's size from scratch, each domain in turn", "Table 2, 4", _large),
+            ("R", "{family}_L plus LOIRE's recovery replay (no teachers) at each stage", "Table 2, 4", _recovered))
+
+
+def family(kind: str) -> str:
+    """The paper's prefix of the fixed-size baselines of a model ``kind``: GPT or BERT."""
+    return FAMILIES[kind]
+
+
+def scratch_name(size: str, kind: str) -> str:
+    """The fixed-size baseline ``size`` ("S", "L" or "R") of a model ``kind``: ``GPT_L``, ``BERT_L``."""
+    return f"{family(kind)}_{size}"
+
+
 SYSTEMS: Mapping[str, System] = {s.name: s for s in (
-    System("GPT_S", "M1's size, no growth, each domain in turn", "Table 2", _gpt_s),
-    System("GPT_L", "the last model's size from scratch, each domain in turn", "Table 2, 4", _gpt_l),
-    System("GPT_R", "GPT_L plus LOIRE's recovery replay (no teachers) at each stage", "Table 2, 4", _gpt_r),
+    *(System(scratch_name(size, kind), what.format(family=family(kind)), where, make(scratch_name(size, kind)), kind)
+      for kind in FAMILIES for size, what, where, make in _SCRATCH),
     System("ER", "M1's size, the previous domain's memory replayed 1:9 in every batch", "Table 2", _er),
     System("Token-KD", "M1's size, token-level KD from the previous model on replayed prior data", "Table 2",
            _token_kd),
@@ -155,6 +182,12 @@ def derive(name: str, base: RunConfig) -> RunConfig:
     every run config is (a system whose growth cannot be built here is refused, by name)."""
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+    kind, wanted = base.model.kind, SYSTEMS[name].kind
+    if wanted is not None and wanted != kind:
+        size = name.rsplit("_", 1)[-1]
+        raise ValueError(f"system {name} is for {wanted}s, but {base.name!r} has model kind {kind!r}: its "
+                         f"fixed-size baselines are {', '.join(scratch_name(s, kind) for s, *_ in _SCRATCH)}; "
+                         f"use {scratch_name(size, kind)}")
     try:
         return SYSTEMS[name].derive(base)
     except ValueError as err:

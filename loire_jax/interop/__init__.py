@@ -1,5 +1,5 @@
-"""Interoperation: Hugging Face GPT-2 and Llama checkpoints in and out (``hf``, without
-torch), and the pretrained model a run's M1 may start from (``pretrained``).
+"""Interoperation: Hugging Face GPT-2, Llama, BERT and RoBERTa checkpoints in and out (``hf``,
+``hf_encoders``, without torch), and the pretrained model a run's M1 may start from (``pretrained``).
 
 May import: ``config``, ``parallel``, ``model``, ``data``, ``store``, ``errors``, ``paths``.
 """

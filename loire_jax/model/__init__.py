@@ -1,4 +1,4 @@
-"""The model: a decoder-only transformer whose every width, depth and gate is set by a
+"""The model: a transformer (causal decoder or masked-LM encoder) whose every width, depth and gate is set by a
 ``ModelConfig``, its attention and remat kernels, and parameter trees checked against the config.
 
 May import: ``config``, ``parallel``, jax, flax. Never ``data``, ``growth`` or ``train``.

@@ -45,13 +45,10 @@ def attention_for(cfg: ModelConfig, platform: str, seq_len: int | None = None) -
     cudnn_ok = cfg.dtype in CUDNN_DTYPES and cfg.head_dim % 8 == 0 and cfg.head_dim <= CUDNN_MAX_HEAD_DIM
     splash_ok = seq % SPLASH_BLOCK == 0 or seq < SPLASH_BLOCK
     choice = cfg.attention
-    if cfg.encoder and choice == "splash":
-        raise ValueError("model.attention=splash is causal-only here and cannot run an encoder (kind: encoder); "
-                         "use attention=auto, xla or cudnn")
     if choice == "auto":
         if platform == "gpu" and cudnn_ok:
             return "cudnn"
-        if platform == "tpu" and splash_ok and cfg.dtype != "float64" and not cfg.encoder:
+        if platform == "tpu" and splash_ok and cfg.dtype != "float64":
             return "splash"
         return "xla"
     if choice == "cudnn":
@@ -132,13 +129,16 @@ def bidirectional_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str,
     marks real tokens; padding is never attended to (its own outputs are meaningless).
 
     cuDNN takes padding as per-example lengths, so there it must be trailing (the padded
-    evaluation windows are); splash is not offered for encoders (``attention_for``)."""
+    evaluation windows are); splash takes it as segment ids (real 1, padding 0), so a real
+    query sees the real keys only."""
     if impl == "xla":
         return _xla(q, k, v, causal=False, valid=valid)
     if impl == "cudnn":
         lengths = None if valid is None else jnp.sum(valid, axis=-1, dtype=jnp.int32)
         return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
-    raise ValueError(f"attention implementation {impl!r} does not run an encoder; use xla or cudnn")
+    if impl == "splash":
+        return _splash(q, k, v, causal=False, valid=valid)
+    raise ValueError(f"unknown attention implementation {impl!r}")
 
 
 def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.Array | None = None) -> jax.Array:
@@ -154,36 +154,45 @@ def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.A
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-def _splash_kernel(heads: int, seq: int, interpret: bool) -> Any:
+def _splash_kernel(heads: int, seq: int, interpret: bool, causal: bool = True) -> Any:
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     block = min(SPLASH_BLOCK * 4, seq) if seq % (SPLASH_BLOCK * 4) == 0 else min(SPLASH_BLOCK, seq)
     sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                           block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
-    mask = sm.MultiHeadMask([sm.CausalMask((seq, seq)) for _ in range(heads)])
+    one = sm.CausalMask((seq, seq)) if causal else sm.FullMask((seq, seq))
+    mask = sm.MultiHeadMask([one for _ in range(heads)])
     return sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def _splash(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True, valid: jax.Array | None = None) -> jax.Array:
     """Splash attention, vmapped over the batch. Pallas kernels are not auto-partitioned, so
     under a mesh set with ``jax.set_mesh`` the call is wrapped in ``shard_map`` over the batch
     axes and the heads' ``tensor`` axis."""
-    _, seq, heads, head_dim = q.shape
+    batch, seq, heads, head_dim = q.shape
     interpret = _platform_now() != "tpu"
+    segments = jnp.ones((batch, seq), jnp.int32) if valid is None else valid.astype(jnp.int32)
 
-    def local(q, k, v):
-        kernel = _splash_kernel(q.shape[2], seq, interpret)
+    def local(q, k, v, seg):
+        from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+
+        kernel = _splash_kernel(q.shape[2], seq, interpret, causal)
         qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [b, heads, seq, head_dim]
-        out = jax.vmap(kernel)(qt / np.sqrt(head_dim).astype(q.dtype), kt, vt)
+        if causal and valid is None:
+            out = jax.vmap(kernel)(qt / np.sqrt(head_dim).astype(q.dtype), kt, vt)
+        else:
+            out = jax.vmap(lambda a, b, c, s: kernel(a, b, c, segment_ids=sk.SegmentIds(s, s)))(
+                qt / np.sqrt(head_dim).astype(q.dtype), kt, vt, seg)
         return out.transpose(0, 2, 1, 3)
 
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
-        return local(q, k, v)
+        return local(q, k, v, segments)
     from jax.sharding import PartitionSpec as P
 
     from loire_jax.config.mesh import BATCH_AXES
 
     spec = P(BATCH_AXES, None, "tensor", None)
-    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, P(BATCH_AXES, None)), out_specs=spec,
+                         check_vma=False)(q, k, v, segments)
