@@ -494,7 +494,7 @@ def shell_commands() -> list[str]:
 
 
 def test_every_shell_command_in_the_docs_is_run_or_names_what_covers_it():
-    assert sorted(shell_commands()) == sorted(SHELL)
+    assert sorted(set(shell_commands())) == sorted(SHELL)  # a command may appear in several documents
     assert all(how == "run" or how.startswith("not run here") for how in SHELL.values())
 
 

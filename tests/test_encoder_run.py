@@ -65,3 +65,22 @@ def test_an_encoder_without_room_for_its_special_tokens_is_one_line(encoder_conf
     one_line_error(result)
     assert "no room for an encoder's special tokens" in result.stderr
     assert not (tmp_path / "w").exists()
+
+
+def test_stage_one_of_an_encoder_run_starts_from_an_encoder_checkpoint(encoder_config, encoder_reference, tmp_path):
+    """``init_from`` an encoder's stage: M1 starts where that stage ended (the same fixed
+    validation masks give the same perplexity), and trains on."""
+    stage = f"{{name: A, domains: [SCI], steps: 2, init_from: {encoder_reference / 'stage_1'}}}"
+    assert in_process(encoder_config, tmp_path, f"stages=[{stage}]").complete
+    started = {r["domain"]: r["ppl"] for r in records(tmp_path, "eval") if r["point"] == "init"}
+    ended = {r["domain"]: r["ppl"] for r in records(encoder_reference, "eval") if r["point"] == "final"
+             and r["stage"] == 1}
+    assert started["SCI"] == pytest.approx(ended["SCI"], rel=1e-6)
+
+
+def test_a_decoder_checkpoint_cannot_start_an_encoder_run(encoder_config, tmp_path):
+    from runs import ROOT
+
+    result = cli(encoder_config, tmp_path / "w", f"stages.0.init_from={ROOT / 'tests/fixtures/hf/gpt2'}")
+    one_line_error(result)
+    assert "kind: checkpoint 'decoder', run 'encoder'" in result.stderr

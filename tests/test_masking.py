@@ -119,6 +119,7 @@ def test_loss_is_the_cross_entropy_over_masked_positions_and_kd_the_kl_there():
     np.testing.assert_allclose(float(total), ce[sel].sum() + 0.5 * kl[sel].sum(), rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.float64
 def test_microbatches_give_the_same_update_for_an_encoder():
     """Masks are drawn for the whole global batch before any split: gradient accumulation
@@ -174,6 +175,7 @@ def test_bad_masking_and_mixed_kinds_are_refused_in_one_line():
         StepSpec(enc)
 
 
+@pytest.mark.slow
 def test_an_optimizer_step_lowers_the_masked_loss():
     cfg = _encoder(dtype="float32", param_dtype="float32")
     params = init_params(cfg, jax.random.key(0))

@@ -565,8 +565,8 @@ def fig_bench_encoder(got: Callable[[str], dict[str, Any]]) -> str:
         "The encoder's train step against the paper's decoder of the same shape, float32 on one CPU device, "
         "measured one after the other in one sitting by `python benchmarks/bench_step.py --shapes tiny,m1 --kinds "
         "decoder,encoder --batch 8 --seq 256 --vocab 8192 --mesh 1 --json` (median of 3 repeats of 10 steps; "
-        f"recorded in `{rec['path']}`). The encoder computes full attention and its MLM transform, the decoder "
-        "half the attention:"
+        f"recorded in `{rec['path']}`). Besides the decoder's work, the encoder runs its MLM transform, masks "
+        "its attention by padding and draws its masks on the device:"
     ) + "\n" + "\n".join(table) + "\n"
 
 
