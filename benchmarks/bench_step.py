@@ -97,10 +97,12 @@ def run_case(case: dict) -> dict:
     opt = make_optimizer("adam", learning_rate=1e-4)
     masking = None
     if student.encoder:  # the last ids stand for [CLS]/[SEP]/[MASK]/[PAD]: the masks are what matter
+        from loire_jax.config.run import MlmConfig
         from loire_jax.train.masking import MaskingSpec
 
         v = student.vocab_size
-        masking = MaskingSpec(mask_id=v - 2, cls_id=v - 4, special_ids=(v - 4, v - 3, v - 2, v - 1), vocab_size=v)
+        masking = MaskingSpec(mask_id=v - 2, cls_id=v - 4, special_ids=(v - 4, v - 3, v - 2, v - 1), vocab_size=v,
+                              predictions=MlmConfig().predictions(case["seq"]))
     spec = StepSpec(run_student, teachers=tuple(run_teachers), betas=(0.1,) * len(teachers),
                     microbatches=case["microbatches"],
                     loss_chunk=loss_chunk_for(case["loss_chunk"], platform), masking=masking)
@@ -130,7 +132,8 @@ def run_case(case: dict) -> dict:
     mem = step_memory(compiled)
     if mem:
         record.update(compiled_peak_gib=mem.peak / 2**30, compiled_temp_gib=mem.temporaries / 2**30)
-    flops_per_token = train_flops_per_token(student, case["seq"], teachers)
+    flops_per_token = train_flops_per_token(student, case["seq"], teachers,
+                                            predictions=masking.predictions if masking else None)
     record["flops_per_token"] = flops_per_token
     if case["compile_only"]:
         return record

@@ -126,3 +126,14 @@ def test_decoder_counts_are_unchanged_by_the_encoder_terms():
     assert forward_flops_per_token(modern, 32) == 225024
     assert forward_flops_per_token(modern, 32, causal=False) == 234240
     assert train_flops_per_token(modern, 32, (STUDENT,)) == 3 * 225024 + 1851392
+
+
+def test_an_encoders_output_layer_counts_at_its_masked_positions_only():
+    """The step runs the output matrix at ``predictions`` positions of each sequence (the rest
+    of the model at every one): its 2hV per token scales by predictions / seq_len."""
+    cfg = preset("bert", vocab_size=1000, hidden=32, ffn=64, heads=2, head_dim=16, layers=2, max_seq_len=128)
+    full = forward_flops_per_token(cfg, 128)
+    assert full - forward_flops_per_token(cfg, 128, predictions=32) == pytest.approx(2 * 32 * 1000 * (1 - 32 / 128))
+    assert forward_flops_per_token(cfg, 128, predictions=500) == full  # capped at the sequence
+    decoder = preset("paper", vocab_size=1000, hidden=32, ffn=64, heads=2, head_dim=16, layers=2)
+    assert forward_flops_per_token(decoder, 128, predictions=32) == forward_flops_per_token(decoder, 128)

@@ -188,3 +188,46 @@ def test_an_optimizer_step_lowers_the_masked_loss():
         state, metrics = step(state, batch, ())
         losses.append(float(metrics["lm_loss"]))
     assert losses[-1] < 0.7 * losses[0]
+
+
+def test_at_most_max_predictions_tokens_are_selected_and_the_rest_stay_as_they_are():
+    """BERT's max_predictions_per_seq: past it, a token is neither corrupted nor scored."""
+    tokens = _windows(64, 32)
+    full = _objective(tokens)
+    capped = _objective(tokens, spec=dataclasses.replace(SPEC, predictions=3))
+    rows = np.array(tokens[:, :-1])
+    rows[:, 0] = CLS
+    chosen = np.zeros(rows.shape, bool)
+    np.put_along_axis(chosen, np.asarray(capped.positions), np.asarray(capped.weights) > 0, axis=1)
+    assert (chosen.sum(1) <= 3).all() and (chosen.sum(1) == np.minimum((np.asarray(full.weights) > 0).sum(1), 3)).all()
+    assert (np.asarray(capped.inputs)[~chosen] == rows[~chosen]).all()  # nothing past the cap is masked
+    assert (np.asarray(capped.targets) == np.take_along_axis(rows, np.asarray(capped.positions), 1)).all()
+    # the first three selections of each row are the uncapped ones
+    first = np.cumsum(np.asarray(full.weights) > 0, axis=1) <= 3
+    assert (chosen == ((np.asarray(full.weights) > 0) & first)).all()
+
+
+@pytest.mark.float64
+def test_the_output_layer_at_the_masked_positions_only_gives_the_same_losses():
+    """Gathering the masked positions before the head (predictions >= every row's count)
+    changes nothing but the work: the same sums as the head over every position."""
+    cfg = _encoder()
+    params = init_params(cfg, jax.random.key(0))
+    t_cfg, teacher = grow(cfg, params, "heads", 3, jax.random.key(1))
+    teacher = jax.tree_util.tree_map(lambda x: x * 0.9, teacher)
+    tokens = _windows(4, 16)
+    keys = row_keys(SPEC, 1, jnp.arange(4))
+    sums = []
+    for k in (0, 16):
+        spec = StepSpec(cfg, teachers=(t_cfg,), betas=(0.3,), masking=dataclasses.replace(SPEC, predictions=k))
+        total, (nll, kd, count) = lm_and_kd(spec, params, tokens, (teacher,), keys=keys)
+        sums.append(np.array([float(total), float(nll), float(kd), float(count)]))
+    assert sums[0][3] > 0
+    np.testing.assert_allclose(sums[1], sums[0], rtol=1e-12)
+
+
+def test_the_automatic_cap_is_six_standard_deviations_above_the_expected_count():
+    assert [MlmConfig().predictions(s) for s in (16, 128, 512)] == [11, 44, 126]
+    assert MlmConfig(max_predictions=20).predictions(128) == 20 and MlmConfig(max_predictions=20).predictions(8) == 8
+    with pytest.raises(ConfigError, match="max_predictions"):
+        MlmConfig(max_predictions=-1)

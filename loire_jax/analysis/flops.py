@@ -20,7 +20,8 @@ from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import phases, teacher_stages
 
 
-def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool | None = None) -> float:
+def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool | None = None,
+                            predictions: int | None = None) -> float:
     """Forward FLOPs for one token at context length ``seq_len``.
 
     ``causal`` says how much of the S x S score and value matmuls counts. ``None`` (the
@@ -30,9 +31,10 @@ def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool | None 
     attention kernel executes (and what XLA's cost analysis reports); ``causal=True``
     counts the half for any model.
 
-    An encoder's MLM head adds its ``hidden x hidden`` transform before the output matrix;
-    both run at every position. Its LayerNorm and vocabulary bias are elementwise work and
-    are not counted.
+    An encoder's MLM head adds its ``hidden x hidden`` transform before the output matrix.
+    The transform runs at every position; the output matrix, given ``predictions`` (masked
+    positions per sequence, ``MlmConfig.predictions``), at those only, as the step runs it.
+    Its LayerNorm and vocabulary bias are elementwise work and are not counted.
     """
     if causal is None:
         causal = not cfg.encoder
@@ -43,18 +45,20 @@ def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool | None 
     per_layer += 2 * 2 * H * d * seq_len * (0.5 if causal else 1.0)  # QK^T and PV
     head = 2 * h * V  # LM head
     if cfg.encoder:
+        if predictions:
+            head *= min(predictions, seq_len) / seq_len  # the output layer runs at the masked positions only
         head += 2 * h * h  # the MLM transform (dense hidden -> hidden) ahead of the output matrix
     return L * per_layer + head
 
 
 def train_flops_per_token(cfg: ModelConfig, seq_len: int, teachers: Sequence[ModelConfig] = (),
-                          causal: bool | None = None) -> float:
+                          causal: bool | None = None, predictions: int | None = None) -> float:
     """One training step's FLOPs per token: 3x the student forward (the backward pass costs
     two forwards), plus each teacher's forward (eq. 15; teachers get no backward).
     ``causal`` as in ``forward_flops_per_token``: ``None`` lets each model count its own
-    attention (half for a decoder, full for an encoder)."""
-    return 3 * forward_flops_per_token(cfg, seq_len, causal) + sum(
-        forward_flops_per_token(t, seq_len, causal) for t in teachers)
+    attention (half for a decoder, full for an encoder); ``predictions`` as there."""
+    return 3 * forward_flops_per_token(cfg, seq_len, causal, predictions) + sum(
+        forward_flops_per_token(t, seq_len, causal, predictions) for t in teachers)
 
 
 # Dense bf16 peaks (FLOP/s) per device, from the vendors' datasheets, for MFU on accelerators.
@@ -98,10 +102,12 @@ def stage_flops(run: RunConfig, models: Sequence[ModelConfig]) -> list[float]:
     not counted; ``models`` are the stage architectures (``stage_models``).
     """
     tokens_per_step = run.batch_size * run.seq_len
+    predictions = run.mlm.predictions(run.seq_len) if run.model.encoder else None
     out = []
     for k, stage in enumerate(run.stages):
         teachers = [models[j] for j in teacher_stages(run, k)]
         out.append(sum((p.end - p.start) * tokens_per_step
-                       * train_flops_per_token(models[k], run.seq_len, teachers if p.distill else ())
+                       * train_flops_per_token(models[k], run.seq_len, teachers if p.distill else (),
+                                               predictions=predictions)
                        for p in phases(stage, bool(teachers))))
     return out

@@ -87,8 +87,10 @@ class LateMetrics:
     def __init__(self, run_config: "RunConfig", programs: "Programs", index: int,
                  emit: Callable[[dict[str, Any]], None], peak: float | None) -> None:
         self._run, self._index, self._emit, self._peak = run_config, index, emit, peak
+        masking = programs.masking
         self._flops = {distill: train_flops_per_token(programs.models[index], run_config.seq_len,
-                                                      programs.teacher_models(index) if distill else [])
+                                                      programs.teacher_models(index) if distill else [],
+                                                      predictions=masking.predictions if masking else None)
                        for distill in (False, True)}
         self._held: tuple[int, Any, Phase] | None = None
         self._since = time.perf_counter()

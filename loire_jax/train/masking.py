@@ -43,6 +43,7 @@ class MaskingSpec:
     random: float = 0.1
     seed: int = 0
     stream: int = 0  # the stage index while training, EVAL_STREAM for evaluation
+    predictions: int = 0  # most selected tokens per sequence (MlmConfig.predictions); 0: no limit
 
     def __post_init__(self) -> None:
         if not 0.0 < self.rate < 1.0:
@@ -53,13 +54,15 @@ class MaskingSpec:
 
 
 class Objective(NamedTuple):
-    """What the loss reads, all [batch, seq]: model inputs, targets, loss weights and the
-    attention mask (None: every token is real)."""
+    """What the loss reads: model inputs and the attention mask (None: every token is real),
+    [batch, seq]; targets and loss weights, [batch, seq], or [batch, predictions] at
+    ``positions`` (the selected tokens first) when the output layer runs there only."""
 
     inputs: jax.Array
     targets: jax.Array
     weights: jax.Array
     valid: jax.Array | None
+    positions: jax.Array | None = None
 
 
 def row_keys(spec: MaskingSpec, step: jax.Array | int, rows: jax.Array) -> jax.Array:
@@ -76,6 +79,8 @@ def mask_tokens(spec: MaskingSpec, keys: jax.Array, tokens: jax.Array,
     def one(key, row, can):
         k_select, k_kind, k_token = jax.random.split(key, 3)
         selected = (jax.random.uniform(k_select, row.shape) < spec.rate) & can
+        if spec.predictions:  # BERT's max_predictions_per_seq: tokens past it stay as they are
+            selected = selected & (jnp.cumsum(selected) <= spec.predictions)
         kind = jax.random.uniform(k_kind, row.shape)
         noise = jax.random.randint(k_token, row.shape, 0, spec.vocab_size, row.dtype)
         out = jnp.where(kind < spec.mask, spec.mask_id, jnp.where(kind < spec.mask + spec.random, noise, row))
@@ -100,5 +105,10 @@ def mlm_objective(spec: MaskingSpec, tokens: jax.Array, keys: jax.Array,
         valid = real
     special = jnp.isin(rows, jnp.asarray(spec.special_ids, rows.dtype))
     inputs, selected = mask_tokens(spec, keys, rows, real & ~special)
-    w = selected.astype(jnp.float32 if weights is None else jnp.promote_types(weights.dtype, jnp.float32))
-    return Objective(inputs, rows, w, valid)
+    dtype = jnp.float32 if weights is None else jnp.promote_types(weights.dtype, jnp.float32)
+    if not spec.predictions:
+        return Objective(inputs, rows, selected.astype(dtype), valid)
+    # the selected positions first, in order, then unselected ones with weight 0
+    positions = jnp.argsort(~selected, axis=1, stable=True)[:, :spec.predictions].astype(jnp.int32)
+    picked = jnp.take_along_axis(selected, positions, axis=1)
+    return Objective(inputs, jnp.take_along_axis(rows, positions, axis=1), picked.astype(dtype), valid, positions)

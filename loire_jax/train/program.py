@@ -64,7 +64,8 @@ class Programs:
         mlm = self.run_config.mlm
         self.masking = MaskingSpec(mask_id=special.mask, cls_id=special.cls, special_ids=special.ids(),
                                    vocab_size=self.models[0].vocab_size, rate=mlm.rate, mask=mlm.mask,
-                                   random=mlm.random, seed=self.run_config.seed)
+                                   random=mlm.random, seed=self.run_config.seed,
+                                   predictions=mlm.predictions(self.run_config.seq_len))
 
     # ------------------------------------------------------------------ how a model runs here
     @property

@@ -52,13 +52,18 @@ def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array | Obje
     read the same inputs as the student, masks included."""
     cfg = spec.model
     obj = tokens if isinstance(tokens, Objective) else objective(spec, tokens, weights, keys)
-    x = final_hidden(cfg, params, obj.inputs, obj.valid)
+
+    def states(c: ModelConfig, p: dict[str, Any]) -> jax.Array:
+        """Final hidden states where the loss reads them: an encoder's masked positions only."""
+        x = final_hidden(c, p, obj.inputs, obj.valid)
+        return x if obj.positions is None else jnp.take_along_axis(x, obj.positions[..., None], axis=1)
+
+    x = states(cfg, params)
     n = x.shape[0] * x.shape[1]
     teachers = []
     for t_cfg, t_params in zip(spec.teachers, teacher_params):
         t_params = jax.lax.stop_gradient(t_params)
-        t_x = final_hidden(t_cfg, t_params, obj.inputs, obj.valid)
-        teachers.append((t_x.reshape(n, -1), head_matrix(t_cfg, t_params)))
+        teachers.append((states(t_cfg, t_params).reshape(n, -1), head_matrix(t_cfg, t_params)))
     w, targets = obj.weights.reshape(-1), obj.targets.reshape(-1)
     total, nll, kl = fused_losses(x.reshape(n, -1), head_matrix(cfg, params), targets, vocab=cfg.vocab_size,
                                   weights=w, teachers=teachers, betas=spec.betas, chunk=spec.loss_chunk)
