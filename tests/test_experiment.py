@@ -1,6 +1,7 @@
 """``python launch/experiment.py``: a micro suite (a one-point sweep, then GPT_L and LOIRE over
 two stages) runs end to end as a user runs it, writes the comparison report, and a rerun
-skips what finished."""
+skips what finished; its encoder counterpart (BERT_L and LOIRE-Bert) reports under the
+paper's BERT names, with Init equal to the previous Final."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def test_the_micro_suite_runs_and_reports(micro):
     # one seed decides nothing, by rule; claims whose systems are not in the suite are not run
     assert verdict == {"Table 2": "inconclusive", "Table 4": "not run", "Fig. 6, Table 11": "not run",
                        "Table 7/11": "not run", "Table 12": "not run", "Fig. 4": "not run",
-                       "Table 2 (bottom), Fig. 4": "not run"}
+                       "Table 2 (bottom), Fig. 4": "inconclusive"}
     assert [r["gate"]["passed"] for r in data["runs"]["LOIRE"]] == [False]  # 4 steps learn nothing: flagged
     assert "**fail**" in report and "## Hyperparameter sweep" in report
     assert (root / "report" / "ap_by_stage.png").stat().st_size > 0
@@ -100,3 +101,45 @@ def test_list_and_bad_input(micro):
     assert "holds a run of another config" in one_line_error(
         experiment("--suite", str(other), "--workdir", str(base / "suite")))
     assert (base / "suite" / "runs" / "LOIRE" / "seed1" / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.fixture(scope="module")
+def micro_bert(tmp_path_factory):
+    """The micro suite's encoder counterpart: BERT_L and LOIRE-Bert, one seed, no sweep."""
+    base = tmp_path_factory.mktemp("micro-bert")
+    config = tiny_run(tiny_config_dict(base / "data"), "micro-bert", "1", eval={"every": 0, "batches": 1},
+                      checkpoint={"save_every": 0, "keep": 1}, stages=[
+                          {"name": "A", "domains": ["SCI"], "steps": 4},
+                          {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "hidden", "size": 32}],
+                           "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1,
+                           "beta_steps": 1}])
+    # the trained BPE has <s> and </s>; [MASK] and [PAD] are appended at 320 and 321
+    config["model"] = {**config["model"], "preset": "bert", "vocab_size": 322}
+    (base / "bert.yaml").write_text(yaml.safe_dump(config))
+    suite = {"name": "micro-bert", "base": "bert.yaml", "systems": ["BERT_L", "LOIRE"], "seeds": [1]}
+    (base / "micro-bert.yaml").write_text(yaml.safe_dump(suite))
+    out = experiment("--suite", str(base / "micro-bert.yaml"), "--workdir", str(base / "suite"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return base / "suite", out
+
+
+def test_an_encoder_suite_reports_under_the_bert_names_with_init_equal_to_the_previous_final(micro_bert):
+    root, out = micro_bert
+    configs = {s: json.loads((root / "runs" / s / "seed1" / "config.json").read_text()) for s in ("BERT_L", "LOIRE")}
+    assert {c["model"]["kind"] for c in configs.values()} == {"encoder"}
+    assert configs["BERT_L"]["name"] == "micro-bert-BERT_L-s1" and configs["BERT_L"]["model"]["hidden"] == 32
+    data = json.loads((root / "report" / "report.json").read_text())
+    verdicts = {v["where"]: v for v in data["verdicts"]}
+    assert verdicts["Table 4"]["claim"] == "LOIRE costs fewer FLOPs than BERT_L and BERT_R"
+    assert verdicts["Table 4"]["verdict"] == "not run"  # BERT_R is not in the suite
+    # one seed decides nothing; but the claim is judged, from LOIRE's own runs
+    assert verdicts["Table 2 (bottom), Fig. 4"]["verdict"] == "inconclusive"
+    (loire,) = data["runs"]["LOIRE"]
+    assert loire["kind"] == "encoder"
+    assert loire["init_AP"][1] == pytest.approx(loire["previous_final_AP"][1], rel=1e-5)  # exact growth, measured
+    assert [r["versus"] for r in data["cost"]] == ["BERT_L"]
+    report = (root / "report" / "report.md").read_text()
+    assert "| LOIRE/BERT_L FLOPs | 1 |" in report and "masked-LM perplexity" in report
+    init_final = report.split("## Init versus Final", 1)[1].split("## Cost", 1)[0]
+    assert "| BERT_L |" in init_final and "GPT" not in init_final
+    assert "inconclusive: growth preserves the function" in out.stdout

@@ -362,8 +362,9 @@ def test_encoder_hidden_growth_refuses_what_is_not_exact():
     params = init_params(cfg, jax.random.key(0))
     with pytest.raises(ValueError, match="embedding LayerNorm is a post-norm"):
         grow(cfg, params, "hidden", 12, jax.random.key(1), method="mean_expand")
-    with pytest.raises(ValueError, match="no exact hidden growth 6->8"):
+    with pytest.raises(ValueError, match="no exact hidden growth 6->8") as refused:
         grow(cfg, params, "hidden", 8, jax.random.key(1))
+    assert "e.g. 12) with method='duplicate'; an RMSNorm architecture" in str(refused.value)
     tokens = _padded_batch(cfg.vocab_size)
     cfg2, params2 = grow(cfg, params, "hidden", 8, jax.random.key(1), exact=False)
     assert max_delta(cfg, params, cfg2, params2, tokens) > 1e-6

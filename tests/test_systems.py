@@ -1,5 +1,7 @@
 """Every baseline and ablation is LOIRE's config with one documented change: the same data,
-seed, batches, steps and evaluation, and otherwise exactly the difference the paper names."""
+seed, batches, steps and evaluation, and otherwise exactly the difference the paper names.
+The fixed-size baselines carry the paper's names for the base's model kind: GPT_* beside a
+decoder, BERT_* beside an encoder (LOIRE-Bert), and the other kind's names are refused."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from loire_jax import load_run_config
 from loire_jax.config.schedule import replay_domains, stage_models
-from loire_jax.experiments.systems import SYSTEMS, derive
+from loire_jax.experiments.systems import SYSTEMS, derive, scratch_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("data", "seed", "batch_size", "seq_len", "eval", "optimizer", "precision", "mesh", "microbatches",
@@ -22,6 +24,17 @@ def loire():
     return load_run_config(ROOT / "configs" / "mini.yaml")
 
 
+@pytest.fixture(scope="module")
+def bert():
+    return load_run_config(ROOT / "configs" / "bert_mini.yaml")
+
+
+BASES = {"mini": "decoder", "bert_mini": "encoder"}
+# every system that applies to each base: the fixed-size baselines of its kind, and the rest
+APPLICABLE = [(config, name) for config, kind in BASES.items() for name, s in SYSTEMS.items()
+              if s.kind in (None, kind)]
+
+
 def _shape(m):
     return (m.hidden, m.ffn, m.heads, m.layers)
 
@@ -30,22 +43,27 @@ def _later(run):
     return run.stages[1:]
 
 
-@pytest.mark.parametrize("name", list(SYSTEMS))
-def test_every_system_shares_the_data_seed_budget_and_evaluation(loire, name):
+@pytest.mark.parametrize("config,name", APPLICABLE)
+def test_every_system_shares_the_data_seed_budget_and_evaluation(config, name):
+    loire = load_run_config(ROOT / "configs" / f"{config}.yaml")
     run = derive(name, loire)
-    for field in SHARED:
+    for field in (*SHARED, "mlm"):
         assert getattr(run, field) == getattr(loire, field), (name, field)
+    assert run.model.kind == loire.model.kind
     assert [(s.name, s.domains, s.steps) for s in run.stages] == [(s.name, s.domains, s.steps) for s in loire.stages]
     assert run.stages[0] == loire.stages[0]  # M1 on the first domain, from scratch, for everyone
     assert run.name == f"{loire.name}-{name}"
 
 
-def test_sizes_of_the_systems(loire):
+@pytest.mark.parametrize("config", list(BASES))
+def test_sizes_of_the_systems(config):
+    loire = load_run_config(ROOT / "configs" / f"{config}.yaml")
+    kind = BASES[config]
     models = stage_models(loire)
     m1, m5 = _shape(models[0]), _shape(models[-1])
-    for name in ("GPT_S", "ER", "Token-KD"):
+    for name in (scratch_name("S", kind), "ER", "Token-KD"):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m1}, name
-    for name in ("GPT_L", "GPT_R"):
+    for name in (scratch_name("L", kind), scratch_name("R", kind)):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m5}, name
     for name in ("LOIRE", "Layer-stack", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse"):
         got = stage_models(derive(name, loire))
@@ -99,6 +117,30 @@ def test_er_replays_only_the_previous_domain(loire):
     assert replay_domains(loire, 3) == ("WB", "NEWS", "REV")
 
 
+def test_the_fixed_size_baselines_are_named_by_the_bases_model_kind(loire, bert):
+    """BERT_S, BERT_L and BERT_R beside an encoder are GPT_S, GPT_L and GPT_R's derivations, named
+    as the paper names them (Table 2, bottom); ``scratch_name`` maps the sizes to the names."""
+    assert [scratch_name(s, "decoder") for s in "SLR"] == ["GPT_S", "GPT_L", "GPT_R"]
+    assert [scratch_name(s, "encoder") for s in "SLR"] == ["BERT_S", "BERT_L", "BERT_R"]
+    for size in "SLR":
+        gpt, ours = SYSTEMS[f"GPT_{size}"], derive(f"BERT_{size}", bert)
+        assert (gpt.kind, SYSTEMS[f"BERT_{size}"].kind) == ("decoder", "encoder")
+        assert ours.name == f"{bert.name}-BERT_{size}" and ours.model.kind == "encoder"
+        assert ours == gpt.derive(bert).replace(name=ours.name)  # the same derivation, the paper's name
+        assert derive(f"GPT_{size}", loire).name == f"{loire.name}-GPT_{size}"
+
+
+@pytest.mark.parametrize("name,config,use", [("GPT_L", "bert_mini", "BERT_L"), ("GPT_S", "bert_mini", "BERT_S"),
+                                             ("BERT_R", "mini", "GPT_R")])
+def test_the_other_kinds_baseline_is_refused_in_one_line(name, config, use):
+    base = load_run_config(ROOT / "configs" / f"{config}.yaml")
+    with pytest.raises(ValueError) as err:
+        derive(name, base)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"system {name} is for ")
+    assert f"{config!r} has model kind {base.model.kind!r}" in message and message.endswith(f"use {use}")
+
+
 def test_refusals(loire):
     with pytest.raises(ValueError, match="unknown system 'ELLE'"):
         derive("ELLE", loire)
@@ -107,7 +149,7 @@ def test_refusals(loire):
 
 
 @pytest.mark.parametrize("name", ["paper-mini", "paper"])
-def test_the_shipped_suites_plan_every_run(name):
+def test_the_shipped_decoder_suites_plan_every_run(name):
     from loire_jax.experiments.suite import load_suite, main_runs, sweep_runs
 
     suite = load_suite(name)
@@ -117,3 +159,47 @@ def test_the_shipped_suites_plan_every_run(name):
     assert len(main) == len(suite.systems) * len(suite.seeds) == 36
     assert len({r.workdir for r in sweep + main}) == len(sweep + main)
     assert {r.config.seed for r in main} == set(suite.seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
+
+
+def test_the_bert_mini_suite_plans_loire_bert_against_bert_l_and_bert_s(loire):
+    """bert-mini: LOIRE-Bert, BERT_L and BERT_S at three seeds, every run an encoder with the
+    same masked-LM recipe, data, batches and stage budget; BERT_L at the last model's size
+    throughout, LOIRE grown to it; mini.yaml's stream and growth schedule."""
+    from loire_jax.experiments.suite import load_suite, main_runs, sweep_runs
+
+    suite = load_suite("bert-mini")
+    assert suite.systems == ("BERT_S", "BERT_L", "LOIRE") and suite.seeds == (1, 2, 3)
+    setting = suite.sweep.settings()[0] if suite.sweep else ()
+    sweep, main = sweep_runs(suite), main_runs(suite, setting)
+    assert len(main) == 9 and len({r.workdir for r in sweep + main}) == len(sweep + main)
+    assert all(r.config.model.kind == "encoder" for r in sweep + main)
+    by = {(r.system, r.seed): r.config for r in main}
+    assert by["BERT_L", 2].name == "bert-mini-BERT_L-s2"
+    for seed in suite.seeds:
+        runs = [by[s, seed] for s in suite.systems]
+        for field in (*SHARED, "mlm"):
+            assert len({repr(getattr(r, field)) for r in runs}) == 1, field
+        assert len({tuple((s.domains, s.steps) for s in r.stages) for r in runs}) == 1
+    assert {_shape(m) for m in stage_models(by["BERT_L", 1])} == {_shape(stage_models(by["LOIRE", 1])[-1])}
+    assert {_shape(m) for m in stage_models(by["BERT_S", 1])} == {_shape(stage_models(by["LOIRE", 1])[0])}
+    # configs/mini.yaml's stream and growth, as an encoder with room for [MASK] and [PAD]
+    bert = by["LOIRE", 1]
+    assert (bert.data, bert.batch_size, bert.seq_len) == (loire.data, loire.batch_size, loire.seq_len)
+    assert [(s.domains, s.growth) for s in bert.stages] == [(s.domains, s.growth) for s in loire.stages]
+    assert [_shape(m) for m in stage_models(bert)] == [_shape(m) for m in stage_models(loire)]
+    assert bert.model.vocab_size == loire.data.tokenizer.vocab_size + 2
+    assert (bert.mlm.rate, bert.mlm.mask, bert.mlm.random) == (0.15, 0.8, 0.1)
+
+
+def test_a_suite_naming_the_other_kinds_baseline_is_refused_in_one_line_before_anything_runs(tmp_path, capsys):
+    from loire_jax.cli.experiment import main
+
+    suite = tmp_path / "wrong.yaml"
+    suite.write_text(f"name: wrong\nbase: {ROOT / 'configs' / 'bert_mini.yaml'}\nsystems: [GPT_L, LOIRE]\n"
+                     "seeds: [1, 2, 3]\n")
+    for extra in (["--list"], []):
+        assert main(["--suite", str(suite), "--workdir", str(tmp_path / "w"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: system GPT_L is for decoders, but 'wrong' has "
+                                                        "model kind 'encoder'") and err.rstrip().endswith("use BERT_L")
+    assert not (tmp_path / "w").exists()

@@ -11,6 +11,11 @@ Two rules keep the verdicts honest:
   every run of the other system); "does not hold" when they do not overlap the other way;
   anything else is "inconclusive".
 
+The same machinery serves decoders (LOIRE-GPT) and encoders (LOIRE-Bert): the fixed-size
+baselines are GPT_L and GPT_R beside a decoder and BERT_L and BERT_R beside an encoder
+(``family``), and an encoder's perplexities are masked-LM perplexities (the masked
+positions of fixed validation masks), so its Init equals the previous Final just the same.
+
 ``run_result`` and the rest are pure functions of run configs and metrics records;
 ``write`` puts report.md, report.json and the plot on disk.
 """
@@ -33,6 +38,26 @@ MIN_SEEDS = 3
 # every growth stage: float32 rounding of an exact construction is ~1e-6 of it.
 PRESERVATION_RTOL = 1e-3
 PAPER_FLOPS = {"GPT_L": 76.20, "GPT_R": 70.78}  # LOIRE's FLOPs in % of each (Table 4, AVG)
+# The paper's model behind each family's figures, and the model kind of each family.
+PAPER_MODEL = {"GPT": "LOIRE-GPT1", "BERT": "LOIRE-Bert"}
+KINDS = {"decoder": "GPT", "encoder": "BERT"}
+
+
+def family(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """"BERT" if the suite's models are encoders, else "GPT": the prefix of its fixed-size
+    baselines. Read from the runs' model kind, or failing that from the systems' names."""
+    kinds = {r.get("kind") for runs in results.values() for r in runs} - {None}
+    if kinds:
+        if len(kinds) > 1:
+            raise ValueError(f"a comparison of one kind of model, got {sorted(kinds)}")
+        return KINDS[kinds.pop()]
+    return "BERT" if any(s.startswith("BERT_") for s in results) else "GPT"
+
+
+def _scratch(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[str, str]:
+    """The suite's L and R baselines: GPT_L and GPT_R, or BERT_L and BERT_R."""
+    fam = family(results)
+    return f"{fam}_L", f"{fam}_R"
 
 
 # ---------------------------------------------------------------------------- one run
@@ -96,7 +121,7 @@ def run_result(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Ma
     if diverged:
         checked = {**checked, "passed": False, "diverged": diverged}
     return {
-        "name": run.name, "finished": finished or bool(diverged), "diverged": diverged,
+        "name": run.name, "kind": run.model.kind, "finished": finished or bool(diverged), "diverged": diverged,
         "AP": [row["AP"] for row in s["lifelong"]],
         "AP+": [row["AP+"] for row in s["lifelong"]],
         "init_AP": [pres[j]["init"] if j in pres else None for j in map(stage_number, range(n))],
@@ -188,7 +213,10 @@ class Claim:
     """One of the paper's claims: LOIRE's ``metric`` per run is compared, lower is better,
     with each of ``opponents`` (None: every other system in the suite). ``check``, if given,
     is a condition on LOIRE's own runs that must hold as well, whatever the opponents do:
-    it returns whether it holds and the number behind it."""
+    it returns whether it holds and the number behind it. A claim with a ``check`` and
+    ``contrast`` opponents is about LOIRE alone: the check decides it, and the opponents
+    the suite has are compared as well (a suite with none of them still gets the verdict).
+    ``paper_model``: whose figures ``paper`` quotes."""
 
     claim: str
     where: str
@@ -197,6 +225,8 @@ class Claim:
     metric: Callable[[Mapping[str, Any]], float | None]
     opponents: tuple[str, ...] | None
     check: Callable[[Sequence[Mapping[str, Any]]], tuple[bool, str]] | None = None
+    contrast: bool = False
+    paper_model: str = "LOIRE-GPT1"
 
 
 def _exact_growth(loire: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
@@ -219,9 +249,15 @@ CLAIMS = (
     Claim("exact growth (Init = previous Final) beats random and zero initialisation", "Fig. 4",
           "Init AP and AP+ far lower", "Init AP after growth, mean over stages 2-5", _mean_init, ("Random", "Zero")),
     Claim("growth preserves the function: Init equals the previous Final", "Table 2 (bottom), Fig. 4",
-          "Init within 0.09-0.76 PPL of the previous Final (LOIRE-Bert)", "abs(Init - previous Final) AP, mean "
-          "over stages 2-5", _mean_gap, ("Random", "Zero"), check=_exact_growth),
+          "Init within 0.09-0.76 PPL of the previous Final", "abs(Init - previous Final) AP, mean "
+          "over stages 2-5", _mean_gap, ("Random", "Zero"), check=_exact_growth, contrast=True,
+          paper_model="LOIRE-Bert"),
 )
+
+
+def _paper(figures: str, model: str, fam: str) -> str:
+    """The paper's figures, naming the model they are of where it is not the suite's kind."""
+    return figures if model == PAPER_MODEL[fam] else f"{figures} ({model})"
 
 
 def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -230,58 +266,73 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[st
         return [r for r in results.get(system, ()) if r["finished"] and r["gate"]["passed"]]
 
     out = []
+    fam = family(results)
     loire = counted("LOIRE")
     # LOIRE's runs that failed the gate are not dropped in its favour: they make every verdict inconclusive
     loire_failed = [r["name"] for r in results.get("LOIRE", ()) if r["finished"] and not r["gate"]["passed"]]
     for c in CLAIMS:
         others = [s for s in results if s != "LOIRE"] if c.opponents is None else list(c.opponents)
-        missing = "LOIRE" not in results or not others or any(s not in results for s in others)
+        present = [s for s in others if s in results]
+        if c.contrast and c.check is not None:  # LOIRE's own check decides; the opponents are a contrast
+            missing, others = "LOIRE" not in results, present
+        else:
+            missing = "LOIRE" not in results or not others or len(present) < len(others)
         mine = [v for v in (c.metric(r) for r in loire) if v is not None]
         parts, numbers = [], [f"LOIRE {_fmt_range(mine)}"]
-        for other in (s for s in others if s in results):
+        for other in present:
             theirs = [v for v in (c.metric(r) for r in counted(other)) if v is not None]
             parts.append(_lower(mine, theirs))
             numbers.append(f"{other} {_fmt_range(theirs)}")
-        if c.check is not None and not missing and len(mine) >= MIN_SEEDS:
-            ok, number = c.check(loire)
-            numbers.append(number)
-            if not ok:
-                parts.append("does not hold")
+        if c.check is not None and not missing:
+            if len(mine) >= MIN_SEEDS:
+                ok, number = c.check(loire)
+                numbers.append(number)
+                parts.append("holds" if ok else "does not hold")
+            else:
+                parts.append("inconclusive")
+        if c.contrast and len(present) < len(c.opponents or ()):
+            numbers.append(f"{', '.join(s for s in c.opponents or () if s not in present)}: not in this suite")
         verdict = "not run" if missing else _combine(parts)
-        why = _why(verdict, loire, others, counted)
+        why = _why(verdict, loire, others, counted, checked_only=c.check is not None and not others)
         if loire_failed and verdict != "not run":
             verdict, why = "inconclusive", f"LOIRE run(s) {', '.join(loire_failed)} failed the sanity gate"
-        out.append({"claim": c.claim, "where": c.where, "paper": c.paper, "metric": c.label, "verdict": verdict,
-                    "numbers": numbers, "why": why})
+        out.append({"claim": c.claim, "where": c.where, "paper": _paper(c.paper, c.paper_model, fam),
+                    "metric": c.label, "verdict": verdict, "numbers": numbers, "why": why})
     out.insert(1, _flops_verdict(results, counted))
     return out
 
 
-def _why(verdict: str, loire: Sequence, others: Sequence[str], counted) -> str:
+def _why(verdict: str, loire: Sequence, others: Sequence[str], counted, checked_only: bool = False) -> str:
     if verdict == "not run":
         return "a system it needs is not in this suite"
     short = [s for s in ["LOIRE", *others] if len(counted(s) if s != "LOIRE" else loire) < MIN_SEEDS]
-    if verdict == "does not hold" and not short:
-        return "against some opponent the seeds' ranges do not overlap, or LOIRE's growth was not exact"
     if short:
         return f"fewer than {MIN_SEEDS} counted runs of {', '.join(short)} (runs that failed the gate do not count)"
+    if checked_only:  # LOIRE's own runs decide, with no opponent in the suite
+        return ("LOIRE's own runs decide: within the tolerance on every growth stage of every seed"
+                if verdict == "holds" else "LOIRE's own runs decide: not within the tolerance on every growth stage")
+    if verdict == "does not hold":
+        return "against some opponent the seeds' ranges do not overlap, or LOIRE's growth was not exact"
     if verdict == "inconclusive":
         return "the seeds' ranges overlap"
     return "the seeds' ranges do not overlap"
 
 
 def _flops_verdict(results, counted) -> dict[str, Any]:
-    """Table 4: LOIRE's training FLOPs over GPT_L's and GPT_R's, summed over the stages
-    (analytic, so every seed gives the same ratio; the seed rule applies all the same)."""
+    """Table 4: LOIRE's training FLOPs over GPT_L's and GPT_R's (an encoder's: BERT_L's and
+    BERT_R's), summed over the stages (analytic, so every seed gives the same ratio; the seed
+    rule applies all the same). The paper's figures are LOIRE-GPT1's."""
     parts, numbers = [], []
     loire = counted("LOIRE")
-    for other in ("GPT_L", "GPT_R"):
+    fam, scratch = family(results), _scratch(results)
+    for other, paper in zip(scratch, PAPER_FLOPS.values()):
         theirs = counted(other)
         if not loire or not theirs:
             parts.append("not run" if other not in results else "inconclusive")
             continue
         ratios = [sum(a["flops"]) / sum(b["flops"]) for a in loire for b in theirs]
-        numbers.append(f"LOIRE/{other} {100 * statistics.fmean(ratios):.1f}% (paper {PAPER_FLOPS[other]:.1f}%)")
+        numbers.append(f"LOIRE/{other} {100 * statistics.fmean(ratios):.1f}% (paper {paper:.1f}%"
+                       + ("" if fam == "GPT" else f", {PAPER_MODEL['GPT']}") + ")")
         if len(loire) < MIN_SEEDS or len(theirs) < MIN_SEEDS:
             parts.append("inconclusive")
         else:
@@ -289,17 +340,18 @@ def _flops_verdict(results, counted) -> dict[str, Any]:
     verdict = "not run" if "not run" in parts or "LOIRE" not in results else _combine(parts)
     why = ("a system it needs is not in this suite" if verdict == "not run" else
            f"fewer than {MIN_SEEDS} counted runs" if "inconclusive" in parts else "analytic FLOPs of the runs")
-    return {"claim": "LOIRE costs fewer FLOPs than GPT_L and GPT_R", "where": "Table 4",
-            "paper": "76.2% and 70.8%", "metric": "total training FLOPs ratio", "verdict": verdict,
-            "numbers": numbers, "why": why}
+    return {"claim": f"LOIRE costs fewer FLOPs than {scratch[0]} and {scratch[1]}", "where": "Table 4",
+            "paper": _paper("76.2% and 70.8%", PAPER_MODEL["GPT"], fam), "metric": "total training FLOPs ratio",
+            "verdict": verdict, "numbers": numbers, "why": why}
 
 
 def cost_ratios(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """LOIRE's FLOPs and wall time over GPT_L's and GPT_R's, per stage and in total (means
-    over the finished runs of both, seed by seed where both have the seed)."""
+    """LOIRE's FLOPs and wall time over GPT_L's and GPT_R's (BERT_L's and BERT_R's), per
+    stage and in total (means over the finished runs of both, seed by seed where both have
+    the seed)."""
     out = []
     mine = {r["name"].rsplit("-s", 1)[-1]: r for r in results.get("LOIRE", ()) if _complete(r)}
-    for other in ("GPT_L", "GPT_R"):
+    for other in _scratch(results):
         theirs = {r["name"].rsplit("-s", 1)[-1]: r for r in results.get(other, ()) if _complete(r)}
         seeds = sorted(set(mine) & set(theirs))
         if not seeds:
@@ -328,10 +380,15 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     """The whole report as markdown. ``suite`` carries name, seeds, setting, why, margin and
     entropy; ``sweep`` rows carry setting, system, final_ap, gate_passed."""
     agg = aggregate(results)
+    fam = family(results)
     lines = [f"# Comparison suite `{suite['name']}`", "",
              f"Seeds {', '.join(map(str, suite['seeds']))}. Shared setting: "
              f"`{' '.join(suite['setting']) or 'the base config'}` ({suite['why']}). Cells are the mean ± half "
              "the range over the counted runs (finished, and passed the sanity gate).", ""]
+    if fam == "BERT":
+        lines += ["Encoders (LOIRE-Bert): every perplexity is a masked-LM perplexity, exp of the mean cross-entropy "
+                  "over the masked positions of fixed validation masks (the same positions for every model), and "
+                  "the train loss of the sanity gate is the masked-LM loss.", ""]
     lines += ["## Verdicts", ""]
     lines += markdown_table(["the paper's claim", "where", "paper", "measured", "verdict"],
                     [[v["claim"], v["where"], v["paper"], f"{v['metric']}: " + "; ".join(v["numbers"]),
@@ -359,10 +416,10 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                 rows.append([f"LOIRE/{r['versus']} {label}", str(r["seeds"])]
                             + [f"{100 * x:.1f}%" for x in r[key]["per_stage"]] + [f"{100 * r[key]['total']:.1f}%"])
         lines += markdown_table(header, rows)
-        lines += ["", f"The paper: LOIRE/GPT_L {PAPER_FLOPS['GPT_L']}% and LOIRE/GPT_R {PAPER_FLOPS['GPT_R']}% "
-                  "of the FLOPs (Table 4, AVG)."]
+        lines += ["", f"The paper ({PAPER_MODEL['GPT']}): LOIRE/GPT_L {PAPER_FLOPS['GPT_L']}% and LOIRE/GPT_R "
+                  f"{PAPER_FLOPS['GPT_R']}% of the FLOPs (Table 4, AVG)."]
     else:
-        lines += ["LOIRE and GPT_L or GPT_R have no finished runs with a common seed."]
+        lines += [f"LOIRE and {' or '.join(_scratch(results))} have no finished runs with a common seed."]
     lines += ["", "## Where the wall time goes", "",
               "Seconds per run, mean over finished runs. Teacher forwards: the distillation steps' time beyond "
               "the same stage's other steps; other: checkpoints, data start-up and bookkeeping.", ""]

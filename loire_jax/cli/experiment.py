@@ -1,7 +1,7 @@
 """The paper's comparisons as one command: every baseline and ablation, every seed, one report.
 
-    python launch/experiment.py --suite paper-mini [--list] [--seeds 1,2,3] [--workdir DIR]
-                                [--mesh M] [--compile-cache DIR|auto|off]
+    python launch/experiment.py --suite paper-mini|bert-mini|PATH.yaml [--list] [--seeds 1,2,3]
+                                [--workdir DIR] [--mesh M] [--compile-cache DIR|auto|off]
 
 A suite (``configs/suites/<name>.yaml``) derives every system from one LOIRE config
 (``loire_jax.experiments.systems``), so all of them see the same data order, seeds, tokens per stage
@@ -9,6 +9,10 @@ and evaluation batches. The sweep runs first and picks the one setting all syste
 then every system runs at every seed; then ``report/report.md`` gives AP and AP+ per
 stage, Init versus Final, cost ratios, where the wall time went and a verdict on each of
 the paper's claims. Rerunning the command skips finished runs and resumes a killed one.
+
+The base's model kind names the fixed-size baselines: GPT_S, GPT_L and GPT_R beside a
+decoder (paper-mini), BERT_S, BERT_L and BERT_R beside an encoder (bert-mini, LOIRE-Bert);
+a suite naming the other kind's is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -55,9 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         suite = suites.load_suite(args.suite, args.seeds)
         sweep = suites.sweep_runs(suite)
         chosen = _chosen(suites.workdir_for(suite, args.workdir), suite)
+        main_runs = suites.main_runs(suite, chosen[0] if chosen else ())  # every system derives, or one line says why
         if args.list:
             try:
-                _list(suite, sweep, suites.main_runs(suite, chosen[0] if chosen else ()), chosen)
+                _list(suite, sweep, main_runs, chosen)
                 sys.stdout.flush()
             except BrokenPipeError:  # piped into head: the reader has what it wanted
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -197,7 +197,8 @@ def _alternatives(cfg: ModelConfig, h2: int) -> str:
     mult = (h2 // cfg.hidden + 1) * cfg.hidden
     if _hidden_obstacle(cfg, "duplicate", mult, None) is None and h2 % cfg.hidden:
         options.append(f"a multiple of {cfg.hidden} (e.g. {mult}) with method='duplicate'")
-    options.append("a pre-norm or RMSNorm architecture (exact at any width)")
+    options.append("an RMSNorm architecture (exact at any width)" if cfg.encoder
+                   else "a pre-norm or RMSNorm architecture (exact at any width)")
     return "; ".join(options)
 
 
