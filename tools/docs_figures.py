@@ -564,9 +564,10 @@ def fig_bench_encoder(got: Callable[[str], dict[str, Any]]) -> str:
     return _prose(
         "The encoder's train step against the paper's decoder of the same shape, float32 on one CPU device, "
         "measured one after the other in one sitting by `python benchmarks/bench_step.py --shapes tiny,m1 --kinds "
-        "decoder,encoder --batch 8 --seq 256 --vocab 8192 --mesh 1 --json` (median of 3 repeats of 10 steps; "
-        f"recorded in `{rec['path']}`). Besides the decoder's work, the encoder runs its MLM transform, masks "
-        "its attention by padding and draws its masks on the device:"
+        "decoder,encoder --batch 8 --seq 256 --vocab 8192 --mesh 1 --repeats 5 --json` (median of 5 repeats of 10 "
+        "steps; "
+        f"recorded in `{rec['path']}`, on a machine shared with other jobs). The encoder adds its MLM transform "
+        "and draws its masks on the device, and runs its output layer at the masked positions only:"
     ) + "\n" + "\n".join(table) + "\n"
 
 
