@@ -96,9 +96,12 @@ def test_every_claim_against_all_its_opponents():
     results["Memory"] = [result("Memory", i, -2.0) for i in range(3)]  # Memory forgets less on every seed
     got = {v["where"]: v["verdict"] for v in verdicts(results)}
     assert got["Table 2"] == got["Table 12"] == "does not hold"
+    assert {v["where"]: v["why"] for v in verdicts(results)}["Table 12"] == \
+        "every counted run of Memory is better than every LOIRE run"
     # growth that is not exact does not "preserve the function", however it compares to Random and Zero
     results["LOIRE"][2] = result("LOIRE", 2, -1.0, ap=20.0, init=39.5)  # 0.5 AP off the previous Final (39)
-    assert {v["where"]: v["verdict"] for v in verdicts(results)}["Table 2 (bottom), Fig. 4"] == "does not hold"
+    row = next(v for v in verdicts(results) if v["where"] == "Table 2 (bottom), Fig. 4")
+    assert row["verdict"] == "does not hold" and row["why"] == "LOIRE's growth was not exact on every growth stage"
     del results["Zero"]  # a claim against Random and Zero needs both
     got = {v["where"]: v["verdict"] for v in verdicts(results)}
     assert got["Fig. 4"] == "not run"
@@ -120,6 +123,14 @@ def test_flops_claim():
     assert next(v for v in verdicts(results) if v["where"] == "Table 4")["verdict"] == "holds"
     results["GPT_R"] = [result("GPT_R", i, 0.0, flops=0.5) for i in range(3)]
     assert next(v for v in verdicts(results) if v["where"] == "Table 4")["verdict"] == "does not hold"
+    # each ratio is a claim of its own: a suite with one of the two baselines is judged against it, by name
+    del results["GPT_R"]
+    flops = next(v for v in verdicts(results) if v["where"] == "Table 4")
+    assert (flops["claim"], flops["verdict"]) == ("LOIRE costs fewer FLOPs than GPT_L", "holds")
+    assert flops["numbers"][-1] == "GPT_R: not in this suite"
+    del results["GPT_L"]
+    flops = next(v for v in verdicts(results) if v["where"] == "Table 4")
+    assert (flops["claim"], flops["verdict"]) == ("LOIRE costs fewer FLOPs than GPT_L and GPT_R", "not run")
 
 
 def test_the_gate_compares_each_stage_end_with_the_unigram_entropy():
@@ -217,6 +228,23 @@ def test_init_versus_final_of_encoders_gets_its_verdict_from_loires_own_runs():
     assert by_where(results)["Table 2 (bottom), Fig. 4"]["verdict"] == "not run"
 
 
+def test_a_claim_that_does_not_hold_names_who_beat_loire_even_when_another_opponent_is_short():
+    """bert-mini's result: BERT_S forgets less than LOIRE on every seed, while BERT_L has two
+    counted runs (one stayed on the unigram plateau)."""
+    def run(system, seed, ap_plus, passed=True):
+        return {**result(system, seed, ap_plus, passed=passed), "kind": "encoder"}
+
+    results = {"BERT_S": [run("BERT_S", i, 55.0 + i) for i in range(3)],
+               "BERT_L": [run("BERT_L", 0, 60.0), run("BERT_L", 1, 90.0, passed=False), run("BERT_L", 2, 59.0)],
+               "LOIRE": [run("LOIRE", i, 62.0 + i) for i in range(3)]}
+    row = by_where(results)["Table 2"]
+    assert row["verdict"] == "does not hold"
+    assert row["why"] == "every counted run of BERT_S is better than every LOIRE run"
+    results["BERT_S"] = [run("BERT_S", i, 63.0 + i) for i in range(3)]  # now the ranges overlap
+    row = by_where(results)["Table 2"]
+    assert row["verdict"] == "inconclusive" and row["why"].startswith("fewer than 3 counted runs of BERT_L")
+
+
 def test_an_encoder_suite_names_its_baselines_bert_in_every_verdict_and_table():
     results = {"LOIRE": [encoder("LOIRE", i, flops=0.7) for i in range(3)],
                "BERT_L": [encoder("BERT_L", i, flops=1.0) for i in range(3)],
@@ -228,6 +256,8 @@ def test_an_encoder_suite_names_its_baselines_bert_in_every_verdict_and_table():
     assert flops["paper"] == "76.2% and 70.8% (LOIRE-GPT1)"  # the paper's figures are the decoder's
     assert by_where(results)["Table 2"]["paper"].endswith("(LOIRE-GPT1)")
     assert [r["versus"] for r in cost_ratios(results)] == ["BERT_L", "BERT_R"]
+    bert_l_only = {s: runs for s, runs in results.items() if s != "BERT_R"}  # bert-mini's baselines
+    assert by_where(bert_l_only)["Table 4"]["claim"] == "LOIRE costs fewer FLOPs than BERT_L"
     text = markdown({"name": "bert-mini", "seeds": [0, 1, 2], "setting": [], "why": "no sweep",
                      "margin": 0.25, "entropy": {"WB": 5.0}}, results)
     assert "| LOIRE/BERT_L FLOPs | 3 |" in text and "| LOIRE/BERT_R wall time | 3 |" in text
