@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax.traverse_util import flatten_dict
+from hf_fixtures import FIXTURES, copy_fixture, edit_config
 from safetensors.numpy import load_file, save_file
 
 from loire_jax import apply_model, grow
 from loire_jax.interop import hf
 from loire_jax.parallel.sharding import make_mesh, param_shardings
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 MODELS = ("gpt2", "llama_gqa", "llama_tied")
 TOKENS = jnp.asarray(np.load(FIXTURES / "tokens.npy"))
 F64_TOL = 1e-9
@@ -177,18 +176,6 @@ def test_a_checkpoint_loads_onto_a_mesh_reading_only_each_devices_blocks(monkeyp
 
 
 # --------------------------------------------------------------------------- refusals
-def _copy(name, tmp_path) -> Path:
-    folder = tmp_path / name
-    shutil.copytree(FIXTURES / name, folder)
-    return folder
-
-
-def _edit_config(folder, **changes):
-    data = json.loads((folder / "config.json").read_text())
-    data.update(changes)
-    (folder / "config.json").write_text(json.dumps(data))
-
-
 @pytest.mark.parametrize("fixture, change, match", [
     ("llama_gqa", {"architectures": ["MistralForCausalLM"]},
      r"architectures \['MistralForCausalLM'\] is not supported"),
@@ -215,14 +202,14 @@ def _edit_config(folder, **changes):
 def test_a_checkpoint_that_does_not_match_is_refused_naming_why(fixture, change, match, tmp_path):
     """Config fields that are unsupported, malformed or contradicted by the tensors: one
     HFError naming the field or tensor, never a traceback and never a partial load."""
-    folder = _copy(fixture, tmp_path)
-    _edit_config(folder, **change)
+    folder = copy_fixture(fixture, tmp_path)
+    edit_config(folder, **change)
     with pytest.raises(hf.HFError, match=match):
         hf.load(folder)
 
 
 def test_a_missing_or_misshapen_tensor_is_refused_never_zero_filled(tmp_path):
-    folder = _copy("gpt2", tmp_path)
+    folder = copy_fixture("gpt2", tmp_path)
     tensors = load_file(str(folder / "model.safetensors"))
     del tensors["transformer.h.1.mlp.c_fc.bias"]
     save_file(tensors, str(folder / "model.safetensors"))
@@ -241,7 +228,7 @@ def test_a_missing_or_misshapen_tensor_is_refused_never_zero_filled(tmp_path):
 
 def test_gpt2_weights_stored_without_the_transformer_prefix_load_the_same(tmp_path):
     """The original GPT-2 checkpoints name their tensors "h.0.attn.c_attn.weight"."""
-    folder = _copy("gpt2", tmp_path)
+    folder = copy_fixture("gpt2", tmp_path)
     tensors = load_file(str(folder / "model.safetensors"))
     save_file({k.removeprefix("transformer."): v for k, v in tensors.items()}, str(folder / "model.safetensors"))
     cfg, params = hf.load(folder)
@@ -257,7 +244,7 @@ def test_an_export_that_fails_leaves_nothing_behind(tmp_path):
 
 
 def test_a_config_without_a_required_field_is_refused_naming_it(tmp_path):
-    folder = _copy("gpt2", tmp_path)
+    folder = copy_fixture("gpt2", tmp_path)
     data = json.loads((folder / "config.json").read_text())
     del data["n_layer"]
     (folder / "config.json").write_text(json.dumps(data))
@@ -271,7 +258,7 @@ def test_a_directory_without_a_checkpoint_is_refused(tmp_path):
     shutil.copy(FIXTURES / "gpt2" / "config.json", tmp_path / "config.json")
     with pytest.raises(hf.HFError, match="no model.safetensors or model.safetensors.index.json"):
         hf.load(tmp_path)
-    folder = _copy("llama_gqa", tmp_path)
+    folder = copy_fixture("llama_gqa", tmp_path)
     (folder / "model-00002-of-00003.safetensors").unlink()
     with pytest.raises(hf.HFError, match="model-00002-of-00003.safetensors: missing"):
         hf.load(folder)
@@ -320,7 +307,7 @@ def test_init_from_checks_the_tokenizer_it_can_prove_and_refuses_one_it_cannot(t
     pretrained.check_tokenizer(str(tmp_path / "exported"), mine)
     with pytest.raises(RunError, match="tokenizer mismatch"):
         pretrained.check_tokenizer(str(tmp_path / "exported"), {**mine, "sha256": "cd" * 32})
-    foreign = _copy("gpt2", tmp_path)
+    foreign = copy_fixture("gpt2", tmp_path)
     (foreign / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')
     theirs = {"kind": "tokenizer_json", "vocab_size": 100, "eos_id": 99,
               "sha256": sha256_file(foreign / "tokenizer.json")}

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax.traverse_util import flatten_dict
+from hf_fixtures import FIXTURES, copy_fixture, edit_config
 from safetensors.numpy import load_file, save_file
 from tiers import tiered
 
@@ -24,7 +24,6 @@ from loire_jax import apply_model, grow, init_params, preset
 from loire_jax.interop import hf
 from loire_jax.parallel.sharding import make_mesh, param_shardings
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 MODELS = ("bert", "roberta")
 F64_TOL = 1e-9
 # float32 import, relative to the largest logit: 6.0e-7 (bert) and 5.3e-7 (roberta) measured
@@ -194,18 +193,6 @@ def test_an_encoder_loads_onto_a_mesh_and_as_a_runs_pretrained_model():
 
 
 # --------------------------------------------------------------------------- refusals
-def _copy(name, tmp_path) -> Path:
-    folder = tmp_path / name
-    shutil.copytree(FIXTURES / name, folder)
-    return folder
-
-
-def _edit_config(folder, **changes):
-    data = json.loads((folder / "config.json").read_text())
-    data.update(changes)
-    (folder / "config.json").write_text(json.dumps(data))
-
-
 @pytest.mark.parametrize("fixture, change, match", [
     ("bert", {"architectures": ["BertForSequenceClassification"]},
      r"architectures \['BertForSequenceClassification'\] is not supported"),
@@ -230,8 +217,8 @@ def _edit_config(folder, **changes):
      r"^\S+/config.json: field\(s\) \['attention_probs_dropout_prob', .*\] are not supported for GPT2LMHeadModel"),
 ])
 def test_an_encoder_checkpoint_that_does_not_match_is_refused_naming_why(fixture, change, match, tmp_path):
-    folder = _copy(fixture, tmp_path)
-    _edit_config(folder, **change)
+    folder = copy_fixture(fixture, tmp_path)
+    edit_config(folder, **change)
     with pytest.raises(hf.HFError, match=match) as info:
         hf.load(folder)
     assert "\n" not in str(info.value)
@@ -248,7 +235,7 @@ def test_stored_tensors_are_checked_and_the_unused_ones_of_real_checkpoints_igno
     # what pretraining checkpoints also hold (pooler, next-sentence head, buffers, a tied copy of
     # the output layer, its bias under both names), the LayerNorms as gamma/beta, and no
     # "bert." prefix: the same model
-    folder = _copy("bert", tmp_path)
+    folder = copy_fixture("bert", tmp_path)
 
     def pretraining(t):
         t.update({"bert.pooler.dense.weight": np.ones((32, 32), np.float32),

@@ -162,7 +162,7 @@ def test_a_piece_already_taken_by_eos_is_not_reused():
 
 
 def test_hf_tokenizer_json_file(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")  # optional dependency
+    tokenizers = pytest.importorskip("tokenizers", reason="the optional tokenizers package is not installed: a tokenizer.json cannot be read without it")
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "hello": 5, "world": 6, "<s>": 7}
     hf = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     hf.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()

@@ -333,10 +333,22 @@ def fig_default_run_log(got: Callable[[str], dict[str, Any]]) -> str:
 def fig_default_run_report(got: Callable[[str], dict[str, Any]]) -> str:
     rec = got("default-run")
     run = rec["report"]
-    n = len(run["stages"])
-    pres = {p["stage"]: p["delta"] for p in run["preservation"]}
     worst = max(((p["delta"], p["previous_final"]) for p in run["preservation"] if p["delta"] is not None),
                 key=lambda pair: abs(pair[0]))
+    table = _report_table(run, "")
+    return _prose(
+        "The default run's report (`runs/tiny/report/report.md`), from `docs/results/default-run`. The wall "
+        f"times are one measurement, by {_cmd(rec)} {_on(rec)}. The other rows are deterministic: both "
+        "recorded runs agree on them bit for bit. On another CPU the last digits of Init − Prev final may "
+        f"differ: its largest value here, {_num(worst[0], 4)} at an AP of {_num(worst[1])}, is float32 rounding "
+        f"({abs(worst[0]) / worst[1]:.0e} relative)."
+    ) + "\n" + table
+
+
+def _report_table(run: dict[str, Any], corner: str) -> str:
+    """A run report's per-stage rows: AP, AP+, Init − Prev final, FLOPs and wall time."""
+    n = len(run["stages"])
+    pres = {p["stage"]: p["delta"] for p in run["preservation"]}
     rows = [
         ["AP"] + [_num(r["AP"]) for r in run["lifelong"]],
         ["AP+"] + [_num(r["AP+"]) for r in run["lifelong"]],
@@ -344,15 +356,8 @@ def fig_default_run_report(got: Callable[[str], dict[str, Any]]) -> str:
         ["training FLOPs"] + [f"{s['flops']:.2e}" for s in run["stages"]],
         ["wall (s)"] + [_num(s["wall_s"], 1) for s in run["stages"]],
     ]
-    table = ["| | " + " | ".join(f"M{k + 1}" for k in range(n)) + " |", "|---" * (n + 1) + "|"]
-    table += ["| " + " | ".join(row) + " |" for row in rows]
-    return _prose(
-        "The default run's report (`runs/tiny/report/report.md`), from `docs/results/default-run`. The wall "
-        f"times are one measurement, by {_cmd(rec)} {_on(rec)}. The other rows are deterministic: both "
-        "recorded runs agree on them bit for bit. On another CPU the last digits of Init − Prev final may "
-        f"differ: its largest value here, {_num(worst[0], 4)} at an AP of {_num(worst[1])}, is float32 rounding "
-        f"({abs(worst[0]) / worst[1]:.0e} relative)."
-    ) + "\n" + "\n".join(table) + "\n"
+    table = [(f"| {corner} | " if corner else "| | ") + " | ".join(f"M{k + 1}" for k in range(n)) + " |", "|---" * (n + 1) + "|"]
+    return "\n".join(table + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def fig_default_run_wall(got: Callable[[str], dict[str, Any]]) -> str:
@@ -530,24 +535,12 @@ def fig_bench_data(got: Callable[[str], dict[str, Any]]) -> str:
 
 def fig_bert_tiny_report(got: Callable[[str], dict[str, Any]]) -> str:
     rec = got("bert-tiny")
-    run = rec["report"]
-    n = len(run["stages"])
-    pres = {p["stage"]: p["delta"] for p in run["preservation"]}
-    rows = [
-        ["AP"] + [_num(r["AP"]) for r in run["lifelong"]],
-        ["AP+"] + [_num(r["AP+"]) for r in run["lifelong"]],
-        ["Init − Prev final (AP)"] + [_num(pres.get(k + 1), 4) if k else "-" for k in range(n)],
-        ["training FLOPs"] + [f"{s['flops']:.2e}" for s in run["stages"]],
-        ["wall (s)"] + [_num(s["wall_s"], 1) for s in run["stages"]],
-    ]
-    table = ["| `bert_tiny` | " + " | ".join(f"M{k + 1}" for k in range(n)) + " |", "|---" * (n + 1) + "|"]
-    table += ["| " + " | ".join(row) + " |" for row in rows]
     return _prose(
         f"The report of {_cmd(rec)}, which took {_duration(rec['record']['wall_s'])} {_on(rec)} (one measurement; "
         "`docs/results/bert-tiny`). Perplexities are masked-LM ones, exp(mean CE over the masked tokens) on the "
         "fixed validation masks, so they are not comparable with a decoder's; Init − Prev final is the growth "
         "step's own change on the same masks:"
-    ) + "\n" + "\n".join(table) + "\n"
+    ) + "\n" + _report_table(rec["report"], "`bert_tiny`")
 
 
 def fig_bench_encoder(got: Callable[[str], dict[str, Any]]) -> str:
