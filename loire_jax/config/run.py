@@ -23,10 +23,9 @@ from typing import Any, Literal, Mapping, Sequence
 from loire_jax.config.data import DataConfig, TokenizerSpec
 from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, INITS, MODES, OPS
 from loire_jax.config.mesh import parse_mesh
-from loire_jax.config.model import ModelConfig
+from loire_jax.config.model import PRESETS, ModelConfig
 from loire_jax.errors import ConfigError, raise_problems
 
-PRESETS = ("paper", "gpt2", "modern", "bert", "roberta")
 TEACHERS = ("all", "last", "none")
 REPLAY_FROM = ("all", "previous")
 OPTIMIZERS = ("adam", "adamw")

@@ -97,14 +97,11 @@ def mlm_objective(spec: MaskingSpec, tokens: jax.Array, keys: jax.Array,
     decoders: weights[:, j-1] > 0 iff tokens[:, j] is real. Padding is neither attended to
     nor selected."""
     rows = tokens[:, :-1].at[:, 0].set(spec.cls_id)
-    if weights is None:
-        valid = None
-        real = jnp.ones(rows.shape, bool)
-    else:
-        real = jnp.concatenate([jnp.ones(rows.shape[:1] + (1,), bool), weights[:, :-1] > 0], axis=1)
-        valid = real
-    special = jnp.isin(rows, jnp.asarray(spec.special_ids, rows.dtype))
-    inputs, selected = mask_tokens(spec, keys, rows, real & ~special)
+    valid = None  # every token is real
+    if weights is not None:
+        valid = jnp.concatenate([jnp.ones(rows.shape[:1] + (1,), bool), weights[:, :-1] > 0], axis=1)
+    maskable = ~jnp.isin(rows, jnp.asarray(spec.special_ids, rows.dtype))
+    inputs, selected = mask_tokens(spec, keys, rows, maskable if valid is None else maskable & valid)
     dtype = jnp.float32 if weights is None else jnp.promote_types(weights.dtype, jnp.float32)
     if not spec.predictions:
         return Objective(inputs, rows, selected.astype(dtype), valid)
