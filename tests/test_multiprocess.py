@@ -53,6 +53,12 @@ def two_processes(config: Path, workdir: Path, *args: str, faults=(None, None), 
         return list(pool.map(finish, procs))
 
 
+def tails(*stderrs: str) -> str:
+    """The processes' stderr ends, as one string: pytest shortens a tuple's repr, and with it
+    the line that says why a process aborted."""
+    return "\n".join(f"--- process {i}:\n{err[-3000:]}" for i, err in enumerate(stderrs))
+
+
 def assert_close_to(got: dict, want: dict, rel: float = 1e-5) -> None:
     """Other reduction orders (data across processes vs. fsdp over 8): float32 rounding only."""
     assert got.keys() == want.keys()
@@ -62,8 +68,9 @@ def assert_close_to(got: dict, want: dict, rel: float = 1e-5) -> None:
 
 def test_two_processes_train_the_run_one_process_trains(run_config, reference, tmp_path):
     """Started as a SLURM job step would start them: no flags, JAX reads SLURM's variables."""
-    (rc0, out0, err0, _), (rc1, out1, err1, _) = two_processes(run_config, tmp_path, slurm=True)
-    assert rc0 == 0 and rc1 == 0, (err0[-2000:], err1[-2000:])
+    (rc0, out0, err0, end0), (rc1, out1, err1, end1) = two_processes(run_config, tmp_path, slurm=True)
+    assert rc0 == 0 and rc1 == 0, tails(err0, err1)
+    assert end0 > end1, (end0, end1)  # process 0 hosts the coordination service: it leaves last
     assert "over 2 processes (4 local each)" in out0
     assert "PPL" in out0 and "PPL" not in out1  # messages, logs and the report: process 0's
     train = records(tmp_path, "train")
@@ -82,7 +89,7 @@ def test_sigterm_to_one_process_stops_both_and_one_process_resumes(run_config, r
     """SIGTERM reaches process 1 only (after its 9th step: stage 2, step 3); both save that
     step and exit 75 (resume me). One process then resumes the two-process checkpoint on 8 devices."""
     (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term:9"))
-    assert rc0 == 75 and rc1 == 75, (err0[-2000:], err1[-2000:])
+    assert rc0 == 75 and rc1 == 75, tails(err0, err1)
     assert "in stage 2 at step 3: checkpoint saved" in out0
     assert steps_saved(tmp_path / "stage_2") == [2, 3]
     assert in_process(run_config, tmp_path).complete
@@ -95,7 +102,7 @@ def test_a_signal_outside_the_step_loop_stops_both_at_the_same_point(run_config,
     next agreed stop point (after the final evaluation's first domain), exit 75, and keep
     what is finished; stage 2 never starts. (Resuming such a stop: tests/test_faults.py.)"""
     (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term-stage-end:1"))
-    assert rc0 == 75 and rc1 == 75, (err0[-2000:], err1[-2000:])
+    assert rc0 == 75 and rc1 == 75, tails(err0, err1)
     assert "stopped (SIGTERM) during stage 1 final evaluation" in out0
     assert steps_saved(tmp_path / "stage_1")[-1] == 6
     assert not (tmp_path / "stage_2").exists() or not steps_saved(tmp_path / "stage_2")

@@ -136,8 +136,9 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
         result = run(run_config, workdir, mesh=make_mesh(sizes, devs), fresh=args.fresh, break_lock=args.break_lock,
                      hooks=[_LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
                             *extra_hooks])
+        code = result.exit_code  # run() wrote the report of a complete run
     except ReportError as err:  # the run is complete and every process done; only process 0's report failed
-        return fail(err, ENVIRONMENT)
+        code = fail(err, ENVIRONMENT)
     except OSError as err:  # the environment: a full disk, a vanished mount, permissions (a PathError too)
         return _failed(f"{os_reason(err)}; the last complete checkpoint is intact, so fix this and rerun the same "
                        "command to resume", ENVIRONMENT)
@@ -151,7 +152,11 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
     finally:
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
-    return result.exit_code  # run() wrote the report of a complete run
+    if jax.process_count() > 1:  # every process ended the same way: leave in order, the coordinator last
+        from loire_jax.parallel import peers
+
+        peers.finish(code)
+    return code
 
 
 def _check_mesh(run_config, mesh_spec: str, processes) -> None:

@@ -12,7 +12,8 @@ The order of leaving matters. Process 0 hosts the coordination service, and any 
 still connected when it goes is aborted by JAX's C++ runtime with a stack trace. So each
 watcher posts that it has seen the failure; the failing process waits for those (at most
 ``WAIT_S``), posts that it leaves, and leaves; process 0, if it is not the one that failed,
-leaves last.
+leaves last. A run that ends the same way everywhere (done, or stopped by a signal) leaves in
+the same order (:func:`finish`).
 
 A process that dies without a word (``kill -9``, a lost node) posts nothing. So every
 watcher also beats (a counter in the store, once per poll, from its own thread: a main
@@ -210,6 +211,27 @@ def leave(code: int, lost: list[int] | tuple[int, ...] = ()) -> None:
         _post("left")
         if me == 0 and others:  # the coordinator goes last: the others leave right after posting "seen"
             time.sleep(LEAVE_GRACE_S)
+    _flush_and_exit(code)
+
+
+def finish(code: int) -> None:
+    """End this process of a run that ended the same way on every process (done, or stopped
+    by a signal with everything saved), in order and without JAX's own teardown.
+
+    At interpreter exit JAX shuts its client down and process 0 the coordination service. A
+    process whose background RPC thread (JAX's task watcher) still polls the service when it
+    goes is aborted by JAX's runtime with a C++ stack: a resumable 75, or a finished run's 0,
+    would reach the scheduler as SIGABRT. So every process leaves as after a failure: the
+    others post "left" and exit; process 0, which hosts the service, waits for them (at most
+    the heartbeat timeout) and leaves last. Everything of the run is on disk by now."""
+    if _client() is not None and jax.process_count() > 1:
+        me, count = jax.process_index(), jax.process_count()
+        if me == 0:
+            others = set(range(1, count))
+            _wait_for(lambda p: others <= set(p["left"]) | set(p["failed"]), timeout=_config["stall_s"])
+            time.sleep(LEAVE_GRACE_S)
+        else:
+            _post("left")
     _flush_and_exit(code)
 
 
