@@ -289,6 +289,24 @@ def test_first_stage_cannot_grow_or_distil():
         tiny("stages.0.teachers=all")
 
 
+@pytest.mark.parametrize("overrides,needle", [
+    (["stages.2.growth.0.init=elle", "stages.2.growth.0.noise=-0.1", "stages.2.reset_optimizer=true"],
+     r"noise must be a finite number >= 0 \(ELLE's std\), got -0.1"),
+    (["stages.2.growth.0.noise=0.01"], "noise applies to init: elle only, not init: loire"),
+    (["stages.2.growth.0.init=elle"], "init: elle grows no optimizer state .*: set reset_optimizer: true"),
+    (["stages.2.growth=[{op: ffn, size: 512, init: elle}, {op: heads, size: 8}]", "stages.2.reset_optimizer=true"],
+     "growth mixes ELLE's expansion"),
+    (["stages.0.recover_steps=2"], "has no earlier domains to recover on: set recover_steps to 0"),
+    (["stages.2.recover_steps=41"], "recover_steps=41 is longer than the stage's steps=40"),
+    (["stages.2.growth.0.init=elle", "stages.2.growth.0.mode=stack", "stages.2.reset_optimizer=true"],
+     "mode applies to layer growth only|ELLE inserts each layer copy"),
+])
+def test_elles_settings_are_checked_in_one_line(overrides, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        tiny(*overrides)
+    assert "\n" not in str(err.value)
+
+
 def test_mesh_that_does_not_divide_is_rejected_naming_stage_and_dim():
     with pytest.raises(ValueError, match=r"stages\.0 \('M1-WB'\).*not divisible by mesh axis fsdp=3"):
         tiny("mesh=3")

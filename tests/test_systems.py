@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loire_jax import load_run_config
-from loire_jax.config.schedule import replay_domains, stage_models
+from loire_jax.config.schedule import growth_plans, replay_domains, stage_models
 from loire_jax.experiments.systems import SYSTEMS, derive, scratch_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_sizes_of_the_systems(config):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m1}, name
     for name in (scratch_name("L", kind), scratch_name("R", kind)):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m5}, name
-    for name in ("LOIRE", "Layer-stack", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse"):
+    for name in ("LOIRE", "Layer-stack", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse", "ELLE"):
         got = stage_models(derive(name, loire))
         assert (_shape(got[0]), _shape(got[-1])) == (m1, m5), name
     reverse = [_shape(m) for m in stage_models(derive("SCHL-Reverse", loire))]
@@ -111,6 +111,23 @@ def test_growth_of_the_ablations(loire):
     assert growth("SCHL-Reverse") == ours[::-1]
 
 
+@pytest.mark.parametrize("config", list(BASES))
+def test_elle_grows_by_its_expansion_recovers_on_the_memory_then_replays_without_teachers(config):
+    """ELLE (Table 2): LOIRE's growth sizes and order by ELLE's expansion (layer sources drawn
+    from the run's seed), the optimizer afresh, a recovering warmup on the memory alone as
+    long as LOIRE's warmup, then 10% replay from every earlier domain to the stage's end."""
+    loire = load_run_config(ROOT / "configs" / f"{config}.yaml")
+    elle = derive("ELLE", loire)
+    assert [[(g.op, g.size, g.init, g.positions, g.noise) for g in s.growth] for s in elle.stages] == \
+        [[(g.op, g.size, "elle", None, None) for g in s.growth] for s in loire.stages]
+    for ours, theirs in zip(_later(loire), _later(elle)):
+        assert theirs.reset_optimizer and theirs.recover_steps == min(ours.warmup_steps, ours.steps - 1) > 0
+        assert _warmup(theirs) == (ours.steps, 0.1, "all", "none", 0.0, 0)
+        assert theirs.gate_ramp_steps == 0
+    plans = [p for stage in growth_plans(elle) for p in stage]
+    assert plans and all(p.init == "elle" and p.noise == 0.01 and not p.function_preserving for p in plans)
+
+
 def test_er_replays_only_the_previous_domain(loire):
     er = derive("ER", loire)
     assert [replay_domains(er, k) for k in range(1, 5)] == [("WB",), ("NEWS",), ("REV",), ("BIO",)]
@@ -142,8 +159,8 @@ def test_the_other_kinds_baseline_is_refused_in_one_line(name, config, use):
 
 
 def test_refusals(loire):
-    with pytest.raises(ValueError, match="unknown system 'ELLE'"):
-        derive("ELLE", loire)
+    with pytest.raises(ValueError, match="unknown system 'LiGO'"):
+        derive("LiGO", loire)
     with pytest.raises(ValueError, match="replay_from must be one of"):
         dataclasses.replace(loire.stages[1], replay_from="some")
 

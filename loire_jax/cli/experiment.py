@@ -112,6 +112,10 @@ def _stage_line(stage) -> str:
     if stage.growth:
         parts.append("grow " + ", ".join(f"{g.op}->{g.size}" + (f" ({g.init})" if g.init != "loire" else "")
                                          + (" stacked" if g.mode == "stack" else "") for g in stage.growth))
+    if stage.reset_optimizer:
+        parts.append("optimizer afresh")
+    if stage.recover_steps:
+        parts.append(f"recover {stage.recover_steps} on the memory alone")
     if stage.warmup_steps:
         parts.append(f"warmup {stage.warmup_steps}")
     if stage.replay_ratio:

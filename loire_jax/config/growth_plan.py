@@ -16,7 +16,10 @@ from loire_jax.errors import GrowthError
 OPS = ("hidden", "ffn", "heads", "layers")
 
 
-INITS = ("loire", "random", "zero")
+# "elle": ELLE's function-recovering expansion (Qin et al., 2022; ``growth.net2net``): new
+# units duplicate old ones, then Gaussian noise; new layers are ungated copies.
+INITS = ("loire", "random", "zero", "elle")
+ELLE_NOISE = 0.01  # ELLE's std of the symmetry-breaking noise
 
 
 HIDDEN_METHODS = ("auto", "zero_pad", "mean_expand", "duplicate", "paper")
@@ -48,6 +51,7 @@ class GrowthPlan:
     tied_rescale: str | None = None  # hidden duplicate with tied embeddings: norm scaled by 1/m
     function_preserving: bool = False
     reason: str = ""  # why not function-preserving, when it is not
+    noise: float = 0.0  # init="elle": std of the noise on the new slots
 
 
 def default_positions(layers: int, new_layers: int) -> tuple[int, ...]:
@@ -107,17 +111,23 @@ def plan_growth(
     positions: Sequence[int] | None = None,
     mode: str = "plugin",
     last_gate: float | None = None,
+    noise: float | None = None,
 ) -> GrowthPlan:
     """Validate a growth request and resolve every choice; raises ``GrowthError`` (a
     ``ValueError``) on bad input.
 
     ``last_gate`` is the current gate of the last layer; only the tied post-norm
-    ``duplicate`` construction depends on it (``grow`` passes it for you).
+    ``duplicate`` construction depends on it (``grow`` passes it for you). ``noise`` is
+    ELLE's (``init="elle"`` only; default ``ELLE_NOISE``).
     """
     if op not in OPS:
         raise GrowthError(f"unknown growth operator {op!r}; choose one of {OPS}")
     if init not in INITS:
         raise GrowthError(f"unknown init {init!r}; choose one of {INITS}")
+    if init == "elle":
+        return _plan_elle(cfg, op, size, ELLE_NOISE if noise is None else noise, method, positions, mode)
+    if noise is not None:
+        raise GrowthError(f"noise applies to ELLE's growth (init='elle') only, not init={init!r}")
     allowed = {"hidden": HIDDEN_METHODS, "heads": HEADS_METHODS}.get(op, ("auto",))
     if method not in allowed:
         if op in ("hidden", "heads"):
@@ -224,3 +234,35 @@ def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int
         chosen = tuple(sorted(chosen))
     return GrowthPlan("layers", cfg, cfg.replace(layers=l2), init, positions=chosen, mode=mode,
                       function_preserving=init == "loire", reason="" if init == "loire" else f"init={init!r}")
+
+
+def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, positions: Sequence[int] | None,
+               mode: str) -> GrowthPlan:
+    """ELLE's expansion (``growth.net2net.elle_grow``): width by duplication with split
+    outgoing weights, depth by ungated copies right after their sources, then noise. It keeps
+    the function only with ``noise=0``, for ffn and heads and for hidden at a multiple."""
+    if not (isinstance(noise, (int, float)) and not isinstance(noise, bool) and np.isfinite(noise) and noise >= 0):
+        raise GrowthError(f"ELLE's noise must be a finite number >= 0 (its std), got {noise!r}")
+    if mode != "plugin":
+        raise GrowthError(f"ELLE inserts each layer copy right after its source; mode={mode!r} does not apply")
+    if op == "layers":
+        plan = _plan_layers(cfg, size, "elle", positions, "plugin")
+        return dataclasses.replace(plan, positions=tuple(positions) if positions is not None else (), noise=float(noise),
+                                   function_preserving=False, reason="ELLE's layer copies are ungated")
+    if positions is not None:
+        raise GrowthError(f"positions apply to layer growth only, not {op!r}")
+    if op == "heads":
+        plan = _plan_heads(cfg, _check_size("heads", cfg.heads, size), "loire", method)
+        new, chosen = plan.new, plan.method
+    elif method != "auto":
+        raise GrowthError(f"method={method!r} applies to ELLE's heads growth only, not {op!r}")
+    elif op == "ffn":
+        new, chosen = cfg.replace(ffn=_check_size("ffn", cfg.ffn, size)), None
+    else:
+        new, chosen = cfg.replace(hidden=_check_size("hidden", cfg.hidden, size)), None
+    uneven = op == "hidden" and new.hidden % cfg.hidden != 0
+    why = (f"ELLE's noise (std {noise:g})" if noise else
+           "an uneven duplication of the stream moves the norm statistics" if uneven else "")
+    return GrowthPlan(op, cfg, new, "elle", method=chosen, noise=float(noise), function_preserving=not why,
+                      reason=why)
+

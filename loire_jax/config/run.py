@@ -80,6 +80,8 @@ class GrowthSpec:
 
     ``exact=False`` admits constructions that are not function-preserving (ablations such
     as the paper's zero-padding ``method="paper"``); the default refuses them.
+    ``init: elle`` is ELLE's expansion (the rival of Table 2), with ``noise`` its std
+    (default 0.01); without ``positions`` its layer copies' sources are drawn from the run's seed.
     """
 
     op: str
@@ -89,6 +91,7 @@ class GrowthSpec:
     positions: tuple[int, ...] | None = None  # layers only: source layer of each copy
     mode: str = "plugin"  # layers only: "plugin" (LOIRE) or "stack" (Fig. 6 ablation)
     exact: bool = True
+    noise: float | None = None  # init "elle" only
 
     def __post_init__(self) -> None:
         if self.positions is not None:
@@ -106,6 +109,11 @@ class GrowthSpec:
             problems.append(f"positions must be integers, got {self.positions!r}")
         if not isinstance(self.exact, bool):
             problems.append(f"exact must be true or false, got {self.exact!r}")
+        if self.noise is not None:
+            if self.init != "elle":
+                problems.append(f"noise applies to init: elle only, not init: {self.init}")
+            elif not (_is_num(self.noise) and math.isfinite(self.noise) and self.noise >= 0):
+                problems.append(f"noise must be a finite number >= 0 (ELLE's std), got {self.noise!r}")
         raise_problems(problems, "growth")
 
 
@@ -128,6 +136,9 @@ class StageConfig:
       from 0 to 1 over this many steps (the paper's lambda, 5k steps in App. D.1). It only
       acts in stages that grow layers.
     - ``reset_optimizer``: start Adam afresh instead of growing its moments with the plan.
+    - ``recover_steps``: ELLE's function-recovering warmup (Qin et al., 2022): the first
+      ``recover_steps`` train on the recovery memory of earlier domains alone, before the
+      domain's data arrives; the replay share then applies from there on, as set.
     - ``init_from`` (first stage only): M1's weights from a Hugging Face checkpoint directory
       or another run's Orbax stage directory instead of a random init (LOIRE-GPT2, §3.1);
       the architecture and the tokenizer must be the run's (``loire_jax.interop.pretrained``).
@@ -146,6 +157,7 @@ class StageConfig:
     beta_steps: int = 0
     reset_optimizer: bool = False
     init_from: str = ""
+    recover_steps: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.domains, str):
@@ -164,7 +176,7 @@ class StageConfig:
             problems.append("growth must be a list of GrowthSpec")
         if not (_is_int(self.steps) and self.steps >= 1):
             problems.append(f"steps must be a positive integer, got {self.steps!r}")
-        for name in ("warmup_steps", "gate_ramp_steps", "beta_steps"):
+        for name in ("warmup_steps", "gate_ramp_steps", "beta_steps", "recover_steps"):
             value = getattr(self, name)
             if not (_is_int(value) and value >= 0):
                 problems.append(f"{name} must be a non-negative integer, got {value!r}")
@@ -192,6 +204,17 @@ class StageConfig:
                                 "set teachers to 'all' or 'last', or beta to 0")
             if self.replay_ratio > 0 and self.warmup_steps == 0:
                 problems.append(f"replay_ratio={self.replay_ratio} acts during the warmup, but warmup_steps=0")
+            if self.recover_steps and self.distills:
+                problems.append(f"recover_steps={self.recover_steps} (ELLE's recovering warmup) runs without "
+                                "teachers; set teachers: none or recover_steps: 0")
+            elif self.recover_steps and self.warmup_steps and self.warmup_steps < self.recover_steps:
+                problems.append(f"warmup_steps={self.warmup_steps} ends inside recover_steps={self.recover_steps}: "
+                                "the replay share applies after the recovering warmup")
+            elle = [g.init == "elle" for g in self.growth]
+            if any(elle) and not all(elle):
+                problems.append("growth mixes ELLE's expansion (init: elle) with other inits; a stage grows one way")
+            if any(elle) and not self.reset_optimizer:
+                problems.append("init: elle grows no optimizer state (ELLE starts it afresh): set reset_optimizer: true")
         if problems:
             raise ConfigError(f"invalid {where}: " + "; ".join(problems))
 
@@ -483,4 +506,7 @@ def _stage_order_problems(stages: Sequence[StageConfig]) -> list[str]:
         problems.append(f"stage {first.name!r} is the first stage and has no earlier models: set teachers to 'none'")
     if first.replay_ratio > 0:
         problems.append(f"stage {first.name!r} is the first stage and has no earlier domains: set replay_ratio to 0")
+    if first.recover_steps > 0:
+        problems.append(f"stage {first.name!r} is the first stage and has no earlier domains to recover on: set "
+                        "recover_steps to 0")
     return problems

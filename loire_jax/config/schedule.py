@@ -75,10 +75,10 @@ def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
         for j, g in enumerate(stage.growth):
             try:
                 plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
-                                   positions=g.positions, mode=g.mode, last_gate=last_gate)
+                                   positions=g.positions, mode=g.mode, last_gate=last_gate, noise=g.noise)
             except ValueError as err:
                 raise ConfigError(f"stages.{i} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): {err}") from None
-            if plan.op == "layers" and (plan.mode == "stack" or cfg.layers - 1 in plan.positions):
+            if plan.op == "layers" and plan.init != "elle" and (plan.mode == "stack" or cfg.layers - 1 in plan.positions):
                 last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
             stage_plans.append(plan)
             cfg = plan.new
@@ -146,7 +146,7 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
 class Phase:
     """A run of steps sharing one compiled step: [start, end) within the stage."""
 
-    name: str  # "distill" (teachers on), "warmup" (replay, no teachers) or "train"
+    name: str  # "recover" (memory only), "distill" (teachers on), "warmup" (replay, no teachers) or "train"
     start: int
     end: int
     replay: bool
@@ -154,12 +154,14 @@ class Phase:
 
 
 def phases(stage: StageConfig, has_teachers: bool) -> list[Phase]:
-    """distill: the first beta_steps (with teachers); warmup: replay until warmup_steps; train: the rest."""
+    """recover: ELLE's first recover_steps on the memory alone; distill: the first beta_steps
+    (with teachers); warmup: replay until warmup_steps; train: the rest."""
+    rec = stage.recover_steps
     kd_end = stage.beta_steps if (has_teachers and stage.beta > 0) else 0
-    warm_end = max(stage.warmup_steps, kd_end)
+    warm_end = max(stage.warmup_steps, kd_end, rec)
     replay = stage.replay_ratio > 0
-    out = [Phase("distill", 0, kd_end, replay, True), Phase("warmup", kd_end, warm_end, replay, False),
-           Phase("train", warm_end, stage.steps, False, False)]
+    out = [Phase("recover", 0, rec, True, False), Phase("distill", rec, kd_end, replay, True),
+           Phase("warmup", max(kd_end, rec), warm_end, replay, False), Phase("train", warm_end, stage.steps, False, False)]
     return [p for p in out if p.end > p.start]
 
 

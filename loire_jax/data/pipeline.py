@@ -36,9 +36,11 @@ def _as_batch(tokens: np.ndarray) -> dict[str, np.ndarray]:
 
 
 class StageStream:
-    """The windows of one stage, in order: the replay phase, then the train phase, one stream.
+    """The windows of one stage, in order: the recovering phase, the replay phase, then the
+    train phase, one stream.
 
-    Window i of the first ``replay_windows`` is drawn from the recovery memory iff
+    The first ``recover_windows`` (ELLE's function-recovering warmup) are the recovery
+    memory's alone. After them, window i of the next ``replay_windows`` is drawn from the recovery memory iff
     floor((i+1) r) > floor(i r) (r = the replay ratio as an exact fraction), so every prefix
     holds the ratio to within one window. The current domain's windows are consumed in
     order across the hand-over: the train phase continues where the replay phase stopped,
@@ -47,10 +49,11 @@ class StageStream:
     """
 
     def __init__(self, current: grain.MapDataset, memory: grain.MapDataset | None, ratio: float,
-                 replay_windows: int, length: int):
+                 replay_windows: int, length: int, recover_windows: int = 0):
         self._cur, self._mem = current, memory
         self._frac = Fraction(ratio).limit_denominator(10_000) if memory is not None else Fraction(0)
         self._replay, self._len = replay_windows if memory is not None else 0, length
+        self._recover = recover_windows if memory is not None else 0
 
     def __len__(self) -> int:
         return self._len
@@ -61,9 +64,12 @@ class StageStream:
 
     def source_of(self, i: int) -> tuple[str, int]:
         """("memory" | "current", index into that dataset) of window i."""
-        if i < self._replay and self._memory_before(i + 1) > self._memory_before(i):
-            return "memory", self._memory_before(i)
-        return "current", i - self._memory_before(i)
+        if i < self._recover:
+            return "memory", i
+        k = i - self._recover
+        if k < self._replay and self._memory_before(k + 1) > self._memory_before(k):
+            return "memory", self._recover + self._memory_before(k)
+        return "current", k - self._memory_before(k)
 
     def __getitem__(self, i: int):
         which, j = self.source_of(int(i))
@@ -73,13 +79,14 @@ class StageStream:
 def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                   memory_domains: Sequence[int] | None = None, process_index: int = 0,
-                  process_count: int = 1) -> grain.MapDataset:
+                  process_count: int = 1, recover_steps: int = 0) -> grain.MapDataset:
     """The batched MapDataset behind ``train_iterator`` (one process's share).
 
-    ``replay_steps``: how many leading steps mix in the recovery memory (None: all of
-    them); ``steps``: the stream's length in steps (None: endless); ``memory_domains``:
-    the domain indices whose recovery memory is replayed (None: every domain before
-    ``domain_index``).
+    ``replay_steps``: how many leading steps draw on the recovery memory (None: all of
+    them), ``recover_steps`` of them on the memory alone (ELLE's recovering warmup) and the
+    rest mixed at ``replay_ratio``; ``steps``: the stream's length in steps (None:
+    endless); ``memory_domains``: the domain indices whose recovery memory is replayed
+    (None: every domain before ``domain_index``).
     """
     if not 0 <= domain_index < len(cfg.domains):
         raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
@@ -102,17 +109,20 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
     mem_ids = list(range(domain_index) if memory_domains is None else memory_domains)
     if not all(0 <= j < len(cfg.domains) for j in mem_ids):
         raise ConfigError(f"memory_domains {mem_ids} must be domain indices in [0, {len(cfg.domains)})")
-    if replay_ratio > 0 and mem_ids and replay_steps != 0:
+    if recover_steps and not mem_ids:
+        raise ConfigError(f"recover_steps={recover_steps} needs the recovery memory of an earlier domain")
+    if (replay_ratio > 0 and replay_steps != 0 or recover_steps) and mem_ids:
         mem_src = PackedWindows([prep.tokens(j, "memory") for j in mem_ids], seq_len)
         if len(mem_src) == 0:
             raise InsufficientDataError(
-                f"replay_ratio={replay_ratio} but the recovery memory of "
+                f"replay_ratio={replay_ratio}, recover_steps={recover_steps}, but the recovery memory of "
                 f"{[cfg.domains[j].name for j in mem_ids]} holds no full sequence of {seq_len + 1} tokens")
         mem = grain.MapDataset.source(mem_src).shuffle(seed=seed + _MEMORY_SEED_OFFSET).repeat()
     endless = sys.maxsize // (2 * global_batch_size)
     length = (steps if steps is not None else endless) * global_batch_size
-    replay = (replay_steps if replay_steps is not None else endless) * global_batch_size
-    ds = grain.MapDataset.source(StageStream(cur, mem, replay_ratio, replay, length))
+    replay = ((replay_steps if replay_steps is not None else endless) - recover_steps) * global_batch_size
+    ds = grain.MapDataset.source(StageStream(cur, mem, replay_ratio, max(replay, 0), length,
+                                             recover_steps * global_batch_size))
     if process_count > 1:
         ds = ds[process_index::process_count]
     return ds.batch(local_bs, drop_remainder=True).map(_as_batch)
@@ -121,13 +131,14 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
 def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                    seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                    memory_domains: Sequence[int] | None = None, num_threads: int = 1,
-                   prefetch: int = 4) -> grain.DatasetIterator:
+                   prefetch: int = 4, recover_steps: int = 0) -> grain.DatasetIterator:
     """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
 
     ``replay_ratio`` is the share of sequences drawn from the recovery memory of
     ``memory_domains`` (default: domains ``0..domain_index-1``; 0 → the current domain
     only; 0.1 → the 9:1 of the paper's memory split and the ER baseline), over
-    the first ``replay_steps`` steps (None: throughout). A stage is one such stream: its
+    the first ``replay_steps`` steps (None: throughout), of which the first
+    ``recover_steps`` draw on the memory alone (ELLE's recovering warmup). A stage is one such stream: its
     later steps continue the current domain where the replay steps left it.
     Batches are this process's numpy rows; the trainer places them on the mesh on its main
     thread (``to_global_batch``). ``num_threads`` is part of nothing in the state,
@@ -136,7 +147,8 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
     pi, pc = _process_info()
     ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
                        seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
-                       memory_domains=memory_domains, process_index=pi, process_count=pc)
+                       memory_domains=memory_domains, process_index=pi, process_count=pc,
+                       recover_steps=recover_steps)
     it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                  prefetch_buffer_size=prefetch))
     return iter(it_ds)

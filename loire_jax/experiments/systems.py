@@ -144,6 +144,26 @@ def _memory(base: RunConfig) -> RunConfig:
                                                for s in base.stages))
 
 
+ELLE_REPLAY = 0.1  # ELLE's share of each batch from earlier domains' memory
+
+
+def _elle_stage(stage: StageConfig) -> StageConfig:
+    """ELLE's stage: its expansion in place of LOIRE's growth (same sizes, Table 1's order;
+    layer copies of sources drawn from the run's seed), the optimizer started afresh, a
+    function-recovering warmup on the memory alone as long as LOIRE's warmup (ELLE's 5k
+    updates at its scale), then the domain with a fixed replay share throughout; no teachers."""
+    growth = tuple(dataclasses.replace(g, init="elle", exact=True, mode="plugin", positions=None,
+                                       method=g.method if g.op == "heads" else "auto") for g in stage.growth)
+    recover = min(stage.warmup_steps, stage.steps - 1)
+    return dataclasses.replace(_plain(stage), growth=growth, reset_optimizer=bool(growth), recover_steps=recover,
+                               warmup_steps=stage.steps, replay_ratio=ELLE_REPLAY, replay_from="all")
+
+
+def _elle(base: RunConfig) -> RunConfig:
+    """Qin et al., 2022 (Table 2): function-recovering expansion, recovering warmup, replay."""
+    return _named(base, "ELLE", stages=_later(base, _elle_stage))
+
+
 # The fixed-size baselines by model kind: the paper's prefix, and each size's description.
 FAMILIES = {"decoder": "GPT", "encoder": "BERT"}
 _SCRATCH = (("S", "M1's size, no growth, each domain in turn", "Table 2", _small),
@@ -174,6 +194,9 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
     System("Zero", "LOIRE with zero new slots (hidden, ffn, heads)", "Fig. 4", _init("zero")),
     System("Single-KD", "LOIRE distilling from the last model only", "Table 12", _single_kd),
     System("Memory", "LOIRE's replay without distillation", "Table 12", _memory),
+    System("ELLE", "ELLE's expansion (duplicated units + noise, ungated layer copies), its recovering warmup on "
+           "the memory alone, 10% replay; no distillation (domain prompts and loss-weighted replay: not yet)",
+           "Table 2", _elle),
 )}
 
 

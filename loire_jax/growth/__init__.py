@@ -2,6 +2,8 @@
 
 ``plan_growth`` (from ``config.growth_plan``) decides; ``grow`` applies a plan to parameters,
 ``grow_like`` to any tree shaped like them, ``grow_optimizer_state`` to Adam's moments.
+The rivals' growth lives beside LOIRE's: ELLE's expansion and vocabulary growth
+(``net2net``), LiGO's learned operator (``ligo``).
 
 May import: ``config``, ``parallel``, ``model``, jax, flax, optax. Never the training loop.
 """
@@ -10,6 +12,9 @@ from loire_jax._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("grow", "grow_like", "grow_optimizer_state", "ramp_layers", "GrowthPlan", "plan_growth"), "transforms"),
+    **dict.fromkeys(("elle_grow", "grow_vocab"), "net2net"),
+    **dict.fromkeys(("init_operator", "apply_operator", "operator_param_count", "make_operator_step",
+                     "operator_optimizer"), "ligo"),
 }
 
 __all__ = sorted(_EXPORTS)

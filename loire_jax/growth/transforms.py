@@ -291,6 +291,8 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     """
     if moment not in (0, 1, 2):
         raise GrowthError(f"moment must be 0, 1 or 2, got {moment!r}")
+    if plan.init == "elle":
+        return _grow_elle(plan, tree, key, moment)
     ctx = _Ctx(plan, _as_key(key), moment)
     flat = flatten_dict(dict(tree), sep="/")
     known = leaf_axes(plan.old)
@@ -307,6 +309,21 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     else:
         flat = _grow_layers(ctx, flat)
     return unflatten_dict(flat, sep="/")
+
+
+def _grow_elle(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | int | None, moment: int) -> dict[str, Any]:
+    """ELLE's expansion (``net2net.elle_grow``). It picks its sources on the host (a layer
+    copy's source, an uneven width's), so it runs eagerly, not under ``jax.jit``; and it grows
+    no optimizer state: ELLE starts the optimizer afresh at every expansion."""
+    from loire_jax.growth.net2net import elle_grow
+
+    if moment:
+        raise GrowthError("ELLE's growth (init='elle') grows no optimizer state: start the optimizer afresh "
+                         "(reset_optimizer: true)")
+    size = {"hidden": plan.new.hidden, "ffn": plan.new.ffn, "heads": plan.new.heads, "layers": plan.new.layers}
+    _, params = elle_grow(plan.old, tree, plan.op, size[plan.op], key=_as_key(key), noise=plan.noise,
+                          positions=plan.positions or None, method=plan.method or "auto")
+    return params
 
 
 def _as_key(key: jax.Array | int | None) -> jax.Array | None:
@@ -385,6 +402,7 @@ def grow(
     positions: Sequence[int] | None = None,
     mode: str = "plugin",
     mesh: jax.sharding.Mesh | None = None,
+    noise: float | None = None,
 ) -> tuple[ModelConfig, dict[str, Any]]:
     """Grow ``params`` of ``cfg`` along ``op`` to ``size``; returns ``(new_cfg, new_params)``.
 
@@ -392,7 +410,8 @@ def grow(
       ``"layers"`` (new total, at most twice the current).
     - ``init``: ``"loire"`` (function-preserving), ``"random"`` or ``"zero"`` (the paper's
       Fig. 4 ablations: every new slot random / zero, old slots untouched, and new layers
-      plugged in ungated).
+      plugged in ungated), or ``"elle"`` (ELLE's expansion, ``growth.net2net``: duplicated
+      units plus Gaussian noise of std ``noise``, default 0.01; ungated layer copies).
     - ``exact=True`` raises GrowthError where no exact construction exists. ``exact=False``
       falls back to the paper's zero-padding there, which is NOT function-preserving.
     - ``method`` (hidden only): ``auto`` | ``zero_pad`` | ``mean_expand`` | ``duplicate`` |
@@ -411,9 +430,16 @@ def grow(
     if op == "hidden" and cfg.tie_embeddings and cfg.norm_position == "post" and not cfg.encoder:
         last_gate = float(jax.device_get(params[GATES][-1]))  # one scalar, not the model
     plan = plan_growth(cfg, op, size, init=init, exact=exact, method=method, positions=positions,
-                       mode=mode, last_gate=last_gate)
+                       mode=mode, last_gate=last_gate, noise=noise)
     key = _as_key(key)
     mesh = mesh or _mesh_of(params)
+    if plan.init == "elle":  # eager (it picks sources on the host); sharded ops keep the model sharded
+        grown = grow_like(plan, dict(params), key)
+        if mesh is None:
+            return plan.new, grown
+        from loire_jax.parallel.sharding import param_shardings
+
+        return plan.new, jax.device_put(grown, param_shardings(plan.new, mesh))
     if mesh is None:
         return plan.new, _grow_jit(plan, dict(params), key)
     from loire_jax.parallel.sharding import param_shardings  # sharding knows nothing of growth
@@ -459,7 +485,9 @@ def ramp_layers(plans: tuple[GrowthPlan, ...]) -> tuple[int, ...]:
     for plan in plans:
         if gates is None:
             gates = jnp.ones((plan.old.layers,))
-        if plan.op == "layers":
+        if plan.op == "layers" and plan.init == "elle":  # ungated copies: nothing ramps
+            gates = jnp.ones((plan.new.layers,))
+        elif plan.op == "layers":
             gates = grow_like(plan, {GATES: gates})[GATES]
     if gates is None:
         return ()

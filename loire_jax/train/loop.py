@@ -44,7 +44,7 @@ class StepRecord:
     stage_index: int  # 0-based, for the run's lists
     stage: int  # stage_number(stage_index): the paper's numbering, as in every record and message
     step: int  # steps done in this stage (1-based)
-    phase: str  # "distill", "warmup" or "train" (config.schedule.phases)
+    phase: str  # "recover", "distill", "warmup" or "train" (config.schedule.phases)
     final: bool  # the stage's last step
     compiled: bool  # this step's program was compiled right before it (a phase's first step here)
     state: "TrainState"
@@ -164,7 +164,8 @@ def stage_data(run: "RunConfig", index: int, stage_phases: list[Phase], domain_i
     return train_iterator(run.data, domain_index[stage.domains[0]], seq_len=run.seq_len,
                           global_batch_size=run.batch_size, seed=run.data_seed(index),
                           replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps,
-                          memory_domains=[domain_index[d] for d in replay_domains(run, index)])
+                          memory_domains=[domain_index[d] for d in replay_domains(run, index)],
+                          recover_steps=stage.recover_steps)
 
 
 def seek(it: Any, batch: int) -> None:

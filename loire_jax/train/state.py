@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from loire_jax.config.growth_plan import GrowthPlan
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES
+from loire_jax.errors import GrowthError
 from loire_jax.growth.transforms import grow_like, grow_optimizer_state
 from loire_jax.model.params import abstract_params
 from loire_jax.model.transformer import init_params
@@ -103,6 +104,13 @@ def grow_train_state(plans: Sequence[GrowthPlan], state: TrainState, key: jax.Ar
     draws its randomness from ``fold_in(key, i)``.
     """
     plans = tuple(plans)
+    if any(plan.init == "elle" for plan in plans):  # eager: ELLE picks its sources on the host
+        if reset_optimizer is None:
+            raise GrowthError("ELLE's growth (init='elle') grows no optimizer state: pass reset_optimizer")
+        params = state.params
+        for i, plan in enumerate(plans):
+            params = grow_like(plan, params, jax.random.fold_in(key, i))
+        return state_from_params(jax.device_put(params, shardings.params), reset_optimizer, shardings)
 
     def grow(state: TrainState, key: jax.Array) -> TrainState:
         params, opt_state = state.params, state.opt_state

@@ -315,6 +315,33 @@ def test_no_window_repeats_at_the_replay_to_train_hand_over(tiny_cfg):
     assert first_epoch == in_domain  # ... which serves every window once
 
 
+def test_elles_recovering_warmup_reads_the_memory_alone_then_the_stream_goes_on(tiny_cfg):
+    """ELLE's recovering warmup: the first recover steps are memory windows only, in the
+    memory's own order; then the replay share holds, and the domain starts at its first
+    window (nothing of it was skipped while the memory alone was read)."""
+    cur, mem = _window_sets(tiny_cfg, 2)
+    bs, recover, ratio = 10, 3, 0.1
+    kw = dict(seq_len=SEQ, global_batch_size=bs, seed=3, replay_ratio=ratio, replay_steps=20, steps=20)
+    ds = train_dataset(tiny_cfg, 2, recover_steps=recover, **kw)
+    plain = train_dataset(tiny_cfg, 2, **kw)
+    batches = [[tuple(r) for r in ds[i]["tokens"]] for i in range(len(ds))]
+    assert all(r in mem and r not in cur for b in batches[:recover] for r in b)
+    for b in batches[recover:]:
+        assert abs(sum(r in mem and r not in cur for r in b) - ratio * bs) <= 1
+    # after them the domain's windows are the plain stream's, from its first one on
+    after = [r for b in batches[recover:] for r in b if r in cur]
+    assert after == [r for i in range(len(ds) - recover) for r in map(tuple, plain[i]["tokens"]) if r in cur]
+    # and the replay goes on through the memory where the recovering steps left it
+    memory_only = train_dataset(tiny_cfg, 2, recover_steps=20, **kw)
+    replayed = [r for b in batches for r in b if r not in cur]
+    assert replayed == [tuple(r) for i in range(20) for r in memory_only[i]["tokens"]][:len(replayed)]
+
+
+def test_recovering_needs_an_earlier_domains_memory(tiny_cfg):
+    with pytest.raises(ConfigError, match="recover_steps=2 needs the recovery memory"):
+        train_dataset(tiny_cfg, 0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.0, recover_steps=2)
+
+
 def test_first_domain_has_no_memory_to_replay(tiny_cfg):
     cur, _ = _window_sets(tiny_cfg, 0)
     ds = train_dataset(tiny_cfg, 0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.1)

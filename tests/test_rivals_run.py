@@ -1,0 +1,57 @@
+"""End to end: the paper's rivals as runs of the trainer. ELLE (Table 2) on 2 devices: its
+expansion at the stage start, its recovering warmup on the memory alone, then the domain
+with replay; stopped by SIGTERM inside the recovering warmup and resumed, every loss
+reproduced bitwise, as in every other phase."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from runs import cli, final_losses, in_process, records, tiny_run
+
+from loire_jax import load_run_config
+from loire_jax.experiments.systems import derive
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rivals")]
+
+
+@pytest.fixture(scope="module")
+def elle_config(tmp_path_factory):
+    from data_helpers import tiny_config_dict
+
+    base = tmp_path_factory.mktemp("rivals")
+    loire = tiny_run(tiny_config_dict(base / "data"), "rivals", "2", eval={"every": 0, "batches": 2}, stages=[
+        {"name": "A", "domains": ["SCI"], "steps": 4},
+        {"name": "B", "domains": ["NEWS"], "steps": 6,
+         "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}, {"op": "heads", "size": 3}],
+         "warmup_steps": 3, "gate_ramp_steps": 3, "teachers": "all", "replay_ratio": 0.2,
+         "beta": 0.1, "beta_steps": 2},
+    ])
+    (base / "loire.yaml").write_text(yaml.safe_dump(loire))
+    path = base / "elle.yaml"
+    path.write_text(yaml.safe_dump(derive("ELLE", load_run_config(base / "loire.yaml")).to_dict()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def elle_reference(elle_config, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("elle-reference")
+    assert in_process(elle_config, workdir).complete
+    return workdir
+
+
+def test_elle_expands_recovers_on_the_memory_then_trains_the_domain(elle_reference):
+    train = records(elle_reference, "train")
+    assert [r["phase"] for r in train if r["stage"] == 2] == ["recover"] * 3 + ["warmup"] * 3
+    assert all(r["kd_loss"] == 0.0 for r in train)  # no teachers
+    evals = {(r["stage"], r["point"], r["domain"]): r["ppl"] for r in records(elle_reference, "eval")}
+    # not function-preserving: the noise and the ungated layer copy move the grown model
+    assert evals[2, "init", "SCI"] != pytest.approx(evals[1, "final", "SCI"], rel=1e-4)
+
+
+def test_elle_stopped_inside_its_recovering_warmup_resumes_every_loss(elle_config, elle_reference, tmp_path):
+    stopped = cli(elle_config, tmp_path, fault="term:6")  # stage 2, step 2: inside the recovering warmup
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert "in stage 2 at step 2: checkpoint saved" in stopped.stdout, stopped.stdout[-2000:]
+    assert in_process(elle_config, tmp_path).complete
+    assert final_losses(tmp_path) == final_losses(elle_reference)
