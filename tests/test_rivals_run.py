@@ -1,7 +1,9 @@
-"""End to end: the paper's rivals as runs of the trainer. ELLE (Table 2) on 2 devices: its
-expansion at the stage start, its recovering warmup on the memory alone, then the domain
-with replay; stopped by SIGTERM inside the recovering warmup and resumed, every loss
-reproduced bitwise, as in every other phase."""
+"""End to end: the paper's rivals as runs of the trainer. ELLE (Table 2) on 2 devices, three
+stages: its expansion at each stage start, its recovering warmup on the memory alone, then
+the domain with replay weighted by forgetting; stopped by SIGTERM inside stage 3's
+recovering warmup and resumed by a new process, which weighs the replay from the records
+of the earlier stages' evaluations: every loss is reproduced bitwise, as in every other
+phase."""
 
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ def elle_config(tmp_path_factory):
     base = tmp_path_factory.mktemp("rivals")
     loire = tiny_run(tiny_config_dict(base / "data"), "rivals", "2", eval={"every": 0, "batches": 2}, stages=[
         {"name": "A", "domains": ["SCI"], "steps": 4},
-        {"name": "B", "domains": ["NEWS"], "steps": 6,
-         "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}, {"op": "heads", "size": 3}],
-         "warmup_steps": 3, "gate_ramp_steps": 3, "teachers": "all", "replay_ratio": 0.2,
+        {"name": "B", "domains": ["NEWS"], "steps": 4,
+         "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
+         "warmup_steps": 2, "gate_ramp_steps": 2, "teachers": "all", "replay_ratio": 0.2,
          "beta": 0.1, "beta_steps": 2},
+        {"name": "C", "domains": ["REV"], "steps": 6, "growth": [{"op": "heads", "size": 3}],
+         "warmup_steps": 3, "teachers": "all", "replay_ratio": 0.2, "beta": 0.1, "beta_steps": 2},
     ])
     (base / "loire.yaml").write_text(yaml.safe_dump(loire))
     path = base / "elle.yaml"
@@ -42,7 +46,8 @@ def elle_reference(elle_config, tmp_path_factory):
 
 def test_elle_expands_recovers_on_the_memory_then_trains_the_domain(elle_reference):
     train = records(elle_reference, "train")
-    assert [r["phase"] for r in train if r["stage"] == 2] == ["recover"] * 3 + ["warmup"] * 3
+    assert [r["phase"] for r in train if r["stage"] == 2] == ["recover"] * 2 + ["warmup"] * 2
+    assert [r["phase"] for r in train if r["stage"] == 3] == ["recover"] * 3 + ["warmup"] * 3
     assert all(r["kd_loss"] == 0.0 for r in train)  # no teachers
     evals = {(r["stage"], r["point"], r["domain"]): r["ppl"] for r in records(elle_reference, "eval")}
     # not function-preserving: the noise and the ungated layer copy move the grown model
@@ -50,8 +55,10 @@ def test_elle_expands_recovers_on_the_memory_then_trains_the_domain(elle_referen
 
 
 def test_elle_stopped_inside_its_recovering_warmup_resumes_every_loss(elle_config, elle_reference, tmp_path):
-    stopped = cli(elle_config, tmp_path, fault="term:6")  # stage 2, step 2: inside the recovering warmup
+    stopped = cli(elle_config, tmp_path, fault="term:10")  # stage 3, step 2: inside the recovering warmup
     assert stopped.returncode == 75, stopped.stderr[-3000:]
-    assert "in stage 2 at step 2: checkpoint saved" in stopped.stdout, stopped.stdout[-2000:]
+    assert "in stage 3 at step 2: checkpoint saved" in stopped.stdout, stopped.stdout[-2000:]
+    shares = [line for line in stopped.stdout.splitlines() if "replay weighted by forgetting: SCI" in line]
+    assert len(shares) == 2, stopped.stdout[-2000:]  # stages 2 and 3
     assert in_process(elle_config, tmp_path).complete
     assert final_losses(tmp_path) == final_losses(elle_reference)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loire_jax import load_run_config
-from loire_jax.config.schedule import growth_plans, replay_domains, stage_models
+from loire_jax.config.schedule import growth_plans, replay_domains, replay_shares, stage_models
 from loire_jax.experiments.systems import SYSTEMS, derive, scratch_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,9 +123,25 @@ def test_elle_grows_by_its_expansion_recovers_on_the_memory_then_replays_without
     for ours, theirs in zip(_later(loire), _later(elle)):
         assert theirs.reset_optimizer and theirs.recover_steps == min(ours.warmup_steps, ours.steps - 1) > 0
         assert _warmup(theirs) == (ours.steps, 0.1, "all", "none", 0.0, 0)
+        assert theirs.replay_weights == "forgetting" and ours.replay_weights == "size"
         assert theirs.gate_ramp_steps == 0
     plans = [p for stage in growth_plans(elle) for p in stage]
     assert plans and all(p.init == "elle" and p.noise == 0.01 and not p.function_preserving for p in plans)
+
+
+def test_elles_replay_weighs_each_domain_by_how_much_it_was_forgotten(loire):
+    """PPL after the previous stage over PPL when learned: the domain learned last weighs 1."""
+    elle = derive("ELLE", loire)
+    finals = {(1, "WB"): 10.0, (2, "WB"): 15.0, (2, "NEWS"): 20.0, (3, "WB"): 30.0, (3, "NEWS"): 25.0,
+              (3, "REV"): 40.0}
+    assert replay_shares(elle, 1, finals) == (1.0,)
+    assert replay_shares(elle, 2, finals) == (1.5, 1.0)
+    assert replay_shares(elle, 3, finals) == (3.0, 1.25, 1.0)
+    assert replay_shares(loire, 3, finals) is None  # LOIRE's replay: each domain by its memory's size
+    with pytest.raises(ValueError, match="needs the final evaluation of stage 1 on WB, which"):
+        replay_shares(elle, 2, {k: v for k, v in finals.items() if k != (1, "WB")})
+    with pytest.raises(ValueError, match="cannot weigh NEWS"):
+        replay_shares(elle, 3, {**finals, (3, "NEWS"): float("inf")})
 
 
 def test_er_replays_only_the_previous_domain(loire):

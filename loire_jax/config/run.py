@@ -28,6 +28,7 @@ from loire_jax.errors import ConfigError, raise_problems
 
 TEACHERS = ("all", "last", "none")
 REPLAY_FROM = ("all", "previous")
+REPLAY_WEIGHTS = ("size", "forgetting")
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("constant", "cosine", "linear")
 # Run precision -> (compute dtype, master-parameter dtype). bf16 keeps fp32 masters so that
@@ -136,6 +137,10 @@ class StageConfig:
       from 0 to 1 over this many steps (the paper's lambda, 5k steps in App. D.1). It only
       acts in stages that grow layers.
     - ``reset_optimizer``: start Adam afresh instead of growing its moments with the plan.
+    - ``replay_weights``: how the replay shares its windows among the earlier domains:
+      ``size`` (each in proportion to its memory, the default) or ``forgetting`` (ELLE: each
+      in proportion to PPL now / PPL when it was learned, its rise in validation loss
+      exp'd, from the final evaluations of the earlier stages).
     - ``recover_steps``: ELLE's function-recovering warmup (Qin et al., 2022): the first
       ``recover_steps`` train on the recovery memory of earlier domains alone, before the
       domain's data arrives; the replay share then applies from there on, as set.
@@ -153,6 +158,7 @@ class StageConfig:
     teachers: Literal["all", "last", "none"] = "none"
     replay_ratio: float = 0.0
     replay_from: Literal["all", "previous"] = "all"
+    replay_weights: Literal["size", "forgetting"] = "size"
     beta: float = 0.0
     beta_steps: int = 0
     reset_optimizer: bool = False
@@ -188,6 +194,8 @@ class StageConfig:
             problems.append(f"replay_ratio must be in [0, 1), got {self.replay_ratio!r}")
         if self.replay_from not in REPLAY_FROM:
             problems.append(f"replay_from must be one of {REPLAY_FROM}, got {self.replay_from!r}")
+        if self.replay_weights not in REPLAY_WEIGHTS:
+            problems.append(f"replay_weights must be one of {REPLAY_WEIGHTS}, got {self.replay_weights!r}")
         if not (_is_num(self.beta) and self.beta >= 0.0):
             problems.append(f"beta must be a non-negative number, got {self.beta!r}")
         if not isinstance(self.init_from, str):

@@ -52,6 +52,36 @@ def replay_domains(run: RunConfig, k: int) -> tuple[str, ...]:
     return seen_domains_at(run, k - 1)
 
 
+def first_seen(run: RunConfig, domain: str) -> int:
+    """The index of the stage that learned ``domain`` (the first to train on it)."""
+    return next(i for i, s in enumerate(run.stages) if domain in s.domains)
+
+
+def replay_shares(run: RunConfig, k: int, finals: Mapping[tuple[int, str], float]) -> tuple[float, ...] | None:
+    """Each replayed domain's weight in stage ``k``'s replay (``replay_domains`` order), or
+    None for ``replay_weights: size`` (each domain in proportion to its memory).
+
+    ``forgetting`` (ELLE): domain j weighs PPL_(k-1),j / PPL_(t_j),j, its perplexity after
+    the previous stage over its perplexity at the end of the stage t_j that learned it, so
+    the exp of its rise in validation loss since; a domain learned just before weighs 1.
+    ``finals`` maps (stage number, domain) to the final evaluation's perplexity."""
+    if run.stages[k].replay_weights == "size":
+        return None
+    out = []
+    for domain in replay_domains(run, k):
+        learned, now = (stage_number(first_seen(run, domain)), domain), (stage_number(k - 1), domain)
+        missing = [f"stage {n} on {d}" for n, d in (learned, now) if (n, d) not in finals]
+        if missing:
+            raise ConfigError(f"replay_weights: forgetting needs the final evaluation of {' and '.join(missing)}, "
+                              "which this run's records do not hold")
+        ratio = finals[now] / finals[learned]
+        if not (math.isfinite(ratio) and ratio > 0):
+            raise ConfigError(f"replay_weights: forgetting cannot weigh {domain}: its perplexity went from "
+                              f"{finals[learned]} to {finals[now]}")
+        out.append(ratio)
+    return tuple(out)
+
+
 def teacher_stages(run: RunConfig, k: int) -> tuple[int, ...]:
     """Indices of the earlier stages whose final models distil into stage ``k`` (§2.6)."""
     policy = run.stages[k].teachers

@@ -79,14 +79,17 @@ class StageStream:
 def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                   memory_domains: Sequence[int] | None = None, process_index: int = 0,
-                  process_count: int = 1, recover_steps: int = 0) -> grain.MapDataset:
+                  process_count: int = 1, recover_steps: int = 0,
+                  memory_weights: Sequence[float] | None = None) -> grain.MapDataset:
     """The batched MapDataset behind ``train_iterator`` (one process's share).
 
     ``replay_steps``: how many leading steps draw on the recovery memory (None: all of
     them), ``recover_steps`` of them on the memory alone (ELLE's recovering warmup) and the
     rest mixed at ``replay_ratio``; ``steps``: the stream's length in steps (None:
     endless); ``memory_domains``: the domain indices whose recovery memory is replayed
-    (None: every domain before ``domain_index``).
+    (None: every domain before ``domain_index``); ``memory_weights``: each memory domain's
+    share of the replayed windows (None: in proportion to the memory's size), mixed by
+    grain's weighted ``mix`` of the domains' own shuffled memories.
     """
     if not 0 <= domain_index < len(cfg.domains):
         raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
@@ -111,13 +114,21 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
         raise ConfigError(f"memory_domains {mem_ids} must be domain indices in [0, {len(cfg.domains)})")
     if recover_steps and not mem_ids:
         raise ConfigError(f"recover_steps={recover_steps} needs the recovery memory of an earlier domain")
+    if memory_weights is not None and (len(memory_weights) != len(mem_ids) or
+                                       not all(w > 0 and np.isfinite(w) for w in memory_weights)):
+        raise ConfigError(f"memory_weights {list(memory_weights)} must be one positive weight per memory domain "
+                          f"{mem_ids}")
     if (replay_ratio > 0 and replay_steps != 0 or recover_steps) and mem_ids:
-        mem_src = PackedWindows([prep.tokens(j, "memory") for j in mem_ids], seq_len)
-        if len(mem_src) == 0:
+        groups = [mem_ids] if memory_weights is None else [[j] for j in mem_ids]
+        sources = [PackedWindows([prep.tokens(j, "memory") for j in group], seq_len) for group in groups]
+        empty = [cfg.domains[j].name for group, src in zip(groups, sources) if len(src) == 0 for j in group]
+        if empty:
             raise InsufficientDataError(
                 f"replay_ratio={replay_ratio}, recover_steps={recover_steps}, but the recovery memory of "
-                f"{[cfg.domains[j].name for j in mem_ids]} holds no full sequence of {seq_len + 1} tokens")
-        mem = grain.MapDataset.source(mem_src).shuffle(seed=seed + _MEMORY_SEED_OFFSET).repeat()
+                f"{empty} holds no full sequence of {seq_len + 1} tokens")
+        parts = [grain.MapDataset.source(src).shuffle(seed=seed + _MEMORY_SEED_OFFSET + i).repeat()
+                 for i, src in enumerate(sources)]
+        mem = parts[0] if memory_weights is None else grain.MapDataset.mix(parts, [float(w) for w in memory_weights])
     endless = sys.maxsize // (2 * global_batch_size)
     length = (steps if steps is not None else endless) * global_batch_size
     replay = ((replay_steps if replay_steps is not None else endless) - recover_steps) * global_batch_size
@@ -131,7 +142,8 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
 def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                    seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                    memory_domains: Sequence[int] | None = None, num_threads: int = 1,
-                   prefetch: int = 4, recover_steps: int = 0) -> grain.DatasetIterator:
+                   prefetch: int = 4, recover_steps: int = 0,
+                   memory_weights: Sequence[float] | None = None) -> grain.DatasetIterator:
     """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
 
     ``replay_ratio`` is the share of sequences drawn from the recovery memory of
@@ -148,7 +160,7 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
     ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
                        seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
                        memory_domains=memory_domains, process_index=pi, process_count=pc,
-                       recover_steps=recover_steps)
+                       recover_steps=recover_steps, memory_weights=memory_weights)
     it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                  prefetch_buffer_size=prefetch))
     return iter(it_ds)

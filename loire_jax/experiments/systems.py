@@ -151,12 +151,14 @@ def _elle_stage(stage: StageConfig) -> StageConfig:
     """ELLE's stage: its expansion in place of LOIRE's growth (same sizes, Table 1's order;
     layer copies of sources drawn from the run's seed), the optimizer started afresh, a
     function-recovering warmup on the memory alone as long as LOIRE's warmup (ELLE's 5k
-    updates at its scale), then the domain with a fixed replay share throughout; no teachers."""
+    updates at its scale), then the domain with a fixed replay share throughout, each earlier
+    domain weighted by how much it was forgotten; no teachers."""
     growth = tuple(dataclasses.replace(g, init="elle", exact=True, mode="plugin", positions=None,
                                        method=g.method if g.op == "heads" else "auto") for g in stage.growth)
     recover = min(stage.warmup_steps, stage.steps - 1)
     return dataclasses.replace(_plain(stage), growth=growth, reset_optimizer=bool(growth), recover_steps=recover,
-                               warmup_steps=stage.steps, replay_ratio=ELLE_REPLAY, replay_from="all")
+                               warmup_steps=stage.steps, replay_ratio=ELLE_REPLAY, replay_from="all",
+                               replay_weights="forgetting")
 
 
 def _elle(base: RunConfig) -> RunConfig:
@@ -195,7 +197,7 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
     System("Single-KD", "LOIRE distilling from the last model only", "Table 12", _single_kd),
     System("Memory", "LOIRE's replay without distillation", "Table 12", _memory),
     System("ELLE", "ELLE's expansion (duplicated units + noise, ungated layer copies), its recovering warmup on "
-           "the memory alone, 10% replay; no distillation (domain prompts and loss-weighted replay: not yet)",
+           "the memory alone, 10% replay weighted by forgetting; no distillation (domain prompts: not yet)",
            "Table 2", _elle),
 )}
 

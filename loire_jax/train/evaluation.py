@@ -30,6 +30,16 @@ class Evaluator:
         self.run_config = programs.run_config
         self.domain_index = {d.name: i for i, d in enumerate(self.run_config.data.domains)}
         self.clock = StageClock()
+        # (stage number, domain) -> final perplexity, this session's and (``remember``) the
+        # earlier sessions' records: what ELLE's forgetting-weighted replay reads
+        self.finals: dict[tuple[int, str], float] = {}
+
+    def remember(self, records: list[dict[str, Any]]) -> None:
+        """The final perplexities earlier sessions logged (JSON floats round-trip exactly, so a
+        resumed stage weighs its replay as the uninterrupted run did)."""
+        for r in records:
+            if r.get("kind") == "eval" and r.get("point") == "final":
+                self.finals[int(r["stage"]), str(r["domain"])] = float(r["ppl"])
 
     def evaluate(self, index: int, params: dict[str, Any], point: str, step: int | None = None) -> dict[str, float]:
         """Perplexity of stage ``index``'s model with ``params`` per seen domain; ``point`` is
@@ -57,6 +67,8 @@ class Evaluator:
                     total, count = total + float(s), count + float(c)
                 mean = total / max(count, 1.0)
                 out[name] = math.exp(mean) if mean < 709.0 else math.inf  # exp overflows a float past ~709
+                if point == "final":
+                    self.finals[n, name] = out[name]
                 self._emit({"kind": "eval", "stage": n, "point": point, "domain": name, "ppl": out[name],
                             "tokens": count, **({"step": step} if step is not None else {})})
                 self._stop_point(f"stage {n} {point} evaluation")

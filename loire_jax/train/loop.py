@@ -154,9 +154,11 @@ def stage_steps(programs: "Programs", index: int, stage_phases: list[Phase], spe
                          step_metrics)
 
 
-def stage_data(run: "RunConfig", index: int, stage_phases: list[Phase], domain_index: dict[str, int]):
+def stage_data(run: "RunConfig", index: int, stage_phases: list[Phase], domain_index: dict[str, int],
+               memory_weights: tuple[float, ...] | None = None):
     """The stage's one data stream: replay through the replay phases, then the domain alone,
-    continuing where the replay phases left it (no window repeats at the hand-over)."""
+    continuing where the replay phases left it (no window repeats at the hand-over).
+    ``memory_weights``: the replayed domains' shares (``schedule.replay_shares``)."""
     from loire_jax.data import train_iterator
 
     stage = run.stages[index]
@@ -165,7 +167,7 @@ def stage_data(run: "RunConfig", index: int, stage_phases: list[Phase], domain_i
                           global_batch_size=run.batch_size, seed=run.data_seed(index),
                           replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps,
                           memory_domains=[domain_index[d] for d in replay_domains(run, index)],
-                          recover_steps=stage.recover_steps)
+                          recover_steps=stage.recover_steps, memory_weights=memory_weights)
 
 
 def seek(it: Any, batch: int) -> None:

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import jax
 import jax.numpy as jnp
 
-from loire_jax.config.schedule import model_name, phases, stage_number, teacher_stages
+from loire_jax.config.schedule import (
+    model_name,
+    phases,
+    replay_domains,
+    replay_shares,
+    stage_number,
+    teacher_stages,
+)
 from loire_jax.interop import pretrained
 from loire_jax.parallel.sharding import param_shardings
 from loire_jax.store import checkpoints
@@ -64,7 +71,12 @@ class StageRun:
         self.ctx = trainer.ctx.for_stage(index)
         self.ck = self.session.ckpt(index)
         self.phases = phases(self.stage, bool(teacher_stages(self.run_config, index)))
-        self.data = stage_data(self.run_config, index, self.phases, trainer.evaluator.domain_index)
+        shares = replay_shares(self.run_config, index, trainer.evaluator.finals)
+        if shares:
+            total = sum(shares)
+            self.session.say(f"{self.label}: replay weighted by forgetting: " + ", ".join(
+                f"{d} {w / total:.0%}" for d, w in zip(replay_domains(self.run_config, index), shares)))
+        self.data = stage_data(self.run_config, index, self.phases, trainer.evaluator.domain_index, shares)
 
     def run(self, tokenizer_identity: dict) -> bool:
         """Train the stage to its end and evaluate it; False if a signal stopped it (saved)."""

@@ -187,6 +187,7 @@ class Trainer:
     def _run_stages(self) -> bool:
         tokenizer = self._tokenizer()
         records, _ = read_records(self.workdir)  # what earlier sessions logged: read once
+        self.evaluator.remember(records)
         try:
             self.call("on_run_start", self.ctx)
             for k in range(len(self.run_config.stages)):

@@ -337,6 +337,23 @@ def test_elles_recovering_warmup_reads_the_memory_alone_then_the_stream_goes_on(
     assert replayed == [tuple(r) for i in range(20) for r in memory_only[i]["tokens"]][:len(replayed)]
 
 
+def test_weighted_replay_shares_the_memory_windows_by_the_weights(tiny_cfg):
+    """ELLE's forgetting-weighted replay: each memory domain's share of the replayed windows
+    follows its weight (here 3:1), whatever the sizes of the memories."""
+    prep = load_prepared(tiny_cfg)
+    sets = [{tuple(w) for w in PackedWindows([prep.tokens(j, "memory")], SEQ)} for j in (0, 1)]
+    cur, _ = _window_sets(tiny_cfg, 2)
+    ds = train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
+                       memory_weights=(3.0, 1.0))
+    rows = [tuple(r) for i in range(80) for r in ds[i]["tokens"] if tuple(r) not in cur]
+    counts = [sum(r in sets[j] and r not in sets[1 - j] for r in rows) for j in (0, 1)]
+    assert sum(counts) >= 0.95 * len(rows) > 300
+    assert counts[0] / sum(counts) == pytest.approx(0.75, abs=0.03)
+    with pytest.raises(ConfigError, match="one positive weight per memory domain"):
+        train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
+                      memory_weights=(1.0,))
+
+
 def test_recovering_needs_an_earlier_domains_memory(tiny_cfg):
     with pytest.raises(ConfigError, match="recover_steps=2 needs the recovery memory"):
         train_dataset(tiny_cfg, 0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.0, recover_steps=2)
