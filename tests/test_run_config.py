@@ -290,6 +290,20 @@ def test_first_stage_cannot_grow_or_distil():
 
 
 @pytest.mark.parametrize("overrides,needle", [
+    (["domain_prompts=true"], r"domain_prompts: stage 'M2-NEWS' grows the vocabulary, whose optimizer state does "
+     "not grow: set reset_optimizer: true"),
+    (["domain_prompts=true", "stage_defaults.reset_optimizer=true", "stages.2.teachers=all",
+      "stages.2.beta=0.1", "stages.2.beta_steps=2", "stages.2.warmup_steps=2"],
+     "domain_prompts: stage 'M3-REV' distils, but its teachers' vocabularies lack the later prompts"),
+    (["domain_prompts=3"], "domain_prompts: Input should be a valid boolean"),
+])
+def test_domain_prompts_are_checked_in_one_line(overrides, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        tiny(*overrides)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("overrides,needle", [
     (["stages.2.growth.0.init=elle", "stages.2.growth.0.noise=-0.1", "stages.2.reset_optimizer=true"],
      r"noise must be a finite number >= 0 \(ELLE's std\), got -0.1"),
     (["stages.2.growth.0.noise=0.01"], "noise applies to init: elle only, not init: loire"),

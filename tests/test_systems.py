@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from loire_jax import load_run_config
-from loire_jax.config.schedule import growth_plans, replay_domains, replay_shares, stage_models
+from loire_jax.config.schedule import (
+    growth_plans,
+    prompt_ids,
+    prompt_position,
+    replay_domains,
+    replay_shares,
+    seen_domains_at,
+    stage_models,
+)
 from loire_jax.experiments.systems import SYSTEMS, derive, scratch_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +135,21 @@ def test_elle_grows_by_its_expansion_recovers_on_the_memory_then_replays_without
         assert theirs.gate_ramp_steps == 0
     plans = [p for stage in growth_plans(elle) for p in stage]
     assert plans and all(p.init == "elle" and p.noise == 0.01 and not p.function_preserving for p in plans)
+
+
+@pytest.mark.parametrize("config", list(BASES))
+def test_elles_domain_prompts_grow_the_vocabulary_by_one_token_per_new_domain(config):
+    """ELLE's prompts: one id per domain past the base vocabulary, in first-seen order; each
+    stage's model holds the prompts of the domains seen by then, and only ELLE has them."""
+    loire = load_run_config(ROOT / "configs" / f"{config}.yaml")
+    elle = derive("ELLE", loire)
+    base, order = loire.model.vocab_size, seen_domains_at(loire, len(loire.stages) - 1)
+    assert elle.domain_prompts and not loire.domain_prompts
+    assert prompt_ids(elle) == {d: base + i for i, d in enumerate(order)} and prompt_ids(loire) == {}
+    assert [m.vocab_size for m in stage_models(elle)] == [base + len(seen_domains_at(loire, k))
+                                                          for k in range(len(loire.stages))]
+    assert {m.vocab_size for m in stage_models(loire)} == {base}
+    assert prompt_position(elle) == (1 if loire.model.encoder else 0)  # after an encoder's [CLS]
 
 
 def test_elles_replay_weighs_each_domain_by_how_much_it_was_forgotten(loire):

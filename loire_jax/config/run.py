@@ -375,6 +375,11 @@ class RunConfig:
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
     mlm: MlmConfig = MlmConfig()  # encoders only
+    # ELLE's domain prompts: one trainable token per domain, ids past model.vocab_size in the
+    # order the domains are first seen, set at the head of every sequence of that domain
+    # (after an encoder's [CLS]) in training and evaluation; each stage's vocabulary grows by
+    # its new domains' prompts (``schedule.prompt_ids``, ``growth.net2net.grow_vocab``).
+    domain_prompts: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
@@ -426,6 +431,7 @@ class RunConfig:
             problems.append(f"stage names must be unique, got {names}")
         problems += _stage_order_problems(self.stages)
         problems += _lr_warmup_problems(self.optimizer, self.stages)
+        problems += _prompt_problems(self)
         raise_problems(problems, "run config")
         # Growth and mesh last: they name the stage, and need the fields above to be sane.
         # Imported here: stages plans with these types, so it imports this module.
@@ -468,8 +474,32 @@ class RunConfig:
             "checkpoint": dataclasses.asdict(self.checkpoint),
             "eval": dataclasses.asdict(self.eval),
             "mlm": dataclasses.asdict(self.mlm),
+            "domain_prompts": self.domain_prompts,
         }
         return _jsonable(out)
+
+
+def _prompt_problems(run: "RunConfig") -> list[str]:
+    """Domain prompts grow the vocabulary at every stage that brings a new domain: Adam's
+    moments do not grow with it, an earlier model cannot distil into the bigger vocabulary,
+    and a pretrained M1 has no prompt rows."""
+    if not isinstance(run.domain_prompts, bool):
+        return [f"domain_prompts must be true or false, got {run.domain_prompts!r}"]
+    if not run.domain_prompts:
+        return []
+    problems = []
+    if run.stages[0].init_from:
+        problems.append("domain_prompts: a pretrained M1 (init_from) has no prompt rows; start M1 from scratch")
+    seen = set(run.stages[0].domains)
+    for s in run.stages[1:]:
+        new, seen = set(s.domains) - seen, seen | set(s.domains)
+        if new and not s.reset_optimizer:
+            problems.append(f"domain_prompts: stage {s.name!r} grows the vocabulary, whose optimizer state does "
+                            "not grow: set reset_optimizer: true")
+        if s.distills:
+            problems.append(f"domain_prompts: stage {s.name!r} distils, but its teachers' vocabularies lack the "
+                            "later prompts: set teachers: none")
+    return problems
 
 
 def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:

@@ -90,6 +90,29 @@ def teacher_stages(run: RunConfig, k: int) -> tuple[int, ...]:
     return tuple(range(k)) if policy == "all" else (k - 1,)
 
 
+def prompt_ids(run: RunConfig) -> dict[str, int]:
+    """ELLE's domain prompts (``domain_prompts``): each domain's token id, past the model's
+    vocabulary in the order the domains are first seen; empty without prompts."""
+    if not run.domain_prompts:
+        return {}
+    order = seen_domains_at(run, len(run.stages) - 1)
+    return {d: run.model.vocab_size + i for i, d in enumerate(order)}
+
+
+def prompt_position(run: RunConfig) -> int:
+    """Where a window carries its domain's prompt: first, or after an encoder's [CLS]."""
+    return 1 if run.model.encoder else 0
+
+
+def stage_vocab(run: RunConfig, k: int) -> int:
+    """Stage ``k``'s vocabulary: the model's, plus the prompts of the domains seen by then."""
+    return run.model.vocab_size + (len(seen_domains_at(run, k)) if run.domain_prompts else 0)
+
+
+def _with_prompts(run: RunConfig, k: int, cfg: ModelConfig) -> ModelConfig:
+    return cfg.replace(vocab_size=stage_vocab(run, k)) if run.domain_prompts else cfg
+
+
 def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
     """Every stage's growth plans, in order; raises ValueError naming the stage on bad growth.
 
@@ -102,6 +125,7 @@ def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
     for i, stage in enumerate(run.stages):
         last_gate = 1.0
         stage_plans = []
+        cfg = _with_prompts(run, i, cfg)  # the new domains' prompts join before the growth
         for j, g in enumerate(stage.growth):
             try:
                 plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
@@ -120,9 +144,8 @@ def stage_models(run: RunConfig) -> list[ModelConfig]:
     """The model each stage trains: M1, then each stage's growth applied in turn (eq. 14)."""
     cfg = run.model
     models = []
-    for plans in growth_plans(run):
-        if plans:
-            cfg = plans[-1].new
+    for i, plans in enumerate(growth_plans(run)):
+        cfg = plans[-1].new if plans else _with_prompts(run, i, cfg)
         models.append(cfg)
     return models
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import grain
 import numpy as np
@@ -76,11 +76,26 @@ class StageStream:
         return (self._mem if which == "memory" else self._cur)[j]
 
 
+def _prompted(ds: grain.MapDataset, token: int | None, at: int) -> grain.MapDataset:
+    """ELLE's domain prompt: ``token`` in place of the window's token at ``at`` (0; 1 after
+    an encoder's [CLS]); None leaves the windows as they are."""
+    if token is None:
+        return ds
+
+    def put(window: np.ndarray) -> np.ndarray:
+        out = np.array(window, copy=True)
+        out[at] = token
+        return out
+
+    return ds.map(put)
+
+
 def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                   memory_domains: Sequence[int] | None = None, process_index: int = 0,
                   process_count: int = 1, recover_steps: int = 0,
-                  memory_weights: Sequence[float] | None = None) -> grain.MapDataset:
+                  memory_weights: Sequence[float] | None = None, prompts: Mapping[int, int] | None = None,
+                  prompt_at: int = 0) -> grain.MapDataset:
     """The batched MapDataset behind ``train_iterator`` (one process's share).
 
     ``replay_steps``: how many leading steps draw on the recovery memory (None: all of
@@ -89,7 +104,9 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
     endless); ``memory_domains``: the domain indices whose recovery memory is replayed
     (None: every domain before ``domain_index``); ``memory_weights``: each memory domain's
     share of the replayed windows (None: in proportion to the memory's size), mixed by
-    grain's weighted ``mix`` of the domains' own shuffled memories.
+    grain's weighted ``mix`` of the domains' own shuffled memories; ``prompts``: each
+    domain's prompt token (ELLE), put at ``prompt_at`` in every window of that domain,
+    memory windows included.
     """
     if not 0 <= domain_index < len(cfg.domains):
         raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
@@ -107,7 +124,8 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
             f"domain {name!r} pretrain split has {len(cur_src)} sequences of {seq_len + 1} "
             f"tokens ({prep.token_meta[domain_index]['pretrain']['tokens']} tokens), fewer than "
             f"one global batch of {global_batch_size}. Add text or lower seq_len/batch size.")
-    cur = grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat()
+    prompts = dict(prompts or {})
+    cur = _prompted(grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat(), prompts.get(domain_index), prompt_at)
     mem = None
     mem_ids = list(range(domain_index) if memory_domains is None else memory_domains)
     if not all(0 <= j < len(cfg.domains) for j in mem_ids):
@@ -119,16 +137,19 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
         raise ConfigError(f"memory_weights {list(memory_weights)} must be one positive weight per memory domain "
                           f"{mem_ids}")
     if (replay_ratio > 0 and replay_steps != 0 or recover_steps) and mem_ids:
-        groups = [mem_ids] if memory_weights is None else [[j] for j in mem_ids]
+        groups = [mem_ids] if memory_weights is None and not prompts else [[j] for j in mem_ids]
         sources = [PackedWindows([prep.tokens(j, "memory") for j in group], seq_len) for group in groups]
         empty = [cfg.domains[j].name for group, src in zip(groups, sources) if len(src) == 0 for j in group]
         if empty:
             raise InsufficientDataError(
                 f"replay_ratio={replay_ratio}, recover_steps={recover_steps}, but the recovery memory of "
                 f"{empty} holds no full sequence of {seq_len + 1} tokens")
-        parts = [grain.MapDataset.source(src).shuffle(seed=seed + _MEMORY_SEED_OFFSET + i).repeat()
-                 for i, src in enumerate(sources)]
-        mem = parts[0] if memory_weights is None else grain.MapDataset.mix(parts, [float(w) for w in memory_weights])
+        parts = [_prompted(grain.MapDataset.source(src).shuffle(seed=seed + _MEMORY_SEED_OFFSET + i).repeat(),
+                           prompts.get(group[0]) if len(group) == 1 else None, prompt_at)
+                 for i, (group, src) in enumerate(zip(groups, sources))]
+        # without weights, each domain's share is its memory's size, as in one concatenated memory
+        weights = memory_weights if memory_weights is not None else [len(src) for src in sources]
+        mem = parts[0] if len(parts) == 1 else grain.MapDataset.mix(parts, [float(w) for w in weights])
     endless = sys.maxsize // (2 * global_batch_size)
     length = (steps if steps is not None else endless) * global_batch_size
     replay = ((replay_steps if replay_steps is not None else endless) - recover_steps) * global_batch_size
@@ -143,7 +164,8 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
                    seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                    memory_domains: Sequence[int] | None = None, num_threads: int = 1,
                    prefetch: int = 4, recover_steps: int = 0,
-                   memory_weights: Sequence[float] | None = None) -> grain.DatasetIterator:
+                   memory_weights: Sequence[float] | None = None, prompts: Mapping[int, int] | None = None,
+                   prompt_at: int = 0) -> grain.DatasetIterator:
     """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
 
     ``replay_ratio`` is the share of sequences drawn from the recovery memory of
@@ -160,7 +182,8 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
     ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
                        seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
                        memory_domains=memory_domains, process_index=pi, process_count=pc,
-                       recover_steps=recover_steps, memory_weights=memory_weights)
+                       recover_steps=recover_steps, memory_weights=memory_weights, prompts=prompts,
+                       prompt_at=prompt_at)
     it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                  prefetch_buffer_size=prefetch))
     return iter(it_ds)
@@ -184,12 +207,14 @@ class _EvalBatches:
 
 
 def eval_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int,
-                  batch_size: int) -> grain.DatasetIterator:
+                  batch_size: int, prompt: int | None = None, prompt_at: int = 0) -> grain.DatasetIterator:
     """Every token of a domain's validation split, in order, in fixed-shape batches.
 
     Batches are {"tokens": int32 [B, seq_len+1], "weights": float32 [B, seq_len]}; the
     weights are 0 on padding (end of the last window, rows of the last batch), so
-    sum(weights * nll) / sum(weights) is the exact per-token validation loss.
+    sum(weights * nll) / sum(weights) is the exact per-token validation loss. ``prompt``
+    (ELLE's domain prompt) replaces each window's token at ``prompt_at``: an input, never
+    a target of a decoder (targets start at position 1).
     """
     if batch_size < 1:
         raise ConfigError("batch_size must be >= 1")
@@ -198,5 +223,8 @@ def eval_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int,
     if len(toks) == 0:
         raise InsufficientDataError(
             f"domain {cfg.domains[domain_index].name!r} validation split has fewer than 2 tokens")
+    if prompt is not None:
+        toks = np.array(toks, copy=True)
+        toks[:, prompt_at] = prompt
     ds = grain.MapDataset.source(_EvalBatches(toks, weights, batch_size))
     return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=0)))

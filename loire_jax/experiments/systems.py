@@ -162,8 +162,9 @@ def _elle_stage(stage: StageConfig) -> StageConfig:
 
 
 def _elle(base: RunConfig) -> RunConfig:
-    """Qin et al., 2022 (Table 2): function-recovering expansion, recovering warmup, replay."""
-    return _named(base, "ELLE", stages=_later(base, _elle_stage))
+    """Qin et al., 2022 (Table 2): function-recovering expansion, recovering warmup, replay
+    weighted by forgetting, and a trainable prompt token per domain (``domain_prompts``)."""
+    return _named(base, "ELLE", stages=_later(base, _elle_stage), domain_prompts=True)
 
 
 # The fixed-size baselines by model kind: the paper's prefix, and each size's description.
@@ -197,7 +198,7 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
     System("Single-KD", "LOIRE distilling from the last model only", "Table 12", _single_kd),
     System("Memory", "LOIRE's replay without distillation", "Table 12", _memory),
     System("ELLE", "ELLE's expansion (duplicated units + noise, ungated layer copies), its recovering warmup on "
-           "the memory alone, 10% replay weighted by forgetting; no distillation (domain prompts: not yet)",
+           "the memory alone, 10% replay weighted by forgetting, a trainable prompt token per domain; no distillation",
            "Table 2", _elle),
 )}
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from loire_jax.config.schedule import seen_domains_at, stage_number
+from loire_jax.config.schedule import prompt_ids, prompt_position, seen_domains_at, stage_number
 from loire_jax.parallel.sharding import batch_sharding
 from loire_jax.train.loop import StageClock
 from loire_jax.train.program import Programs
@@ -33,6 +33,7 @@ class Evaluator:
         # (stage number, domain) -> final perplexity, this session's and (``remember``) the
         # earlier sessions' records: what ELLE's forgetting-weighted replay reads
         self.finals: dict[tuple[int, str], float] = {}
+        self.prompts = prompt_ids(self.run_config)  # ELLE's domain prompts, if the run has them
 
     def remember(self, records: list[dict[str, Any]]) -> None:
         """The final perplexities earlier sessions logged (JSON floats round-trip exactly, so a
@@ -51,7 +52,8 @@ class Evaluator:
         out = {}
         with self.clock.evaluating():
             for name in seen_domains_at(run, index):
-                it = eval_iterator(run.data, self.domain_index[name], seq_len=run.seq_len, batch_size=run.batch_size)
+                it = eval_iterator(run.data, self.domain_index[name], seq_len=run.seq_len, batch_size=run.batch_size,
+                                   prompt=self.prompts.get(name), prompt_at=prompt_position(run))
                 total, count, window = 0.0, 0.0, 0
                 for i, batch in enumerate(it):
                     if run.eval.batches and i >= run.eval.batches:

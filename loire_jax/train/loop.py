@@ -23,7 +23,7 @@ import jax
 
 from loire_jax.analysis.flops import train_flops_per_token
 from loire_jax.config.mesh import BATCH_AXES
-from loire_jax.config.schedule import Phase, phase_at, replay_domains, stage_number
+from loire_jax.config.schedule import Phase, phase_at, prompt_ids, prompt_position, replay_domains, stage_number
 from loire_jax.errors import RunError
 
 if TYPE_CHECKING:
@@ -167,7 +167,9 @@ def stage_data(run: "RunConfig", index: int, stage_phases: list[Phase], domain_i
                           global_batch_size=run.batch_size, seed=run.data_seed(index),
                           replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps,
                           memory_domains=[domain_index[d] for d in replay_domains(run, index)],
-                          recover_steps=stage.recover_steps, memory_weights=memory_weights)
+                          recover_steps=stage.recover_steps, memory_weights=memory_weights,
+                          prompts={domain_index[d]: t for d, t in prompt_ids(run).items()},
+                          prompt_at=prompt_position(run))
 
 
 def seek(it: Any, batch: int) -> None:

@@ -20,7 +20,7 @@ from jax.sharding import Mesh
 
 from loire_jax.analysis import memory
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import Phase, growth_plans, stage_models, stage_number, teacher_stages
+from loire_jax.config.schedule import Phase, growth_plans, prompt_ids, stage_models, stage_number, teacher_stages
 from loire_jax.errors import RunError
 from loire_jax.growth.transforms import ramp_layers
 from loire_jax.model.kernels import for_platform, loss_chunk_for
@@ -62,8 +62,9 @@ class Programs:
         if not self.models[0].encoder:
             return
         mlm = self.run_config.mlm
-        self.masking = MaskingSpec(mask_id=special.mask, cls_id=special.cls, special_ids=special.ids(),
-                                   vocab_size=self.models[0].vocab_size, rate=mlm.rate, mask=mlm.mask,
+        prompts = tuple(prompt_ids(self.run_config).values())  # never masked, never drawn as a random token
+        self.masking = MaskingSpec(mask_id=special.mask, cls_id=special.cls, special_ids=special.ids() + prompts,
+                                   vocab_size=self.run_config.model.vocab_size, rate=mlm.rate, mask=mlm.mask,
                                    random=mlm.random, seed=self.run_config.seed,
                                    predictions=mlm.predictions(self.run_config.seq_len))
 

@@ -23,8 +23,10 @@ from loire_jax.config.schedule import (
     replay_domains,
     replay_shares,
     stage_number,
+    stage_vocab,
     teacher_stages,
 )
+from loire_jax.growth.net2net import grow_vocab
 from loire_jax.interop import pretrained
 from loire_jax.parallel.sharding import param_shardings
 from loire_jax.store import checkpoints
@@ -187,6 +189,11 @@ def start_state(programs: "Programs", session: "RunSession", index: int) -> Trai
     if index == 0:
         return new_train_state(programs.models[0], opt, jax.random.fold_in(key, 0), shardings)
     prev, _ = session.ckpt(index - 1).restore(programs.abstract(index - 1))
+    new_tokens = stage_vocab(run, index) - stage_vocab(run, index - 1)
+    if new_tokens:  # ELLE's prompts of the stage's new domains join first (the growth plans expect them)
+        _, params = grow_vocab(programs.models[index - 1], prev.params, new_tokens,
+                               key=jax.random.fold_in(key, 7000 + stage_number(index)))
+        prev = prev.replace(params=params)
     reset = opt if run.stages[index].reset_optimizer else None
     grown = grow_train_state(programs.plans[index], prev, jax.random.fold_in(key, 1000 * stage_number(index)),
                              shardings, reset_optimizer=reset)

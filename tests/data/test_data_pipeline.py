@@ -354,6 +354,34 @@ def test_weighted_replay_shares_the_memory_windows_by_the_weights(tiny_cfg):
                       memory_weights=(1.0,))
 
 
+@pytest.mark.parametrize("at", [0, 1])
+def test_domain_prompts_head_every_window_of_their_domain_memory_and_validation_included(tiny_cfg, at):
+    """ELLE's prompts: the stage's windows carry its domain's prompt at ``at`` (1: after an
+    encoder's [CLS]), each replayed window its own domain's, and evaluation the evaluated
+    domain's; the rest of every window is the window without prompts."""
+    prompts = {0: 500, 1: 501, 2: 502}
+    prep = load_prepared(tiny_cfg)
+    memory = [{tuple(np.delete(w, at)) for w in PackedWindows([prep.tokens(j, "memory")], SEQ)} for j in (0, 1)]
+    kw = dict(seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5)
+    plain, ds = train_dataset(tiny_cfg, 2, **kw), train_dataset(tiny_cfg, 2, prompts=prompts, prompt_at=at, **kw)
+    seen = Counter()
+    for i in range(12):
+        for row, bare in zip(ds[i]["tokens"], plain[i]["tokens"]):
+            rest = tuple(np.delete(row, at))
+            owner = 2 if rest == tuple(np.delete(bare, at)) and row[at] == 502 else \
+                next((j for j in (0, 1) if rest in memory[j] and row[at] == prompts[j]), None)
+            assert owner is not None, (row[at], i)
+            seen[owner] += 1
+    assert seen[2] and seen[0] and seen[1]  # the domain and both memories, each with its own prompt
+    it = eval_iterator(tiny_cfg, 1, seq_len=SEQ, batch_size=4, prompt=501, prompt_at=at)
+    bare = eval_iterator(tiny_cfg, 1, seq_len=SEQ, batch_size=4)
+    for batch, reference in zip(it, bare):
+        rows = batch["weights"].sum(1) > 0
+        assert (batch["tokens"][rows, at] == 501).all()
+        np.testing.assert_array_equal(np.delete(batch["tokens"], at, 1), np.delete(reference["tokens"], at, 1))
+        np.testing.assert_array_equal(batch["weights"], reference["weights"])
+
+
 def test_recovering_needs_an_earlier_domains_memory(tiny_cfg):
     with pytest.raises(ConfigError, match="recover_steps=2 needs the recovery memory"):
         train_dataset(tiny_cfg, 0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.0, recover_steps=2)
