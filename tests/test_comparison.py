@@ -86,13 +86,16 @@ def test_runs_that_fail_the_gate_or_did_not_finish_count_for_nothing():
 
 def test_every_claim_against_all_its_opponents():
     results = {s: [result(s, i, 1.0, ap=30.0, init=60.0) for i in range(3)]
-               for s in ("Layer-stack", "SCHL-Reverse", "Single-KD", "Memory", "Random", "Zero")}
+               for s in ("Layer-stack", "SCHL-Reverse", "Single-KD", "Memory", "Random", "Zero", "ELLE")}
     results["LOIRE"] = [result("LOIRE", i, -1.0, ap=20.0, init=39.0) for i in range(3)]
     results["Zero"][1] = result("Zero", 1, 1.0, ap=30.0, init=35.0)  # Zero's Init beats LOIRE's on one seed
     got = {v["where"]: v["verdict"] for v in verdicts(results)}
-    assert got == {"Table 2": "holds", "Table 4": "not run", "Fig. 6, Table 11": "holds",
+    assert got == {"Table 2": "holds", "Table 2 (vs ELLE)": "holds", "Table 4": "not run", "Fig. 6, Table 11": "holds",
                    "Table 7/11": "holds", "Table 12": "holds", "Fig. 4": "inconclusive",
                    "Table 2 (bottom), Fig. 4": "holds"}  # LOIRE's Init equals its previous Final
+    results["ELLE"][0] = result("ELLE", 0, -1.5)  # ELLE forgets less than LOIRE on one seed
+    assert {v["where"]: v["verdict"] for v in verdicts(results)}["Table 2 (vs ELLE)"] == "inconclusive"
+    results["ELLE"] = [result("ELLE", i, 1.0) for i in range(3)]
     results["Memory"] = [result("Memory", i, -2.0) for i in range(3)]  # Memory forgets less on every seed
     got = {v["where"]: v["verdict"] for v in verdicts(results)}
     assert got["Table 2"] == got["Table 12"] == "does not hold"

@@ -240,6 +240,8 @@ def _exact_growth(loire: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
 CLAIMS = (
     Claim("LOIRE forgets least: the lowest AP+ of all systems", "Table 2", "AP+ -3.84 vs 3.13 (ELLE) to 83.25",
           "final AP+", lambda r: _final(r, "AP+"), None),
+    Claim("LOIRE forgets less than ELLE, the strongest lifelong rival", "Table 2 (vs ELLE)", "AP+ -3.84 vs 3.13",
+          "final AP+", lambda r: _final(r, "AP+"), ("ELLE",)),
     Claim("the plug-in layer beats layer-stack", "Fig. 6, Table 11", "final AP 19.19 vs 62.64",
           "final AP", lambda r: _final(r, "AP"), ("Layer-stack",)),
     Claim("the hidden -> ffn -> heads -> layers schedule beats its reverse", "Table 7/11", "final AP 19.19 vs 22.23",
