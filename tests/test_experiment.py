@@ -66,7 +66,8 @@ def test_the_micro_suite_runs_and_reports(micro):
     assert verdict == {"Table 2": "inconclusive", "Table 2 (vs ELLE)": "not run", "Table 4": "inconclusive",
                        "Fig. 6, Table 11": "not run",
                        "Table 7/11": "not run", "Table 12": "not run", "Fig. 4": "not run",
-                       "Table 2 (bottom), Fig. 4": "inconclusive"}
+                       "Table 2 (bottom), Fig. 4": "inconclusive", "Table 4 (vs LiGO)": "not run",
+                       "Table 6 (vs LiGO)": "not run"}
     assert [r["gate"]["passed"] for r in data["runs"]["LOIRE"]] == [False]  # 4 steps learn nothing: flagged
     assert "**fail**" in report and "## Hyperparameter sweep" in report
     assert (root / "report" / "ap_by_stage.png").stat().st_size > 0
@@ -91,8 +92,8 @@ def test_list_and_bad_input(micro):
     assert "GPT_L: " in out.stdout and "LOIRE: " in out.stdout and "grow hidden->32" in out.stdout
     assert "error: no suite 'nope'" in one_line_error(experiment("--suite", "nope"))
     bad = base / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"name": "bad", "base": "loire.yaml", "systems": ["LiGO"], "seeds": [1]}))
-    assert "unknown system(s) ['LiGO']" in one_line_error(experiment("--suite", str(bad)))
+    bad.write_text(yaml.safe_dump({"name": "bad", "base": "loire.yaml", "systems": ["bert2BERT"], "seeds": [1]}))
+    assert "unknown system(s) ['bert2BERT']" in one_line_error(experiment("--suite", str(bad)))
     bad.write_text(yaml.safe_dump({"name": "bad", "base": "loire.yaml", "systems": ["LOIRE"], "seeds": 3}))
     assert "seeds must be a list of integers" in one_line_error(experiment("--suite", str(bad)))
     # the suite's directory holds runs of another config: refused, nothing touched

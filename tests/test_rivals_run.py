@@ -3,9 +3,12 @@ stages: its expansion at each stage start, its recovering warmup on the memory a
 the domain with replay weighted by forgetting; stopped by SIGTERM inside stage 3's
 recovering warmup and resumed by a new process, which weighs the replay from the records
 of the earlier stages' evaluations: every loss is reproduced bitwise, as in every other
-phase."""
+phase. LiGO (Tables 4, 6) the same way: its operator phase first, then the materialised
+model; stopped inside the operator phase and resumed bitwise."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import yaml
@@ -18,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rivals")]
 
 
 @pytest.fixture(scope="module")
-def elle_config(tmp_path_factory):
+def loire_config(tmp_path_factory):
     from data_helpers import tiny_config_dict
 
     base = tmp_path_factory.mktemp("rivals")
@@ -32,9 +35,20 @@ def elle_config(tmp_path_factory):
          "warmup_steps": 3, "teachers": "all", "replay_ratio": 0.2, "beta": 0.1, "beta_steps": 2},
     ])
     (base / "loire.yaml").write_text(yaml.safe_dump(loire))
-    path = base / "elle.yaml"
-    path.write_text(yaml.safe_dump(derive("ELLE", load_run_config(base / "loire.yaml")).to_dict()))
+    return base / "loire.yaml"
+
+
+def _system(loire_config, name: str, **stage_changes):
+    run = derive(name, load_run_config(loire_config))
+    run = run.replace(stages=tuple(dataclasses.replace(s, **stage_changes) if s.growth else s for s in run.stages))
+    path = loire_config.parent / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(run.to_dict()))
     return path
+
+
+@pytest.fixture(scope="module")
+def elle_config(loire_config):
+    return _system(loire_config, "ELLE")
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +76,32 @@ def test_elle_stopped_inside_its_recovering_warmup_resumes_every_loss(elle_confi
     assert len(shares) == 2, stopped.stdout[-2000:]  # stages 2 and 3
     assert in_process(elle_config, tmp_path).complete
     assert final_losses(tmp_path) == final_losses(elle_reference)
+
+
+@pytest.fixture(scope="module")
+def ligo_config(loire_config):
+    return _system(loire_config, "LiGO", ligo_steps=3)  # the paper's 100 of 20k steps would be 1 step here
+
+
+@pytest.fixture(scope="module")
+def ligo_reference(ligo_config, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("ligo-reference")
+    assert in_process(ligo_config, workdir).complete
+    return workdir
+
+
+def test_ligo_trains_its_operator_then_the_materialised_model(ligo_reference):
+    train = records(ligo_reference, "train")
+    assert [r["phase"] for r in train if r["stage"] == 3] == ["ligo"] * 3 + ["train"] * 3
+    assert [r["phase"] for r in train if r["stage"] == 2] == ["ligo"] * 3 + ["train"]
+    evals = {(r["stage"], r["point"], r["domain"]) for r in records(ligo_reference, "eval")}
+    assert {(2, "init", "SCI"), (3, "init", "NEWS")} <= evals  # the grown model, after its operator phase
+    assert (ligo_reference / "stage_3_ligo").is_dir()
+
+
+def test_ligo_stopped_inside_its_operator_phase_resumes_every_loss(ligo_config, ligo_reference, tmp_path):
+    stopped = cli(ligo_config, tmp_path, fault="term:10")  # stage 3, step 2 of its operator phase
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert "in stage 3 at step 2: LiGO's operator saved" in stopped.stdout, stopped.stdout[-2000:]
+    assert in_process(ligo_config, tmp_path).complete
+    assert final_losses(tmp_path) == final_losses(ligo_reference)

@@ -303,10 +303,30 @@ def test_domain_prompts_are_checked_in_one_line(overrides, needle):
     assert "\n" not in str(err.value)
 
 
+LIGO = ["stages.2.growth.0.init=ligo", "stages.2.reset_optimizer=true", "stages.2.teachers=none", "stages.2.beta=0"]
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (LIGO, r"init: ligo needs 0 < ligo_steps < steps=40 .*got ligo_steps=0"),
+    ([*LIGO, "stages.2.ligo_steps=40"], r"init: ligo needs 0 < ligo_steps < steps=40"),
+    (["stages.2.ligo_steps=3"], "ligo_steps=3 trains LiGO's operator, but the stage has no growth of init: ligo"),
+    ([*LIGO[:1], *LIGO[2:], "stages.2.ligo_steps=3"],
+     "init: ligo materialises new weights after its operator phase: set reset_optimizer: true"),
+    ([*LIGO[:2], "stages.2.ligo_steps=3"], "a LiGO stage trains without teachers or a recovering warmup"),
+    ([*LIGO, "stages.2.ligo_steps=3", "stages.2.growth.0.noise=-1"], "noise must be a finite number >= 0"),
+    ([*LIGO, "stages.2.ligo_steps=3", "stages.2.growth.0.positions=[0]"],
+     "positions and mode do not apply|positions apply to layer growth only"),
+])
+def test_ligos_settings_are_checked_in_one_line(overrides, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        tiny(*overrides)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("overrides,needle", [
     (["stages.2.growth.0.init=elle", "stages.2.growth.0.noise=-0.1", "stages.2.reset_optimizer=true"],
      r"noise must be a finite number >= 0 \(ELLE's std\), got -0.1"),
-    (["stages.2.growth.0.noise=0.01"], "noise applies to init: elle only, not init: loire"),
+    (["stages.2.growth.0.noise=0.01"], "noise applies to init: elle or ligo only, not init: loire"),
     (["stages.2.growth.0.init=elle"], "init: elle grows no optimizer state .*: set reset_optimizer: true"),
     (["stages.2.growth=[{op: ffn, size: 512, init: elle}, {op: heads, size: 8}]", "stages.2.reset_optimizer=true"],
      "growth mixes ELLE's expansion"),

@@ -13,6 +13,7 @@ import pytest
 from loire_jax import load_run_config
 from loire_jax.config.schedule import (
     growth_plans,
+    phases,
     prompt_ids,
     prompt_position,
     replay_domains,
@@ -73,7 +74,7 @@ def test_sizes_of_the_systems(config):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m1}, name
     for name in (scratch_name("L", kind), scratch_name("R", kind)):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m5}, name
-    for name in ("LOIRE", "Layer-stack", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse", "ELLE"):
+    for name in ("LOIRE", "Layer-stack", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse", "ELLE", "LiGO"):
         got = stage_models(derive(name, loire))
         assert (_shape(got[0]), _shape(got[-1])) == (m1, m5), name
     reverse = [_shape(m) for m in stage_models(derive("SCHL-Reverse", loire))]
@@ -152,6 +153,23 @@ def test_elles_domain_prompts_grow_the_vocabulary_by_one_token_per_new_domain(co
     assert prompt_position(elle) == (1 if loire.model.encoder else 0)  # after an encoder's [CLS]
 
 
+@pytest.mark.parametrize("config", list(BASES))
+def test_ligo_learns_its_growth_then_trains_plainly(config):
+    """LiGO (Tables 4, 6): LOIRE's growth sizes and order by its learned operator, trained for
+    the paper's 100 of 20k steps scaled to the stage (at least 1), the optimizer afresh; no
+    replay, teachers or gate ramp."""
+    loire = load_run_config(ROOT / "configs" / f"{config}.yaml")
+    ligo = derive("LiGO", loire)
+    assert [[(g.op, g.size, g.init) for g in s.growth] for s in ligo.stages] == \
+        [[(g.op, g.size, "ligo") for g in s.growth] for s in loire.stages]
+    for ours, theirs in zip(_later(loire), _later(ligo)):
+        assert theirs.ligo_steps == max(1, round(ours.steps / 200)) and theirs.reset_optimizer
+        assert _warmup(theirs) == (0, 0.0, "all", "none", 0.0, 0) and theirs.gate_ramp_steps == 0
+    plans = [p for stage in growth_plans(ligo) for p in stage]
+    assert plans and all(p.init == "ligo" and p.noise == 0.01 and not p.function_preserving for p in plans)
+    assert [p.name for p in phases(ligo.stages[1], False)] == ["ligo", "train"]
+
+
 def test_elles_replay_weighs_each_domain_by_how_much_it_was_forgotten(loire):
     """PPL after the previous stage over PPL when learned: the domain learned last weighs 1."""
     elle = derive("ELLE", loire)
@@ -198,8 +216,8 @@ def test_the_other_kinds_baseline_is_refused_in_one_line(name, config, use):
 
 
 def test_refusals(loire):
-    with pytest.raises(ValueError, match="unknown system 'LiGO'"):
-        derive("LiGO", loire)
+    with pytest.raises(ValueError, match="unknown system 'bert2BERT'"):
+        derive("bert2BERT", loire)
     with pytest.raises(ValueError, match="replay_from must be one of"):
         dataclasses.replace(loire.stages[1], replay_from="some")
 

@@ -229,6 +229,12 @@ class Claim:
     paper_model: str = "LOIRE-GPT1"
 
 
+def _total(r: Mapping[str, Any], key: str) -> float | None:
+    """A run's total of a per-stage cost (``flops``, ``wall_s``), None if a stage lacks it."""
+    values = r.get(key) or []
+    return float(sum(values)) if values and all(v is not None for v in values) else None
+
+
 def _exact_growth(loire: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
     """Every growth stage of every run: Init within PRESERVATION_RTOL of the previous Final."""
     pairs = [(abs(a - b), b) for r in loire for a, b in zip(r["init_AP"][1:], r["previous_final_AP"][1:])]
@@ -242,6 +248,10 @@ CLAIMS = (
           "final AP+", lambda r: _final(r, "AP+"), None),
     Claim("LOIRE forgets less than ELLE, the strongest lifelong rival", "Table 2 (vs ELLE)", "AP+ -3.84 vs 3.13",
           "final AP+", lambda r: _final(r, "AP+"), ("ELLE",)),
+    Claim("LOIRE costs less wall time than LiGO", "Table 4 (vs LiGO)", "28h48m vs 48h25m wall",
+          "total wall time, s", lambda r: _total(r, "wall_s"), ("LiGO",)),
+    Claim("LOIRE costs fewer FLOPs than LiGO", "Table 6 (vs LiGO)", "LiGO's operator phase and full-size "
+          "training cost more", "total training FLOPs", lambda r: _total(r, "flops"), ("LiGO",)),
     Claim("the plug-in layer beats layer-stack", "Fig. 6, Table 11", "final AP 19.19 vs 62.64",
           "final AP", lambda r: _final(r, "AP"), ("Layer-stack",)),
     Claim("the hidden -> ffn -> heads -> layers schedule beats its reverse", "Table 7/11", "final AP 19.19 vs 22.23",

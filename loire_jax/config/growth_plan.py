@@ -18,8 +18,11 @@ OPS = ("hidden", "ffn", "heads", "layers")
 
 # "elle": ELLE's function-recovering expansion (Qin et al., 2022; ``growth.net2net``): new
 # units duplicate old ones, then Gaussian noise; new layers are ungated copies.
-INITS = ("loire", "random", "zero", "elle")
+# "ligo": LiGO's learned operator (Wang et al., 2023; ``growth.ligo``), trained in its stage's
+# first ``ligo_steps`` and then materialised.
+INITS = ("loire", "random", "zero", "elle", "ligo")
 ELLE_NOISE = 0.01  # ELLE's std of the symmetry-breaking noise
+LIGO_NOISE = 0.01  # the std around LiGO's initial operator (B = 0, depth one-hot)
 
 
 HIDDEN_METHODS = ("auto", "zero_pad", "mean_expand", "duplicate", "paper")
@@ -126,6 +129,8 @@ def plan_growth(
         raise GrowthError(f"unknown init {init!r}; choose one of {INITS}")
     if init == "elle":
         return _plan_elle(cfg, op, size, ELLE_NOISE if noise is None else noise, method, positions, mode)
+    if init == "ligo":
+        return _plan_ligo(cfg, op, size, LIGO_NOISE if noise is None else noise, method, positions, mode)
     if noise is not None:
         raise GrowthError(f"noise applies to ELLE's growth (init='elle') only, not init={init!r}")
     allowed = {"hidden": HIDDEN_METHODS, "heads": HEADS_METHODS}.get(op, ("auto",))
@@ -241,8 +246,7 @@ def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
     """ELLE's expansion (``growth.net2net.elle_grow``): width by duplication with split
     outgoing weights, depth by ungated copies right after their sources, then noise. It keeps
     the function only with ``noise=0``, for ffn and heads and for hidden at a multiple."""
-    if not (isinstance(noise, (int, float)) and not isinstance(noise, bool) and np.isfinite(noise) and noise >= 0):
-        raise GrowthError(f"ELLE's noise must be a finite number >= 0 (its std), got {noise!r}")
+    _check_noise(noise, "ELLE")
     if mode != "plugin":
         raise GrowthError(f"ELLE inserts each layer copy right after its source; mode={mode!r} does not apply")
     if op == "layers":
@@ -265,4 +269,27 @@ def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
            "an uneven duplication of the stream moves the norm statistics" if uneven else "")
     return GrowthPlan(op, cfg, new, "elle", method=chosen, noise=float(noise), function_preserving=not why,
                       reason=why)
+
+
+def _check_noise(noise: Any, who: str) -> None:
+    if not (isinstance(noise, (int, float)) and not isinstance(noise, bool) and np.isfinite(noise) and noise >= 0):
+        raise GrowthError(f"{who}'s noise must be a finite number >= 0 (its std), got {noise!r}")
+
+
+def _plan_ligo(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, positions: Sequence[int] | None,
+               mode: str) -> GrowthPlan:
+    """LiGO's growth (``growth.ligo``): the sizes only. Its operator is learned in the stage's
+    first ``ligo_steps`` (the trainer's operator phase), so no fixed transform applies it,
+    and it is not function-preserving. New layers are learned mixes of the old ones, so
+    positions and modes do not apply."""
+    _check_noise(noise, "LiGO")
+    if positions is not None or mode != "plugin":
+        raise GrowthError("LiGO learns each new layer as a mix of the old ones: positions and mode do not apply")
+    if op == "heads":
+        new = _plan_heads(cfg, _check_size("heads", cfg.heads, size), "loire", method).new
+    elif method != "auto":
+        raise GrowthError(f"method={method!r} applies to LiGO's heads growth only, not {op!r}")
+    else:
+        new = cfg.replace(**{op: _check_size(op, getattr(cfg, op), size)})
+    return GrowthPlan(op, cfg, new, "ligo", noise=float(noise), reason="LiGO learns its growth operator")
 

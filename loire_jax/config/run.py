@@ -111,8 +111,8 @@ class GrowthSpec:
         if not isinstance(self.exact, bool):
             problems.append(f"exact must be true or false, got {self.exact!r}")
         if self.noise is not None:
-            if self.init != "elle":
-                problems.append(f"noise applies to init: elle only, not init: {self.init}")
+            if self.init not in ("elle", "ligo"):
+                problems.append(f"noise applies to init: elle or ligo only, not init: {self.init}")
             elif not (_is_num(self.noise) and math.isfinite(self.noise) and self.noise >= 0):
                 problems.append(f"noise must be a finite number >= 0 (ELLE's std), got {self.noise!r}")
         raise_problems(problems, "growth")
@@ -144,6 +144,10 @@ class StageConfig:
     - ``recover_steps``: ELLE's function-recovering warmup (Qin et al., 2022): the first
       ``recover_steps`` train on the recovery memory of earlier domains alone, before the
       domain's data arrives; the replay share then applies from there on, as set.
+    - ``ligo_steps``: LiGO's operator training (Wang et al., 2023): with growth of ``init:
+      ligo``, the first ``ligo_steps`` train the learned growth operator on the stage's data
+      with the previous model frozen (AdamW, lr 2e-4, weight decay 0.1, clip 1.0); the grown
+      weights are then materialised and the rest of the stage trains them normally.
     - ``init_from`` (first stage only): M1's weights from a Hugging Face checkpoint directory
       or another run's Orbax stage directory instead of a random init (LOIRE-GPT2, §3.1);
       the architecture and the tokenizer must be the run's (``loire_jax.interop.pretrained``).
@@ -164,6 +168,7 @@ class StageConfig:
     reset_optimizer: bool = False
     init_from: str = ""
     recover_steps: int = 0
+    ligo_steps: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.domains, str):
@@ -182,7 +187,7 @@ class StageConfig:
             problems.append("growth must be a list of GrowthSpec")
         if not (_is_int(self.steps) and self.steps >= 1):
             problems.append(f"steps must be a positive integer, got {self.steps!r}")
-        for name in ("warmup_steps", "gate_ramp_steps", "beta_steps", "recover_steps"):
+        for name in ("warmup_steps", "gate_ramp_steps", "beta_steps", "recover_steps", "ligo_steps"):
             value = getattr(self, name)
             if not (_is_int(value) and value >= 0):
                 problems.append(f"{name} must be a non-negative integer, got {value!r}")
@@ -219,12 +224,32 @@ class StageConfig:
                 problems.append(f"warmup_steps={self.warmup_steps} ends inside recover_steps={self.recover_steps}: "
                                 "the replay share applies after the recovering warmup")
             elle = [g.init == "elle" for g in self.growth]
+            ligo = [g.init == "ligo" for g in self.growth]
             if any(elle) and not all(elle):
                 problems.append("growth mixes ELLE's expansion (init: elle) with other inits; a stage grows one way")
+            if any(ligo) and not all(ligo):
+                problems.append("growth mixes LiGO's operator (init: ligo) with other inits; a stage grows one way")
             if any(elle) and not self.reset_optimizer:
                 problems.append("init: elle grows no optimizer state (ELLE starts it afresh): set reset_optimizer: true")
+            problems += self._ligo_problems(any(ligo))
         if problems:
             raise ConfigError(f"invalid {where}: " + "; ".join(problems))
+
+    def _ligo_problems(self, grows_by_ligo: bool) -> list[str]:
+        """LiGO's operator phase needs LiGO's growth, and the reverse; it leaves steps to train
+        the grown model, starts its optimizer afresh, and has no teachers or recovery."""
+        if not grows_by_ligo:
+            return [f"ligo_steps={self.ligo_steps} trains LiGO's operator, but the stage has no growth of init: "
+                    "ligo"] if self.ligo_steps else []
+        problems = []
+        if not 0 < self.ligo_steps < self.steps:
+            problems.append(f"init: ligo needs 0 < ligo_steps < steps={self.steps} (LiGO's operator trains first, "
+                            f"then the grown model), got ligo_steps={self.ligo_steps}")
+        if not self.reset_optimizer:
+            problems.append("init: ligo materialises new weights after its operator phase: set reset_optimizer: true")
+        if self.distills or self.recover_steps:
+            problems.append("a LiGO stage trains without teachers or a recovering warmup")
+        return problems
 
     @property
     def distills(self) -> bool:

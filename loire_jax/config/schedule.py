@@ -132,7 +132,8 @@ def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
                                    positions=g.positions, mode=g.mode, last_gate=last_gate, noise=g.noise)
             except ValueError as err:
                 raise ConfigError(f"stages.{i} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): {err}") from None
-            if plan.op == "layers" and plan.init != "elle" and (plan.mode == "stack" or cfg.layers - 1 in plan.positions):
+            if plan.op == "layers" and plan.init not in ("elle", "ligo") and (
+                    plan.mode == "stack" or cfg.layers - 1 in plan.positions):
                 last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
             stage_plans.append(plan)
             cfg = plan.new
@@ -207,13 +208,15 @@ class Phase:
 
 
 def phases(stage: StageConfig, has_teachers: bool) -> list[Phase]:
-    """recover: ELLE's first recover_steps on the memory alone; distill: the first beta_steps
+    """recover: ELLE's first recover_steps on the memory alone, or ligo: LiGO's operator
+    training (run by ``train.ligo_phase``, not the step loop); distill: the first beta_steps
     (with teachers); warmup: replay until warmup_steps; train: the rest."""
-    rec = stage.recover_steps
+    rec = stage.recover_steps or stage.ligo_steps  # never both (StageConfig)
     kd_end = stage.beta_steps if (has_teachers and stage.beta > 0) else 0
     warm_end = max(stage.warmup_steps, kd_end, rec)
     replay = stage.replay_ratio > 0
-    out = [Phase("recover", 0, rec, True, False), Phase("distill", rec, kd_end, replay, True),
+    head = Phase("recover", 0, rec, True, False) if stage.recover_steps else Phase("ligo", 0, rec, False, False)
+    out = [head, Phase("distill", rec, kd_end, replay, True),
            Phase("warmup", max(kd_end, rec), warm_end, replay, False), Phase("train", warm_end, stage.steps, False, False)]
     return [p for p in out if p.end > p.start]
 

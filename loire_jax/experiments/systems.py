@@ -167,6 +167,28 @@ def _elle(base: RunConfig) -> RunConfig:
     return _named(base, "ELLE", stages=_later(base, _elle_stage), domain_prompts=True)
 
 
+# LiGO trains its operator for 100 steps of a 20k-step stage (App. D.1's stage length);
+# scaled the same way to the stage at hand, at least one step.
+LIGO_STEPS, PAPER_STAGE_STEPS = 100, 20_000
+
+
+def _ligo_stage(stage: StageConfig) -> StageConfig:
+    """LiGO's stage: LiGO's learned operator in place of LOIRE's growth (same sizes, Table 1's
+    order), trained first (``ligo_steps``) with the previous model frozen, then the grown
+    model trained on the domain alone with a fresh optimizer: no replay, no teachers."""
+    if not stage.growth:
+        return _plain(stage)
+    growth = tuple(dataclasses.replace(g, init="ligo", exact=True, mode="plugin", positions=None,
+                                       method=g.method if g.op == "heads" else "auto") for g in stage.growth)
+    steps = min(max(1, round(stage.steps * LIGO_STEPS / PAPER_STAGE_STEPS)), stage.steps - 1)
+    return dataclasses.replace(_plain(stage), growth=growth, reset_optimizer=True, ligo_steps=steps)
+
+
+def _ligo(base: RunConfig) -> RunConfig:
+    """Wang et al., 2023 (Tables 4, 6): a learned growth operator, then plain training."""
+    return _named(base, "LiGO", stages=_later(base, _ligo_stage))
+
+
 # The fixed-size baselines by model kind: the paper's prefix, and each size's description.
 FAMILIES = {"decoder": "GPT", "encoder": "BERT"}
 _SCRATCH = (("S", "M1's size, no growth, each domain in turn", "Table 2", _small),
@@ -200,6 +222,8 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
     System("ELLE", "ELLE's expansion (duplicated units + noise, ungated layer copies), its recovering warmup on "
            "the memory alone, 10% replay weighted by forgetting, a trainable prompt token per domain; no distillation",
            "Table 2", _elle),
+    System("LiGO", "LiGO's learned growth operator (trained first, the previous model frozen), then the grown "
+           "model trained on each domain alone", "Tables 4, 6", _ligo),
 )}
 
 

@@ -293,6 +293,9 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
         raise GrowthError(f"moment must be 0, 1 or 2, got {moment!r}")
     if plan.init == "elle":
         return _grow_elle(plan, tree, key, moment)
+    if plan.init == "ligo":
+        raise GrowthError("LiGO's growth is learned: its stage trains the operator first (ligo_steps, "
+                         "loire_jax.growth.ligo), so no fixed transform applies it")
     ctx = _Ctx(plan, _as_key(key), moment)
     flat = flatten_dict(dict(tree), sep="/")
     known = leaf_axes(plan.old)
@@ -485,7 +488,7 @@ def ramp_layers(plans: tuple[GrowthPlan, ...]) -> tuple[int, ...]:
     for plan in plans:
         if gates is None:
             gates = jnp.ones((plan.old.layers,))
-        if plan.op == "layers" and plan.init == "elle":  # ungated copies: nothing ramps
+        if plan.op == "layers" and plan.init in ("elle", "ligo"):  # ungated copies or mixes: nothing ramps
             gates = jnp.ones((plan.new.layers,))
         elif plan.op == "layers":
             gates = grow_like(plan, {GATES: gates})[GATES]

@@ -46,7 +46,7 @@ class RunSession:
         # Async saves run device work on a second thread; on simulated CPU devices that can
         # interleave collectives differently per device and deadlock, so save synchronously there.
         self._async_save = async_save
-        self._ckpts: dict[int, checkpoints.StageCheckpoints] = {}
+        self._ckpts: dict[Any, checkpoints.StageCheckpoints] = {}  # stage index, or ("ligo", index)
 
     @contextlib.contextmanager
     def guarded(self) -> Iterator[None]:
@@ -135,6 +135,17 @@ class RunSession:
                 keep=self.run_config.checkpoint.keep, async_save=self._async_save,
                 data_position=lambda step: {"next_index": step})  # see loop.seek
         return self._ckpts[index]
+
+    def operator_ckpt(self, index: int) -> checkpoints.StageCheckpoints:
+        """LiGO's operator phase of stage ``index``: its own manager (``stage_<n>_ligo``), since
+        its steps hold the operator and its optimizer, not the model's."""
+        key = ("ligo", index)
+        if key not in self._ckpts:
+            self._ckpts[key] = checkpoints.StageCheckpoints(
+                f"{checkpoints.stage_dir(self.workdir, stage_number(index))}_ligo", save_every=1,
+                keep=self.run_config.checkpoint.keep, async_save=self._async_save,
+                data_position=lambda step: {"next_index": step})
+        return self._ckpts[key]
 
     def stage_done(self, index: int) -> bool:
         """Whether stage ``index``'s final checkpoint is saved."""

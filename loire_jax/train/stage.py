@@ -89,7 +89,15 @@ class StageRun:
                         "checkpoint(s) of a killed save: " + ", ".join(str(p) for p in self.ck.quarantined))
             self.ctx.emit({"kind": "quarantined", "stage": stage_number(index),
                            "paths": [str(p) for p in self.ck.quarantined]})
-        state, start = self._start(tokenizer_identity)
+        if self.stage.ligo_steps and self.ck.latest_step() is None:  # LiGO: its operator phase first
+            from loire_jax.train.ligo_phase import run_operator_phase
+
+            state = run_operator_phase(self, self._meta(tokenizer_identity))
+            if state is None:
+                return False
+            start = self.stage.ligo_steps
+        else:
+            state, start = self._start(tokenizer_identity)
         teachers = self._teachers()
         trainer.call("on_stage_start", self.ctx, start)
         state, stopped = self._train(state, start, teachers, tokenizer_identity)
@@ -130,6 +138,12 @@ class StageRun:
         self.trainer.evaluator.evaluate(index, state.params, "init")
         return state, 0
 
+    def _meta(self, tokenizer_identity: dict) -> dict[str, Any]:
+        """What the stage's checkpoints record of what they are."""
+        return {"model": self.programs.models[self.index].to_dict(), "tokenizer": tokenizer_identity,
+                "stage": stage_number(self.index), "name": self.stage.name, "run": self.run_config.to_dict(),
+                "processes": jax.process_count()}
+
     def _teachers(self) -> tuple:
         """The frozen final parameters of the stage's teachers (earlier stages, §2.6)."""
         t = time.perf_counter()
@@ -145,10 +159,7 @@ class StageRun:
         Returns the last state and whether a signal stopped the stage (after saving)."""
         trainer, session, index, ctx = self.trainer, self.session, self.index, self.ctx
         run, clock = self.run_config, trainer.evaluator.clock
-        meta = {"model": self.programs.models[index].to_dict(), "tokenizer": tokenizer_identity,
-                "stage": stage_number(index), "name": self.stage.name, "run": run.to_dict(),
-                "processes": jax.process_count()}
-        policy = CheckpointPolicy(session, trainer.hooks, ctx, meta, self.data)
+        policy = CheckpointPolicy(session, trainer.hooks, ctx, self._meta(tokenizer_identity), self.data)
         metrics = LateMetrics(run, self.programs, index, ctx.emit, trainer.peak)
         steps = stage_steps(self.programs, index, self.phases, self.programs.specs(index, self.phases), state,
                             start, self.data, teachers, metrics)
