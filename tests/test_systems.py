@@ -235,6 +235,25 @@ def test_the_shipped_decoder_suites_plan_every_run(name):
     assert {r.config.seed for r in main} == set(suite.seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
 
 
+def test_the_rivals_mini_suite_plans_loire_against_elle_and_ligo_and_gpt_l(loire):
+    """rivals-mini: LOIRE, ELLE, LiGO and GPT_L at three seeds on mini.yaml, no sweep: every
+    run shares the data, seed, batches and stage budget, and ELLE and LiGO grow to LOIRE's sizes."""
+    from loire_jax.experiments.suite import load_suite, main_runs
+
+    suite = load_suite("rivals-mini")
+    assert suite.systems == ("GPT_L", "LOIRE", "ELLE", "LiGO") and suite.seeds == (1, 2, 3) and suite.sweep is None
+    main = main_runs(suite, ())
+    assert len(main) == 12 and len({r.workdir for r in main}) == 12
+    by = {(r.system, r.seed): r.config for r in main}
+    for seed in suite.seeds:
+        runs = [by[s, seed] for s in suite.systems]
+        for field in SHARED:
+            assert len({repr(getattr(r, field)) for r in runs}) == 1, field
+        assert len({tuple((s.domains, s.steps) for s in r.stages) for r in runs}) == 1
+    for name in ("ELLE", "LiGO"):
+        assert [_shape(m) for m in stage_models(by[name, 1])] == [_shape(m) for m in stage_models(loire)]
+
+
 def test_the_bert_mini_suite_plans_loire_bert_against_bert_l_and_bert_s(loire):
     """bert-mini: LOIRE-Bert, BERT_L and BERT_S at three seeds, every run an encoder with the
     same masked-LM recipe, data, batches and stage budget; BERT_L at the last model's size

@@ -114,12 +114,15 @@ def _stage_line(stage) -> str:
                                          + (" stacked" if g.mode == "stack" else "") for g in stage.growth))
     if stage.reset_optimizer:
         parts.append("optimizer afresh")
+    if stage.ligo_steps:
+        parts.append(f"LiGO operator {stage.ligo_steps} steps (previous model frozen)")
     if stage.recover_steps:
         parts.append(f"recover {stage.recover_steps} on the memory alone")
     if stage.warmup_steps:
         parts.append(f"warmup {stage.warmup_steps}")
     if stage.replay_ratio:
-        parts.append(f"replay {stage.replay_ratio:g} from " + ("the previous domain's memory" if stage.replay_from == "previous" else "every earlier domain's memory"))
+        parts.append(f"replay {stage.replay_ratio:g} from " + ("the previous domain's memory" if stage.replay_from == "previous" else "every earlier domain's memory")
+                     + (" weighted by forgetting" if stage.replay_weights == "forgetting" else ""))
     if stage.distills:
         parts.append(f"KD from {stage.teachers} (beta {stage.beta:g} x {stage.beta_steps})")
     if stage.gate_ramp_steps and any(g.op == "layers" for g in stage.growth):
@@ -128,7 +131,7 @@ def _stage_line(stage) -> str:
 
 
 def _list(suite, sweep, main, chosen) -> None:
-    from loire_jax.config.schedule import stage_models
+    from loire_jax.config.schedule import prompt_ids, stage_models
     from loire_jax.experiments.systems import SYSTEMS
 
     base = main[0].config
@@ -150,6 +153,8 @@ def _list(suite, sweep, main, chosen) -> None:
         info = SYSTEMS[system]
         shapes = " -> ".join(f"({m.hidden},{m.ffn},{m.heads},{m.layers})" for m in _dedupe(stage_models(run)))
         print(f"\n{system}: {info.what} [{info.where}]\n  model {shapes}")
+        if run.domain_prompts:
+            print("  domain prompts (token ids): " + ", ".join(f"{d} {t}" for d, t in prompt_ids(run).items()))
         for stage in run.stages:
             print("  " + _stage_line(stage))
 
