@@ -446,6 +446,10 @@ SHELL = {
     "python launch/experiment.py --suite paper-mini --list": "run",
     "python launch/experiment.py --suite paper-mini":
         "not run here (44 runs); tests/test_experiment.py runs a micro suite end to end",
+    "python launch/experiment.py --suite rivals-mini --list": "run",
+    "python launch/experiment.py --suite rivals-mini":
+        "not run here (12 runs, about 15 minutes); tests/test_rivals_run.py runs ELLE and LiGO end to end, "
+        "resumes included",
     "python launch/experiment.py --suite paper --seeds 1,2,3 --workdir gs://bucket/paper":
         "not run here: the paper's scale, for GPU and TPU nodes; tests/test_experiment.py runs a micro suite",
     "python launch/train.py --config configs/tiny_gpt2_general.yaml --mesh 8":
