@@ -51,6 +51,10 @@ WAIT_S = 10.0
 # coordination service down: a loaded host may take more than a second to finish an exit,
 # and a process still connected then is aborted by JAX's runtime instead of exiting cleanly.
 LEAVE_GRACE_S = 3.0
+# A run that ended everywhere: a worker posts "left" right before its os._exit (nothing is
+# left to flush but logs), and JAX's client aborts a process only after several seconds of
+# failed polls, so process 0 need not wait as long before it goes.
+FINISH_GRACE_S = 1.0
 # A peer whose beat stands still this long is lost (``configure`` sets it to the run's
 # heartbeat timeout). A process not yet beating gets three times as long to start.
 STALL_S = 60.0
@@ -229,7 +233,7 @@ def finish(code: int) -> None:
         if me == 0:
             others = set(range(1, count))
             _wait_for(lambda p: others <= set(p["left"]) | set(p["failed"]), timeout=_config["stall_s"])
-            time.sleep(LEAVE_GRACE_S)
+            time.sleep(FINISH_GRACE_S)
         else:
             _post("left")
     _flush_and_exit(code)
