@@ -51,11 +51,26 @@ def elle_config(loire_config):
     return _system(loire_config, "ELLE")
 
 
+def _uninterrupted(config, tmp_path_factory, name: str):
+    workdir = tmp_path_factory.mktemp(name)
+    assert in_process(config, workdir).complete
+    return workdir
+
+
+def _stopped_then_resumed(config, reference, workdir, fault: str, said: str) -> str:
+    """The CLI stopped by SIGTERM after ``fault``'s step, then resumed in this process: every
+    loss equals the uninterrupted run's. Returns what the stopped process printed."""
+    stopped = cli(config, workdir, fault=fault)
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert said in stopped.stdout, stopped.stdout[-2000:]
+    assert in_process(config, workdir).complete
+    assert final_losses(workdir) == final_losses(reference)
+    return stopped.stdout
+
+
 @pytest.fixture(scope="module")
 def elle_reference(elle_config, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("elle-reference")
-    assert in_process(elle_config, workdir).complete
-    return workdir
+    return _uninterrupted(elle_config, tmp_path_factory, "elle-reference")
 
 
 def test_elle_expands_recovers_on_the_memory_then_trains_the_domain(elle_reference):
@@ -69,13 +84,10 @@ def test_elle_expands_recovers_on_the_memory_then_trains_the_domain(elle_referen
 
 
 def test_elle_stopped_inside_its_recovering_warmup_resumes_every_loss(elle_config, elle_reference, tmp_path):
-    stopped = cli(elle_config, tmp_path, fault="term:10")  # stage 3, step 2: inside the recovering warmup
-    assert stopped.returncode == 75, stopped.stderr[-3000:]
-    assert "in stage 3 at step 2: checkpoint saved" in stopped.stdout, stopped.stdout[-2000:]
-    shares = [line for line in stopped.stdout.splitlines() if "replay weighted by forgetting: SCI" in line]
-    assert len(shares) == 2, stopped.stdout[-2000:]  # stages 2 and 3
-    assert in_process(elle_config, tmp_path).complete
-    assert final_losses(tmp_path) == final_losses(elle_reference)
+    # stage 3, step 2: inside the recovering warmup; the resumed stage weighs its replay from the records
+    out = _stopped_then_resumed(elle_config, elle_reference, tmp_path, "term:10", "in stage 3 at step 2: checkpoint saved")
+    shares = [line for line in out.splitlines() if "replay weighted by forgetting: SCI" in line]
+    assert len(shares) == 2, out[-2000:]  # stages 2 and 3
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +97,7 @@ def ligo_config(loire_config):
 
 @pytest.fixture(scope="module")
 def ligo_reference(ligo_config, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("ligo-reference")
-    assert in_process(ligo_config, workdir).complete
-    return workdir
+    return _uninterrupted(ligo_config, tmp_path_factory, "ligo-reference")
 
 
 def test_ligo_trains_its_operator_then_the_materialised_model(ligo_reference):
@@ -100,8 +110,5 @@ def test_ligo_trains_its_operator_then_the_materialised_model(ligo_reference):
 
 
 def test_ligo_stopped_inside_its_operator_phase_resumes_every_loss(ligo_config, ligo_reference, tmp_path):
-    stopped = cli(ligo_config, tmp_path, fault="term:10")  # stage 3, step 2 of its operator phase
-    assert stopped.returncode == 75, stopped.stderr[-3000:]
-    assert "in stage 3 at step 2: LiGO's operator saved" in stopped.stdout, stopped.stdout[-2000:]
-    assert in_process(ligo_config, tmp_path).complete
-    assert final_losses(tmp_path) == final_losses(ligo_reference)
+    # stage 3, step 2 of its operator phase
+    _stopped_then_resumed(ligo_config, ligo_reference, tmp_path, "term:10", "in stage 3 at step 2: LiGO's operator saved")

@@ -94,7 +94,8 @@ def _auto_hidden_method(cfg: ModelConfig, h2: int) -> str:
     return "duplicate"
 
 
-def _check_size(what: str, old: int, new: Any) -> int:
+def check_size(what: str, old: int, new: Any) -> int:
+    """``new`` as an int, refused in one line unless it is an integer larger than ``old``."""
     if not isinstance(new, (int, np.integer)) or isinstance(new, bool):
         raise GrowthError(f"{what} growth needs an integer target size, got {new!r}")
     if new <= old:
@@ -142,15 +143,15 @@ def plan_growth(
         raise GrowthError(f"positions and mode apply to layer growth only, not {op!r}")
 
     if op == "ffn":
-        new = cfg.replace(ffn=_check_size("ffn", cfg.ffn, size))
+        new = cfg.replace(ffn=check_size("ffn", cfg.ffn, size))
         return GrowthPlan("ffn", cfg, new, init, function_preserving=init == "loire",
                           reason="" if init == "loire" else f"init={init!r}")
     if op == "heads":
-        return _plan_heads(cfg, _check_size("heads", cfg.heads, size), init, method)
+        return _plan_heads(cfg, check_size("heads", cfg.heads, size), init, method)
     if op == "layers":
         return _plan_layers(cfg, size, init, positions, mode)
 
-    h2 = _check_size("hidden", cfg.hidden, size)
+    h2 = check_size("hidden", cfg.hidden, size)
     if init != "loire":
         return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2), init, method="paper",
                           reason=f"init={init!r}")
@@ -218,7 +219,7 @@ def _alternatives(cfg: ModelConfig, h2: int) -> str:
 
 
 def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int] | None, mode: str) -> GrowthPlan:
-    l2 = _check_size("layers", cfg.layers, size)
+    l2 = check_size("layers", cfg.layers, size)
     if l2 > 2 * cfg.layers:
         raise GrowthError(f"layer growth copies each layer at most once, so {cfg.layers} layers can grow to at "
                          f"most {2 * cfg.layers}, asked for {l2}")
@@ -256,14 +257,14 @@ def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
     if positions is not None:
         raise GrowthError(f"positions apply to layer growth only, not {op!r}")
     if op == "heads":
-        plan = _plan_heads(cfg, _check_size("heads", cfg.heads, size), "loire", method)
+        plan = _plan_heads(cfg, check_size("heads", cfg.heads, size), "loire", method)
         new, chosen = plan.new, plan.method
     elif method != "auto":
         raise GrowthError(f"method={method!r} applies to ELLE's heads growth only, not {op!r}")
     elif op == "ffn":
-        new, chosen = cfg.replace(ffn=_check_size("ffn", cfg.ffn, size)), None
+        new, chosen = cfg.replace(ffn=check_size("ffn", cfg.ffn, size)), None
     else:
-        new, chosen = cfg.replace(hidden=_check_size("hidden", cfg.hidden, size)), None
+        new, chosen = cfg.replace(hidden=check_size("hidden", cfg.hidden, size)), None
     uneven = op == "hidden" and new.hidden % cfg.hidden != 0
     why = (f"ELLE's noise (std {noise:g})" if noise else
            "an uneven duplication of the stream moves the norm statistics" if uneven else "")
@@ -286,10 +287,10 @@ def _plan_ligo(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
     if positions is not None or mode != "plugin":
         raise GrowthError("LiGO learns each new layer as a mix of the old ones: positions and mode do not apply")
     if op == "heads":
-        new = _plan_heads(cfg, _check_size("heads", cfg.heads, size), "loire", method).new
+        new = _plan_heads(cfg, check_size("heads", cfg.heads, size), "loire", method).new
     elif method != "auto":
         raise GrowthError(f"method={method!r} applies to LiGO's heads growth only, not {op!r}")
     else:
-        new = cfg.replace(**{op: _check_size(op, getattr(cfg, op), size)})
+        new = cfg.replace(**{op: check_size(op, getattr(cfg, op), size)})
     return GrowthPlan(op, cfg, new, "ligo", noise=float(noise), reason="LiGO learns its growth operator")
 

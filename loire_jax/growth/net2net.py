@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from loire_jax.config.growth_plan import OPS, plan_growth
+from loire_jax.config.growth_plan import OPS, check_size, plan_growth
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_axes, leaf_kind
 from loire_jax.errors import ConfigError, GrowthError
@@ -92,15 +92,6 @@ def _check_noise(noise: Any, name: str = "noise") -> float:
         raise GrowthError(f"{name} must be a finite standard deviation >= 0 (0 keeps the exact duplicate), "
                           f"got {noise!r}")
     return float(noise)
-
-
-def _check_size(what: str, old: int, new: Any) -> int:
-    if not isinstance(new, (int, np.integer)) or isinstance(new, bool):
-        raise GrowthError(f"{what} growth needs an integer target size, got {new!r}")
-    if new <= old:
-        raise GrowthError(f"growth cannot shrink or keep {what}: it is {old}, asked for {new}; "
-                          f"give a size larger than {old}")
-    return int(new)
 
 
 def _flat_checked(cfg: ModelConfig, params: Mapping[str, Any]) -> tuple[ModelConfig, dict[str, Any]]:
@@ -157,7 +148,7 @@ def _width_plan(cfg: ModelConfig, op: str, size: int, key: jax.Array | None,
                 method: str) -> tuple[ModelConfig, dict[str, _Axis]]:
     """The new config and, per grown axis base of the layout table, who copies whom."""
     if op == "hidden":
-        h2 = _check_size("hidden", cfg.hidden, size)
+        h2 = check_size("hidden", cfg.hidden, size)
         return cfg.replace(hidden=h2), {"hidden": _appended(cfg.hidden, h2, key, "stream coordinates")}
     if op == "ffn":
         new = plan_growth(cfg, "ffn", size).new
@@ -251,7 +242,7 @@ def _deepen(old: ModelConfig, with_noise: bool, flat: dict[str, jax.Array], sour
 
 def _layer_positions(cfg: ModelConfig, size: int, key: jax.Array | None,
                      positions: Sequence[int] | None) -> tuple[ModelConfig, tuple[int, ...]]:
-    l2 = _check_size("layers", cfg.layers, size)
+    l2 = check_size("layers", cfg.layers, size)
     if positions is None and l2 <= 2 * cfg.layers:  # beyond that plan_growth refuses below, naming the limit
         key = _need_key(key, "which layers to copy (or give positions=)")
         drawn = jax.random.choice(key, cfg.layers, (l2 - cfg.layers,), replace=False)
