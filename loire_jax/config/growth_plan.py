@@ -247,7 +247,7 @@ def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
     """ELLE's expansion (``growth.net2net.elle_grow``): width by duplication with split
     outgoing weights, depth by ungated copies right after their sources, then noise. It keeps
     the function only with ``noise=0``, for ffn and heads and for hidden at a multiple."""
-    _check_noise(noise, "ELLE")
+    check_noise(noise, "ELLE's noise")
     if mode != "plugin":
         raise GrowthError(f"ELLE inserts each layer copy right after its source; mode={mode!r} does not apply")
     if op == "layers":
@@ -272,9 +272,13 @@ def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
                       reason=why)
 
 
-def _check_noise(noise: Any, who: str) -> None:
-    if not (isinstance(noise, (int, float)) and not isinstance(noise, bool) and np.isfinite(noise) and noise >= 0):
-        raise GrowthError(f"{who}'s noise must be a finite number >= 0 (its std), got {noise!r}")
+def check_noise(noise: Any, name: str) -> float:
+    """``noise`` (a standard deviation: ELLE's noise, LiGO's initial spread, a new row's scale)
+    as a float, refused in one line unless it is a finite number >= 0."""
+    ok = isinstance(noise, (int, float, np.integer, np.floating)) and not isinstance(noise, bool)
+    if not ok or not np.isfinite(float(noise)) or float(noise) < 0:
+        raise GrowthError(f"{name} must be a finite number >= 0 (its std), got {noise!r}")
+    return float(noise)
 
 
 def _plan_ligo(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, positions: Sequence[int] | None,
@@ -283,7 +287,7 @@ def _plan_ligo(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
     first ``ligo_steps`` (the trainer's operator phase), so no fixed transform applies it,
     and it is not function-preserving. New layers are learned mixes of the old ones, so
     positions and modes do not apply."""
-    _check_noise(noise, "LiGO")
+    check_noise(noise, "LiGO's noise")
     if positions is not None or mode != "plugin":
         raise GrowthError("LiGO learns each new layer as a mix of the old ones: positions and mode do not apply")
     if op == "heads":

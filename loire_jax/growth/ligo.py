@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
-import zlib
 from typing import Any, Callable, Mapping
 
 import jax
@@ -54,9 +52,11 @@ import numpy as np
 import optax
 from flax.traverse_util import flatten_dict, unflatten_dict
 
+from loire_jax.config.growth_plan import check_noise
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_axes
 from loire_jax.errors import GrowthError
+from loire_jax.growth.keys import leaf_key
 from loire_jax.model.params import validate_params
 
 # What LiGO grows; the rest of the config must match, except numerics and execution choices.
@@ -179,15 +179,13 @@ def init_operator(old: ModelConfig, new: ModelConfig, key: jax.Array, *, noise: 
     "stackbert" depth init. ``noise=0`` gives exactly zero-padding and stacking.
 
     ``dtype``: the operator's dtype, default the new model's parameter dtype."""
-    if not isinstance(noise, numbers.Real) or isinstance(noise, bool) or not (math.isfinite(noise) and noise >= 0):
-        raise GrowthError(f"LiGO's init noise must be a finite number >= 0, got {noise!r}")
+    noise = check_noise(noise, "LiGO's init noise")
     shapes = operator_shapes(old, new)
     dtype = jnp.dtype(dtype) if dtype is not None else new.params_dtype
     new.check_dtype_support()
     out = {}
     for path, shape in shapes.items():
-        leaf_key = jax.random.fold_in(key, zlib.crc32(path.encode()) & 0x7FFFFFFF)
-        value = noise * jax.random.normal(leaf_key, shape, dtype)
+        value = noise * jax.random.normal(leaf_key(key, path), shape, dtype)
         if path.startswith(DEPTH + "/"):
             stack = jnp.arange(new.layers) % old.layers
             value = value + jax.nn.one_hot(stack, old.layers, dtype=dtype)

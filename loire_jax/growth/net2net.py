@@ -49,8 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-import zlib
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -58,22 +56,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from loire_jax.config.growth_plan import OPS, check_size, plan_growth
+from loire_jax.config.growth_plan import OPS, check_noise, check_size, plan_growth
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_axes, leaf_kind
 from loire_jax.errors import ConfigError, GrowthError
+from loire_jax.growth.keys import as_key, leaf_key
 from loire_jax.model.params import validate_params
 
 DEFAULT_NOISE = 0.01  # ELLE's std for the symmetry-breaking noise
 
 
 # --------------------------------------------------------------------------- input checks
-def _as_key(key: Any) -> jax.Array | None:
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return jax.random.key(int(key))
-    return key
-
-
 def _need_key(key: jax.Array | None, why: str) -> jax.Array:
     if key is None:
         raise GrowthError(f"ELLE growth draws {why}; pass a PRNG key, e.g. key=jax.random.key(seed)")
@@ -84,14 +77,6 @@ def _need_noise_key(key: jax.Array | None, noise: float) -> None:
     """Checked once the request is known to be valid, so that a bad size is named first."""
     if noise > 0:
         _need_key(key, f"noise of std {noise} (or pass noise=0)")
-
-
-def _check_noise(noise: Any, name: str = "noise") -> float:
-    ok = isinstance(noise, (int, float, np.integer, np.floating)) and not isinstance(noise, bool)
-    if not ok or not math.isfinite(float(noise)) or float(noise) < 0:
-        raise GrowthError(f"{name} must be a finite standard deviation >= 0 (0 keeps the exact duplicate), "
-                          f"got {noise!r}")
-    return float(noise)
 
 
 def _flat_checked(cfg: ModelConfig, params: Mapping[str, Any]) -> tuple[ModelConfig, dict[str, Any]]:
@@ -105,11 +90,6 @@ def _flat_checked(cfg: ModelConfig, params: Mapping[str, Any]) -> tuple[ModelCon
     if dtypes and dtypes != {cfg.params_dtype}:
         cfg = cfg.replace(param_dtype=next(iter(dtypes)).name)
     return cfg, flat
-
-
-def _leaf_key(key: jax.Array, path: str) -> jax.Array:
-    """One key per leaf, from its path: a leaf's draw does not depend on which others exist."""
-    return jax.random.fold_in(key, zlib.crc32(path.encode()) & 0x7FFFFFFF)
 
 
 # --------------------------------------------------------------------------- which unit copies which
@@ -216,7 +196,7 @@ def _widen(old: ModelConfig, tied: str | None, with_noise: bool, flat: dict[str,
             share = 1.0 / copies["hidden"].astype(x.dtype)
             x = x.at[-1].multiply(share) if tied.startswith("layers/") else x * share
         if with_noise:
-            x = x + jnp.where(fresh, noise.astype(x.dtype) * jax.random.normal(_leaf_key(key, path), x.shape, x.dtype),
+            x = x + jnp.where(fresh, noise.astype(x.dtype) * jax.random.normal(leaf_key(key, path), x.shape, x.dtype),
                               0)
         out[path] = x
     return out
@@ -234,7 +214,7 @@ def _deepen(old: ModelConfig, with_noise: bool, flat: dict[str, jax.Array], sour
         if path == GATES:
             y = jnp.where(copy, jnp.ones_like(y), y)  # a plain layer: ELLE does not gate
         elif with_noise:
-            y = y + jnp.where(copy, noise.astype(y.dtype) * jax.random.normal(_leaf_key(key, path), y.shape, y.dtype),
+            y = y + jnp.where(copy, noise.astype(y.dtype) * jax.random.normal(leaf_key(key, path), y.shape, y.dtype),
                               0)
         out[path] = y
     return out
@@ -274,13 +254,13 @@ def elle_grow(cfg: ModelConfig, params: Mapping[str, Any], op: str, size: int, *
     """
     if op not in OPS:
         raise GrowthError(f"unknown growth operator {op!r}; choose one of {OPS}")
-    noise = _check_noise(noise)
+    noise = check_noise(noise, "noise")
     if op != "layers" and positions is not None:
         raise GrowthError(f"positions apply to layer growth only, not {op!r}")
     if op != "heads" and method != "auto":
         raise GrowthError(f"method={method!r} applies to heads growth only, not {op!r}")
     cfg, flat = _flat_checked(cfg, params)
-    key = _as_key(key)
+    key = as_key(key)
     draw_key, noise_key = jax.random.split(key) if key is not None else (None, None)
     std = jnp.asarray(noise, jnp.float32 if cfg.params_dtype != jnp.float64 else jnp.float64)
 
@@ -332,14 +312,14 @@ def grow_vocab(cfg: ModelConfig, params: Mapping[str, Any], n_new: int, *, key: 
     if not isinstance(n_new, (int, np.integer)) or isinstance(n_new, bool) or n_new < 1:
         raise GrowthError(f"vocabulary growth needs n_new >= 1 new tokens, got {n_new!r}")
     if scale is not None:
-        scale = _check_noise(scale, "scale")
+        scale = check_noise(scale, "scale")
     cfg, flat = _flat_checked(cfg, params)
     try:
         new_cfg = cfg.replace(vocab_size=cfg.vocab_size + int(n_new))
     except ConfigError as err:
         raise GrowthError(f"cannot grow the vocabulary by {n_new}: {err}") from None
     v1, v2, p2 = cfg.vocab_size, new_cfg.vocab_size, new_cfg.padded_vocab
-    key = _as_key(key)
+    key = as_key(key)
     out = dict(flat)
     for path, axes in leaf_axes(cfg).items():
         if "vocab" not in axes:
@@ -356,8 +336,8 @@ def grow_vocab(cfg: ModelConfig, params: Mapping[str, Any], n_new: int, *, key: 
             rows = jnp.zeros(shape, x.dtype)
         else:
             std = scale if scale is not None else float(jnp.std(jax.lax.slice_in_dim(x, 0, v1, axis=ax)))
-            leaf_key = _leaf_key(_need_key(key, "the new tokens' rows"), path)
-            rows = (std * jax.random.normal(leaf_key, tuple(shape), x.dtype)).astype(x.dtype)
+            rows_key = leaf_key(_need_key(key, "the new tokens' rows"), path)
+            rows = (std * jax.random.normal(rows_key, tuple(shape), x.dtype)).astype(x.dtype)
         out[path] = jax.lax.dynamic_update_slice_in_dim(x, rows, v1, axis=ax)
     params2 = unflatten_dict(out, sep="/")
     validate_params(new_cfg, params2, "vocabulary-grown params")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import zlib
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -38,6 +37,7 @@ from loire_jax.config.growth_plan import GrowthPlan, plan_growth
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_axes
 from loire_jax.errors import GrowthError
+from loire_jax.growth.keys import as_key, leaf_key
 from loire_jax.model.params import validate_params
 
 SPLIT_NOISE = 0.1  # relative spread of the random reader split in `duplicate` (breaks symmetry)
@@ -73,7 +73,7 @@ class _Ctx:
         if self.key is None:
             raise GrowthError(f"this {self.plan.op} growth draws random values (for {path}); pass a PRNG key, "
                              "e.g. key=jax.random.key(seed)")
-        return jax.random.fold_in(self.key, zlib.crc32((path + salt).encode()) & 0x7FFFFFFF)
+        return leaf_key(self.key, path + salt)
 
     def fresh(self, path: str, x: jax.Array, ax: int, block: tuple[int, ...], loire: str) -> jax.Array:
         """New slots appended to ``x`` along ``ax``. For parameters, ``loire`` says what LOIRE puts
@@ -296,7 +296,7 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     if plan.init == "ligo":
         raise GrowthError("LiGO's growth is learned: its stage trains the operator first (ligo_steps, "
                          "loire_jax.growth.ligo), so no fixed transform applies it")
-    ctx = _Ctx(plan, _as_key(key), moment)
+    ctx = _Ctx(plan, as_key(key), moment)
     flat = flatten_dict(dict(tree), sep="/")
     known = leaf_axes(plan.old)
     unknown = sorted(set(flat) - set(known))
@@ -324,16 +324,9 @@ def _grow_elle(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | int |
         raise GrowthError("ELLE's growth (init='elle') grows no optimizer state: start the optimizer afresh "
                          "(reset_optimizer: true)")
     size = {"hidden": plan.new.hidden, "ffn": plan.new.ffn, "heads": plan.new.heads, "layers": plan.new.layers}
-    _, params = elle_grow(plan.old, tree, plan.op, size[plan.op], key=_as_key(key), noise=plan.noise,
+    _, params = elle_grow(plan.old, tree, plan.op, size[plan.op], key=as_key(key), noise=plan.noise,
                           positions=plan.positions or None, method=plan.method or "auto")
     return params
-
-
-def _as_key(key: jax.Array | int | None) -> jax.Array | None:
-    """None stays None: a plan that needs randomness then raises, naming the leaf."""
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return jax.random.key(int(key))
-    return key
 
 
 # Fields of optax states that are moments of the parameters' gradients, with their order:
@@ -434,7 +427,7 @@ def grow(
         last_gate = float(jax.device_get(params[GATES][-1]))  # one scalar, not the model
     plan = plan_growth(cfg, op, size, init=init, exact=exact, method=method, positions=positions,
                        mode=mode, last_gate=last_gate, noise=noise)
-    key = _as_key(key)
+    key = as_key(key)
     mesh = mesh or _mesh_of(params)
     if plan.init == "elle":  # eager (it picks sources on the host); sharded ops keep the model sharded
         grown = grow_like(plan, dict(params), key)

@@ -43,15 +43,24 @@ class CheckpointPolicy:
         """Save ``record``'s state as step ``record.step`` of its stage (``stage_<n>/<step>``);
         a non-finite state is never saved: the run stops as diverged, the last finite step kept."""
         session, index = self.session, record.stage_index
-        if session.lock is not None:  # one small read per checkpoint: is the workdir still ours?
-            session.lock.verify()
-        ck = session.ckpt(index)
-        meta = {**self.meta, "final": record.final, "step": record.step}
-        try:
-            ck.save(record.step, record.state, data_iterator=self.data, meta=meta, force=True)
-        except checkpoints.NonFiniteStateError as err:
-            kept = ck.latest_step()
-            raise Diverged(f"training diverged in {stage_label(session.run_config, index)}: {err}. The last "
-                           f"finite checkpoint is kept ({f'step {kept}' if kept is not None else 'none yet in this stage'}"
-                           "); lower the learning rate or check the data") from None
+        save_checked(session, session.ckpt(index), record.step, record.state, self.data,
+                     {**self.meta, "final": record.final, "step": record.step},
+                     f"training diverged in {stage_label(session.run_config, index)}")
         self.ctx.emit(clock.lap(record.stage, record.step))
+
+
+def save_checked(session: "RunSession", ck: checkpoints.StageCheckpoints, step: int, state: Any, data: Any,
+                 meta: dict[str, Any], what: str) -> None:
+    """Save ``state`` as ``step`` of ``ck`` (forced, with the data position), once the workdir
+    is checked to be still this run's; a non-finite state is never saved: ``Diverged``, naming
+    ``what`` diverged and the last finite step kept. The step loop's saves and LiGO's
+    operator phase both save this way."""
+    if session.lock is not None:  # one small read per checkpoint: is the workdir still ours?
+        session.lock.verify()
+    try:
+        ck.save(step, state, data_iterator=data, meta=meta, force=True)
+    except checkpoints.NonFiniteStateError as err:
+        kept = ck.latest_step()
+        raise Diverged(f"{what}: {err}. The last finite checkpoint is kept "
+                       f"({f'step {kept}' if kept is not None else 'none yet in this stage'}); lower the learning "
+                       "rate or check the data") from None

@@ -18,7 +18,7 @@ wherever the run stopped, bit for bit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -29,17 +29,38 @@ from loire_jax.config.mesh import BATCH_AXES
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.schedule import stage_number
 from loire_jax.data.sharding import to_global_batch
-from loire_jax.errors import Diverged
 from loire_jax.growth.ligo import apply_operator, init_operator, operator_optimizer
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.store import checkpoints
+from loire_jax.train.checkpoint_policy import save_checked
 from loire_jax.train.loop import LateMetrics, StepRecord, seek
 from loire_jax.train.masking import row_keys
 from loire_jax.train.state import TrainState, state_from_params
 from loire_jax.train.step import StepSpec, lm_and_kd, objective
 
 if TYPE_CHECKING:
-    from loire_jax.train.stage import StageRun
+    from loire_jax.config.run import RunConfig, StageConfig
+    from loire_jax.config.schedule import Phase
+    from loire_jax.train.context import RunContext
+    from loire_jax.train.program import Programs
+    from loire_jax.train.session import RunSession
+
+
+class OperatorStage(Protocol):
+    """What the operator phase needs of its stage (``train.stage.StageRun`` is one): the
+    stage does not import this module's caller, so the two import one way only."""
+
+    index: int
+    label: str
+    run_config: "RunConfig"
+    stage: "StageConfig"
+    phases: list["Phase"]
+    programs: "Programs"
+    session: "RunSession"
+    ctx: "RunContext"
+    trainer: Any  # its evaluator, hooks (``call``) and ``peak``
+    data: Any  # the stage's data iterator
+    ck: checkpoints.StageCheckpoints
 
 
 def make_operator_step(spec: StepSpec, old: ModelConfig, optimizer: optax.GradientTransformation) -> Callable:
@@ -68,7 +89,7 @@ def make_operator_step(spec: StepSpec, old: ModelConfig, optimizer: optax.Gradie
     return step
 
 
-def run_operator_phase(stage: "StageRun", meta: dict[str, Any]) -> TrainState | None:
+def run_operator_phase(stage: OperatorStage, meta: dict[str, Any]) -> TrainState | None:
     """Train stage ``stage.index``'s LiGO operator from its latest operator checkpoint (or
     afresh), materialise the grown model, evaluate it ("init") and save it as the stage's
     step ``ligo_steps``; returns that state, or None if a signal stopped the phase (saved)."""
@@ -119,7 +140,8 @@ def run_operator_phase(stage: "StageRun", meta: dict[str, Any]) -> TrainState | 
             stop = (save or s == start or (s + 1) % every == 0) and session.signals.should_stop()
             if save or stop:
                 metrics.flush()
-                _save(ck, s + 1, state, stage, {**meta, "ligo_operator": True, "step": s + 1})
+                save_checked(session, ck, s + 1, state, stage.data, {**meta, "ligo_operator": True, "step": s + 1},
+                             f"LiGO's operator diverged in {stage.label}")
             if stop and not last:
                 ck.wait()
                 session.say(f"\nstopped ({session.signals.name}) in stage {n} at step {s + 1}: LiGO's operator "
@@ -133,16 +155,6 @@ def run_operator_phase(stage: "StageRun", meta: dict[str, Any]) -> TrainState | 
     model = state_from_params(grown, opt, model_shardings)
     model = model.replace(step=jax.device_put(jnp.asarray(steps, jnp.int32), model_shardings.step))
     stage.trainer.evaluator.evaluate(index, model.params, "init")
-    _save(stage.ck, steps, model, stage, {**meta, "final": False, "step": steps})
+    save_checked(session, stage.ck, steps, model, stage.data, {**meta, "final": False, "step": steps},
+                 f"LiGO's grown model diverged in {stage.label}")
     return model
-
-
-def _save(ck: checkpoints.StageCheckpoints, step: int, state: TrainState, stage: "StageRun",
-          meta: dict[str, Any]) -> None:
-    if stage.session.lock is not None:
-        stage.session.lock.verify()
-    try:
-        ck.save(step, state, data_iterator=stage.data, meta=meta, force=True)
-    except checkpoints.NonFiniteStateError as err:
-        raise Diverged(f"LiGO's operator diverged in {stage.label}: {err}; lower the learning rate or check "
-                       "the data") from None

@@ -32,6 +32,7 @@ from loire_jax.parallel.sharding import param_shardings
 from loire_jax.store import checkpoints
 from loire_jax.train.checkpoint_policy import CheckpointPolicy
 from loire_jax.train.context import stage_label
+from loire_jax.train.ligo_phase import run_operator_phase
 from loire_jax.train.loop import LateMetrics, StageClock, seek, stage_data, stage_steps
 from loire_jax.train.state import TrainState, grow_train_state, new_train_state, state_from_params
 from loire_jax.train.step import frozen_teacher
@@ -90,8 +91,6 @@ class StageRun:
             self.ctx.emit({"kind": "quarantined", "stage": stage_number(index),
                            "paths": [str(p) for p in self.ck.quarantined]})
         if self.stage.ligo_steps and self.ck.latest_step() is None:  # LiGO: its operator phase first
-            from loire_jax.train.ligo_phase import run_operator_phase
-
             state = run_operator_phase(self, self._meta(tokenizer_identity))
             if state is None:
                 return False
