@@ -445,7 +445,8 @@ SHELL = {
         "not run here (needs the suite's runs); tests/test_trainer.py runs launch/report.py on two workdirs",
     "python launch/experiment.py --suite paper-mini --list": "run",
     "python launch/experiment.py --suite paper-mini":
-        "not run here (44 runs); tests/test_experiment.py runs a micro suite end to end",
+        "not run here (50 runs, about an hour on 2 cores; docs/results/paper-mini records one); "
+        "tests/test_experiment.py runs a micro suite end to end",
     "python launch/experiment.py --suite rivals-mini --list": "run",
     "python launch/experiment.py --suite rivals-mini":
         "not run here (12 runs, about 15 minutes); tests/test_rivals_run.py runs ELLE and LiGO end to end, "

@@ -182,7 +182,11 @@ def load(name: str) -> dict[str, Any]:
     got: dict[str, Any] = {"record": json.loads((folder / "record.json").read_text()),
                            "stdout": (folder / "stdout.txt").read_text(), "stderr": (folder / "stderr.txt").read_text()}
     if (folder / "report.json").exists():
-        (got["report"],) = json.loads((folder / "report.json").read_text())["runs"]
+        report = json.loads((folder / "report.json").read_text())
+        if "verdicts" in report:  # a comparison suite's report: every system's runs and the verdicts
+            got["suite"] = report
+        else:
+            (got["report"],) = report["runs"]
     return got
 
 
@@ -564,6 +568,57 @@ def fig_bench_encoder(got: Callable[[str], dict[str, Any]]) -> str:
     ) + "\n" + "\n".join(table) + "\n"
 
 
+def _suite_rows(suite: dict[str, Any]) -> list[str]:
+    """Per system: counted runs, M1 and M5 AP, M5 AP+ (mean ± half-range) and mean FLOPs."""
+    def cell(st):
+        if not st:
+            return "-"
+        return _num(st["mean"]) if st["n"] == 1 else f"{_num(st['mean'])} ± {(st['max'] - st['min']) / 2:.2f}"
+
+    rows = ["| system | counted runs | M1 AP | M5 AP | M5 AP+ | training FLOPs |", "|---|---|---|---|---|---|"]
+    for system, a in suite["aggregate"].items():
+        flops = [st["mean"] for st in a["flops"] if st]
+        rows.append(f"| {system} | {a['counted']}/{a['runs']} | {cell(a['AP'][0])} | {cell(a['AP'][-1])} | "
+                    f"{cell(a['AP+'][-1])} | {sum(flops):.3g} |")
+    return rows
+
+
+def _verdict_rows(suite: dict[str, Any], *, numbers: bool) -> list[str]:
+    head = ("| the paper's claim (where) | paper | measured | verdict |\n|---|---|---|---|" if numbers
+            else "| the paper's claim (where) | paper | verdict |\n|---|---|---|")
+    rows = [head]
+    for v in suite["verdicts"]:
+        measured = f" {v['metric']}: {'; '.join(v['numbers'])} |" if numbers else ""
+        rows.append(f"| {v['claim']} ({v['where']}) | {v['paper']} |{measured} **{v['verdict']}** |")
+    return rows
+
+
+def _suite_wall(rec: dict[str, Any]) -> str:
+    n = sum(len(runs) for runs in rec["suite"]["runs"].values()) + len(rec["suite"]["sweep"])
+    return (f"{_cmd(rec)} ran {n} runs in **{_duration(rec['record']['wall_s'])}** {_on(rec)}, into an empty "
+            "workdir and an empty compilation cache, with the corpus already prepared (one measurement)")
+
+
+def fig_paper_mini(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("paper-mini")
+    suite = rec["suite"]["suite"]
+    return _prose(
+        f"{_suite_wall(rec)}. The sweep chose `{' '.join(suite['setting'])}` ({suite['why']}). Its report "
+        "(`docs/results/paper-mini/report.md`), over seeds " + ", ".join(map(str, suite["seeds"])) + ":"
+    ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=True)) + "\n\n" + "\n".join(
+        _suite_rows(rec["suite"])) + "\n"
+
+
+def fig_paper_mini_verdicts(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("paper-mini")
+    return _prose(
+        f"The paper's comparisons at CPU scale (`--suite paper-mini`: 14 systems, its two rivals ELLE and LiGO "
+        f"among them, derived from `configs/mini.yaml`, 3 seeds each): {_suite_wall(rec)}. A claim holds only "
+        "where every seed of LOIRE beats every seed of the others; the numbers behind each verdict are in "
+        "[docs/results.md](docs/results.md#paper-mini-and-how-to-read-its-report)."
+    ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=False)) + "\n"
+
+
 FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "default-run-log": fig_default_run_log,
     "default-run-report": fig_default_run_report,
@@ -579,6 +634,8 @@ FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "bench-data": fig_bench_data,
     "bert-tiny-report": fig_bert_tiny_report,
     "bench-encoder": fig_bench_encoder,
+    "paper-mini": fig_paper_mini,
+    "paper-mini-verdicts": fig_paper_mini_verdicts,
 }
 
 
