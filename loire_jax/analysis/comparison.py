@@ -398,7 +398,8 @@ def cost_ratios(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict
 
 
 # ---------------------------------------------------------------------------- the report
-def _cell(st: Mapping[str, Any] | None, digits: int = 2) -> str:
+def stat_cell(st: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """A table cell of ``aggregate``'s statistics: the mean, ± half the range over several runs."""
     if st is None:
         return "-"
     if st["n"] == 1:
@@ -429,13 +430,13 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
     lines += ["## AP and AP+ per stage (Table 2, Fig. 3)", ""]
     header = ["system", "runs"] + [f"{model_name(k)} {m}" for k in range(stages) for m in ("AP", "AP+")]
-    lines += markdown_table(header, [[s, f"{a['counted']}/{a['runs']}"] + [_cell(a[m][k]) for k in range(stages)
+    lines += markdown_table(header, [[s, f"{a['counted']}/{a['runs']}"] + [stat_cell(a[m][k]) for k in range(stages)
                                                                  for m in ("AP", "AP+")] for s, a in agg.items()])
     lines += ["", "## Init versus Final (Fig. 4; Table 2's bottom rows)", "",
               "Init: the AP of the grown model right after growth, on the domains seen before it; Final: "
               "the previous stage's final AP on the same domains. Exact growth makes them equal.", ""]
     header = ["system"] + [f"{model_name(k)} {m}" for k in range(1, stages) for m in ("Init", "prev. Final")]
-    lines += markdown_table(header, [[s] + [_cell(a[m][k]) for k in range(1, stages)
+    lines += markdown_table(header, [[s] + [stat_cell(a[m][k]) for k in range(1, stages)
                                     for m in ("init_AP", "previous_final_AP")] for s, a in agg.items()])
     lines += ["", "## Cost (Table 4)", ""]
     ratios = cost_ratios(results)
