@@ -1,0 +1,97 @@
+"""Fine-tune a finished stage's model on a downstream task: ``loire-finetune RUN_DIR --task NAME``
+(``python launch/finetune.py`` in a checkout).
+
+    loire-finetune RUN_DIR --task boolq|PATH.yaml [--stage K] [--seeds 1,2,3] [--mesh 8]
+                   [--compile-cache DIR|auto|off] [key=value ...]
+
+Reads stage K's final model (default: the run's last stage), puts the task's head on it and
+trains it on the task's training split, scoring the validation split after every epoch
+(``loire_jax.downstream.finetune``). Writes ``RUN_DIR/finetune/<task>/stage<K>/seed<s>/``
+(checkpoints, metrics.jsonl, results.json) and ``summary.json`` (mean and half-range over
+the seeds). Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
+or its files (``task.files.train=my.jsonl``). Rerunning the command resumes a stopped seed
+and skips finished ones.
+
+Exit codes: 0 done; 2 bad input (one line says what to fix); 75 stopped by SIGTERM after a
+save, so rerun to resume; 130 Ctrl-C (also saved); 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from loire_jax.cli import devices  # before any JAX backend call
+from loire_jax.errors import ConfigError, command
+
+
+@command(ValueError)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", help="a loire_jax run's workdir")
+    parser.add_argument("--task", required=True, help="a shipped task (configs/tasks/<name>.yaml) or a task YAML")
+    parser.add_argument("--stage", type=int, default=None, help="the stage whose model to fine-tune (1-based; "
+                                                               "default: the last)")
+    parser.add_argument("--seeds", default=None, help="e.g. 1,2,3 (default: the task config's seed)")
+    parser.add_argument("--mesh", default=None, help="device mesh (default: the task config's, else the run's)")
+    parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off")
+    parser.add_argument("overrides", nargs="*", help="hyper-parameter overrides, e.g. lr=1e-4 epochs=3")
+    args = parser.parse_intermixed_args(argv)  # RUN_DIR --task T key=value: positionals on both sides
+
+    from loire_jax.config.loader import load_finetune_config, run_config_from_dict
+
+    cfg = load_finetune_config(args.task, args.overrides)
+    seeds = _seeds(args.seeds) if args.seeds else None
+    run_dir = Path(args.run_dir).expanduser()
+    try:
+        run = run_config_from_dict(json.loads((run_dir / "config.json").read_text()))
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a loire_jax run directory (no config.json)") from None
+    except ValueError as err:
+        raise ConfigError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
+    mesh_spec = args.mesh or cfg.mesh or run.mesh
+    sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64")
+    devices.compile_cache(args.compile_cache)
+
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
+    from loire_jax.downstream.finetune import finetune
+    from loire_jax.parallel.sharding import make_mesh
+    from loire_jax.train.signals import Stopped
+
+    print(f"devices: {note}", flush=True)
+    try:
+        result = finetune(run_dir, cfg, stage=args.stage, seeds=seeds, mesh=make_mesh(sizes, devs),
+                          log=lambda line: print(line, flush=True))
+    except Stopped as stop:
+        print(f"stopped by {stop}; rerun the same command to resume", file=sys.stderr)
+        return 130 if stop.signum == 2 else 75
+    if not result.complete:
+        print(f"stopped by signal {result.stopped} after a save; rerun the same command to resume", file=sys.stderr)
+        return 130 if result.stopped == 2 else 75
+    mean, half = result.mean_half_range
+    print(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
+          f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
+    return 0
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds must be integers separated by commas, e.g. 1,2,3; got {text!r}") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds must be distinct non-negative integers, got {text!r}")
+    return seeds
+
+
+def entry() -> None:
+    """The ``loire-finetune`` console script."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()
