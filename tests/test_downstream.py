@@ -70,7 +70,7 @@ def test_a_finetune_config_names_what_is_wrong(kw, message):
 
 
 def test_a_task_yaml_with_overrides_and_relative_files(tmp_path):
-    (tmp_path / "t.yaml").write_text("task: {name: t, kind: classification, source: local, labels: [no, yes],\n"
+    (tmp_path / "t.yaml").write_text("task: {name: t, kind: classification, source: local, labels: ['no', 'yes'],\n"
                                      "       files: {train: d/train.jsonl, validation: d/valid.jsonl}}\nlr: 1.0e-3\n")
     cfg = load_finetune_config(tmp_path / "t.yaml", ["epochs=3", "task.labels=[a, b, c]"])
     assert cfg.epochs == 3 and cfg.lr == 1e-3 and cfg.task.labels == ("a", "b", "c")
@@ -244,3 +244,10 @@ def test_a_tfds_task_reads_a_prepared_dataset_and_maps_class_ids_to_names(tmp_pa
                          tfds_data_dir=str(tmp_path / "none"), labels=("neg", "pos"))
     with pytest.raises(TaskError, match="tfds glue/sst2 split 'train' cannot be read"):
         load_examples(missing)
+
+
+def test_unquoted_yes_no_labels_are_refused_with_the_fix(tmp_path):
+    (tmp_path / "t.yaml").write_text("task: {name: t, kind: classification, source: local, labels: [no, yes],\n"
+                                     "       files: {train: a.jsonl, validation: b.jsonl}}\n")
+    with pytest.raises(ConfigError, match='quote the label names'):
+        load_finetune_config(tmp_path / "t.yaml")

@@ -147,6 +147,9 @@ def load_finetune_config(task: str | Path, overrides: Sequence[str] = ()) -> Fin
             section["files"] = {k: _resolve(v, base) for k, v in section["files"].items()}
         if section.get("tfds_data_dir"):
             section["tfds_data_dir"] = _resolve(section["tfds_data_dir"], base)
+        if isinstance(section.get("labels"), list) and any(isinstance(x, bool) for x in section["labels"]):
+            raise ConfigError(f"task.labels {section['labels']}: YAML reads yes/no/true/false unquoted as booleans; "
+                              'quote the label names, e.g. ["no", "yes"]')
         raw["task"] = section
     return finetune_config_from_dict(raw)
 

@@ -31,6 +31,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from loire_jax import paths
+from loire_jax.analysis.downstream import FINETUNE_DIR, RESULTS  # the layout the reports read
 from loire_jax.config.finetune import FinetuneConfig, TaskConfig
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.run import RunConfig
@@ -40,8 +41,6 @@ from loire_jax.downstream.tasks import TaskError, load_examples
 from loire_jax.errors import LoireError
 from loire_jax.paths import Path
 
-FINETUNE_DIR = "finetune"
-RESULTS = "results.json"
 METRICS = "metrics.jsonl"
 
 
@@ -409,11 +408,15 @@ class _Job:
                   "steps": self.total, "train_examples": len(self.train), "validation_examples": len(self.valid),
                   "truncated": {"train": self.train.truncated, "validation": self.valid.truncated},
                   "wall_s_last_call": round(wall, 2), "config": cfg.to_dict()}
-        _write_atomic(self.directory / RESULTS, json.dumps(result, indent=1))
+        if jax.process_index() == 0:  # one writer; every process holds the same history
+            self._write(result, history)
+        return SeedResult(self.seed, final["score"], self._metric_name(), history["eval"], self.directory)
+
+    def _write(self, result: dict[str, Any], history: dict[str, list]) -> None:
         _write_atomic(self.directory / METRICS, "".join(json.dumps(r) + "\n" for r in
                                                         history["train"] + [dict(e, kind="eval")
                                                                             for e in history["eval"]]))
-        return SeedResult(self.seed, final["score"], self._metric_name(), history["eval"], self.directory)
+        _write_atomic(self.directory / RESULTS, json.dumps(result, indent=1))  # last: it marks the job done
 
     def _epoch_end(self, programs: Programs, params: Any, history: dict, done: int) -> None:
         """Score the validation split after an epoch, into the history and the log."""
