@@ -259,7 +259,9 @@ class _Job:
         self.directory, self.signals = directory, signals
         self.steps_per_epoch = max(len(train) // cfg.batch_size, 1)
         self.total = self.steps_per_epoch * cfg.epochs
-        self.allow_null = cfg.task.kind == "qa" and bool(np.any(train.targets["start"] == train.inputs["null"]))
+        # SQuAD 2.0's rule (predict no answer when it scores higher) only where the task has
+        # unanswerable questions; an answer cut off by truncation does not make it one
+        self.allow_null = cfg.task.kind == "qa" and any(not r["answers"] for r in valid_records)
 
     # data ---------------------------------------------------------------------------
     def batch_indices(self, step: int) -> np.ndarray:
