@@ -570,7 +570,7 @@ def fig_bench_encoder(got: Callable[[str], dict[str, Any]]) -> str:
 
 def _suite_rows(suite: dict[str, Any]) -> list[str]:
     """Per system: counted runs, M1 and M5 AP, M5 AP+ (the report's cells) and mean FLOPs."""
-    from loire_jax.analysis.comparison import stat_cell as cell
+    from loire_jax.analysis.reports import stat_cell as cell
 
     rows = ["| system | counted runs | M1 AP | M5 AP | M5 AP+ | training FLOPs |", "|---|---|---|---|---|---|"]
     for system, a in suite["aggregate"].items():

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from loire_jax import paths
 from loire_jax.analysis import downstream
-from loire_jax.analysis.reports import last_by, markdown_table, save_png, summarize
+from loire_jax.analysis.reports import last_by, markdown_table, save_png, seed_stats, stat_cell, summarize
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number
 
@@ -135,11 +135,6 @@ def run_result(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Ma
 
 
 # ---------------------------------------------------------------------------- across seeds
-def _stats(values: Sequence[float | None]) -> dict[str, Any] | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    if not vals:
-        return None
-    return {"mean": statistics.fmean(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
 def aggregate(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -152,10 +147,10 @@ def aggregate(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, A
         out[system] = {
             "runs": len(runs), "finished": sum(r["finished"] for r in runs), "counted": len(counted),
             "failed_gate": [r["name"] for r in runs if r["finished"] and not r["gate"]["passed"]],
-            **{key: [_stats([r[key][k] if k < len(r[key]) else None for r in counted]) for k in range(stages)]
+            **{key: [seed_stats([r[key][k] if k < len(r[key]) else None for r in counted]) for k in range(stages)]
                for key in ("AP", "AP+", "init_AP", "previous_final_AP")},
-            "flops": [_stats([r["flops"][k] for r in runs if _complete(r)]) for k in range(stages)],
-            "wall_s": [_stats([r["wall_s"][k] for r in runs if _complete(r)]) for k in range(stages)],
+            "flops": [seed_stats([r["flops"][k] for r in runs if _complete(r)]) for k in range(stages)],
+            "wall_s": [seed_stats([r["wall_s"][k] for r in runs if _complete(r)]) for k in range(stages)],
         }
     return out
 
@@ -403,15 +398,6 @@ def cost_ratios(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict
 
 
 # ---------------------------------------------------------------------------- the report
-def stat_cell(st: Mapping[str, Any] | None, digits: int = 2) -> str:
-    """A table cell of ``aggregate``'s statistics: the mean, ± half the range over several runs."""
-    if st is None:
-        return "-"
-    if st["n"] == 1:
-        return f"{st['mean']:.{digits}f}"
-    return f"{st['mean']:.{digits}f} ± {(st['max'] - st['min']) / 2:.{digits}f}"
-
-
 def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
              sweep: Sequence[Mapping[str, Any]] = ()) -> str:
     """The whole report as markdown. ``suite`` carries name, seeds, setting, why, margin and

@@ -14,7 +14,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis.reports import markdown_table
+from loire_jax.analysis.reports import markdown_table, seed_stats, stat_cell
 
 FINETUNE_DIR = "finetune"
 RESULTS = "results.json"
@@ -53,14 +53,6 @@ def _counted(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in runs if r["finished"] and r["gate"]["passed"] and r.get("downstream")]
 
 
-def _cell(vals: Sequence[float]) -> str:
-    if not vals:
-        return "-"
-    if len(vals) == 1:
-        return f"{vals[0]:.2f}"
-    return f"{statistics.fmean(vals):.2f} ± {(max(vals) - min(vals)) / 2:.2f}"
-
-
 def table(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[list[str]]:
     """Rows of Table 5: system, counted runs, each task's score and the average, as mean ±
     half the range over the runs that passed the sanity gate, and the paper's average."""
@@ -69,10 +61,10 @@ def table(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[st
         counted = _counted(runs)
         if not any(r.get("downstream") for r in runs):
             continue
-        cells = [_cell([v for r in counted if (v := (r["downstream"] or {}).get(t)) is not None]) for t in tasks]
+        cells = [stat_cell(seed_stats([(r["downstream"] or {}).get(t) for r in counted])) for t in tasks]
         avgs = [a for r in counted if (a := _average(r, tasks)) is not None]
         paper = PAPER_AVERAGE.get(system)
-        rows.append([system, f"{len(counted)}/{len(runs)}", *cells, _cell(avgs),
+        rows.append([system, f"{len(counted)}/{len(runs)}", *cells, stat_cell(seed_stats(avgs)),
                      f"{paper:.2f}" if paper is not None else "-"])
     return rows
 

@@ -149,6 +149,24 @@ def _sci(x: float | None) -> str:
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
+def seed_stats(values: Sequence[float | None]) -> dict[str, Any] | None:
+    """Mean, min, max and count of the finite values (None where there are none): the
+    across-seed statistics every comparison table reports."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return None
+    return {"mean": statistics.fmean(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def stat_cell(st: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """A table cell of ``seed_stats``: the mean, ± half the range over several runs."""
+    if st is None:
+        return "-"
+    if st["n"] == 1:
+        return f"{st['mean']:.{digits}f}"
+    return f"{st['mean']:.{digits}f} ± {(st['max'] - st['min']) / 2:.{digits}f}"
+
+
 
 def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
     """The report's tables, one section per paper table, all runs side by side."""
