@@ -5,6 +5,7 @@ the shared setting is the sweep's best among settings that passed the gate. Enco
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -403,3 +404,32 @@ def test_downstream_verdicts_judge_the_average_task_score_higher_is_better(tmp_p
     job.mkdir(parents=True)
     (job / "results.json").write_text('{"score": 71.5}')
     assert read_scores(tmp_path, ["t1", "t2"], 2, 3) == {"t1": 71.5, "t2": None}
+
+
+def test_the_run_report_tables_every_fine_tuning_of_each_run(tmp_path):
+    """launch/report.py's Downstream section: a column per (task, stage) found in any run,
+    each cell over every seed's results (also seeds fine-tuned by separate calls), the
+    average only where a run has every column; what is not a job's results is skipped."""
+    from loire_jax.analysis.downstream import job_dir, run_jobs, runs_section
+
+    def put(run: str, task: str, stage: int, seed: int, score: float) -> None:
+        job = job_dir(tmp_path / run, task, stage, seed)
+        job.mkdir(parents=True)
+        (job / "results.json").write_text(json.dumps({"score": score, "metric": "accuracy"}))
+
+    for seed, score in ((1, 70.0), (2, 74.0)):
+        put("a", "boolq", 5, seed, score)
+    put("a", "piqa", 5, 1, 51.0)
+    put("b", "boolq", 5, 3, 60.0)
+    (tmp_path / "a" / "finetune" / "piqa" / "stage5" / "seed9").mkdir()  # a job that never finished
+    (tmp_path / "a" / "finetune" / "piqa" / "stage5" / "seed9" / "results.json").write_text("{")
+    jobs = run_jobs(tmp_path / "a")
+    assert jobs == [{"job": "boolq", "stage": 5, "metric": "accuracy", "seeds": {1: 70.0, 2: 74.0}},
+                    {"job": "piqa", "stage": 5, "metric": "accuracy", "seeds": {1: 51.0}}]
+    assert run_jobs(tmp_path / "none") == []
+    lines = runs_section([{"name": "a", "downstream": jobs}, {"name": "b", "downstream": run_jobs(tmp_path / "b")}])
+    assert lines[1] == "## Downstream (Table 5)"
+    assert "| run | seeds | boolq (M5) | piqa (M5) | average |" in lines
+    assert "| a | 1,2 | 72.00 ± 2.00 | 51.00 | 61.50 |" in lines
+    assert "| b | 3 | 60.00 | - | - |" in lines
+    assert runs_section([{"name": "c", "downstream": []}]) == []

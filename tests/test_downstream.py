@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loire_jax.config.finetune import FinetuneConfig, TaskConfig
@@ -194,11 +194,61 @@ def test_a_qa_answer_maps_to_tokens_and_back_to_its_words(words, data):
         assert enc.inputs["null"][0] == (0 if layout.encoder else int(enc.inputs["valid"][0].sum()) - 1)
 
 
-def test_an_answer_cut_off_by_truncation_becomes_no_answer():
-    context = "w " * 40 + "end"
-    rec = {"id": "a", "question": "q", "context": context, "answers": [{"text": "end", "start": len(context) - 3}]}
-    enc = encoding.encode_qa([rec], PairTokenizer(), ENC, 16)
-    assert enc.targets["start"][0] == enc.targets["end"][0] == 0 and enc.truncated == 1
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 60), st.integers(0, 59), st.integers(0, 5), st.integers(10, 24), st.data())
+def test_a_long_context_is_read_in_overlapping_windows_and_each_labels_the_answer_it_holds(
+        n_words, at, length, max_len, data):
+    """Any context length, answer place and window size: the windows cover every context
+    token, consecutive ones share exactly the stride, a window is labelled with the answer
+    iff it holds all of it (and the label reads back as the answer), every other window
+    with no-answer; an answer no longer than a window's stride + 1 is held by some window."""
+    words = [f"w{k % 7}" for k in range(n_words)]  # a token or two each ("w0" one, " w1" two)
+    i = min(at, n_words - 1)
+    j = min(i + length, n_words - 1)
+    context = " ".join(words)
+    start = len(" ".join(words[:i])) + (1 if i else 0)
+    answer = " ".join(words[i:j + 1])
+    rec = {"id": "a", "question": "q?", "context": context, "answers": [{"text": answer, "start": start}]}
+    layout = data.draw(st.sampled_from([ENC, DEC]))
+    head = (1 if layout.encoder else 0) + 1 + 1  # [CLS]? q? [SEP]
+    room = max_len - head - 1
+    stride = data.draw(st.integers(0, room - 1))
+    enc = encoding.encode_qa([rec], PairTokenizer(), layout, max_len, doc_stride=stride)
+    ctx = PairTokenizer().encode_batch([w for _, _, w in encoding.context_words(context)])
+    total = sum(map(len, ctx))
+    first_tok = sum(len(t) for t in ctx[:i])
+    last_tok = sum(len(t) for t in ctx[:j + 1]) - 1
+    starts = encoding.windows(total, room, stride)
+    assert list(enc.example) == [0] * len(starts) and enc.examples == 1
+    covered = set()
+    for k, w0 in enumerate(starts):
+        n = int(enc.inputs["allowed"][k].sum()) - 1  # the context's positions, the no-answer one aside
+        covered |= set(range(w0, w0 + n))
+        if k:
+            assert starts[k - 1] + room - w0 == stride  # consecutive windows share the stride
+        s, e = int(enc.targets["start"][k]), int(enc.targets["end"][k])
+        holds = w0 <= first_tok and last_tok < w0 + n
+        if holds:
+            assert encoding.span_text(context, enc.spans[k], (s, e)) == answer
+        else:
+            assert s == e == int(enc.inputs["null"][k])
+    assert covered == set(range(total))
+    if last_tok - first_tok + 1 <= stride + 1:
+        assert any(enc.targets["start"][k] != enc.inputs["null"][k] for k in range(len(starts)))
+
+
+def test_a_stride_as_long_as_the_window_is_refused():
+    rec = {"id": "a", "question": "q", "context": "w " * 40, "answers": []}
+    with pytest.raises(ValueError, match="doc_stride 12 must be smaller than the 12 context tokens"):
+        encoding.encode_qa([rec], PairTokenizer(), ENC, 16, doc_stride=12)
+
+
+def test_the_answer_over_windows_is_the_best_span_against_the_lowest_no_answer_score():
+    rows = [((3, 4), 2.0, 5.0), ((5, 5), 6.0, 1.0), (None, -np.inf, 7.0)]
+    assert encoding.best_answer(rows, allow_null=True) == (1, (5, 5))  # 6 beats the lowest null, 1
+    assert encoding.best_answer([((3, 4), 2.0, 5.0), ((5, 5), 4.0, 4.5)], allow_null=True) is None  # 4.5 > 4
+    assert encoding.best_answer([((3, 4), 2.0, 5.0), ((5, 5), 4.0, 4.5)], allow_null=False) == (1, (5, 5))
+    assert encoding.best_answer([(None, -np.inf, 1.0)], allow_null=False) is None
 
 
 def test_best_span_takes_the_best_ordered_short_span_or_no_answer():

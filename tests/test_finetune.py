@@ -7,6 +7,7 @@ Specifications:
 - multiple choice and extractive QA train and score through the same command;
 - a job stopped by SIGTERM or killed by SIGKILL resumes and reproduces the uninterrupted job's
   losses and scores bit for bit; a finished job is not redone;
+- two processes fine-tune as one process does on the same mesh;
 - bad input is one line, exit 2, and nothing is written.
 """
 
@@ -16,8 +17,10 @@ import json
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -174,10 +177,16 @@ def qa_task(folder: Path, **hyper) -> Path:
     return path
 
 
-def test_extractive_qa_learns_spans_and_no_answers(encoder_run, tmp_path):
-    untrained = in_process_finetune(encoder_run, qa_task(tmp_path), "epochs=0", "tag=untrained").seeds[0].epochs[-1]
-    trained = in_process_finetune(encoder_run, qa_task(tmp_path)).seeds[0].epochs[-1]
-    assert untrained["f1"] < 50.0 <= 90.0 <= min(trained["f1"], trained["exact_match"]), (untrained, trained)
+def test_extractive_qa_learns_spans_and_no_answers_across_windows(encoder_run, tmp_path):
+    """max_len 24 leaves a window about 16 context tokens: most contexts take two or three
+    overlapping windows, and the answer is found in whichever holds it."""
+    task = qa_task(tmp_path, max_len=24, doc_stride=8)
+    untrained = in_process_finetune(encoder_run, task, "epochs=0", "tag=untrained").seeds[0].epochs[-1]
+    trained = in_process_finetune(encoder_run, task)
+    saved = json.loads((trained.seeds[0].directory / "results.json").read_text())
+    assert saved["validation_examples"] == 150 and saved["windows"]["validation"] > 225, saved["windows"]
+    best = trained.seeds[0].epochs[-1]
+    assert untrained["f1"] < 50.0 <= 90.0 <= min(best["f1"], best["exact_match"]), (untrained, best)
 
 
 @pytest.mark.parametrize("fault", ["term:13", "kill:31"])
@@ -191,6 +200,9 @@ def test_a_stopped_job_resumes_and_reproduces_the_uninterrupted_one(decoder_run,
     assert reference.returncode == 0, reference.stderr[-3000:]
     out = decoder_run / "finetune" / f"marker-{tag}" / "stage2" / "seed3"
     want = json.loads((out / "results.json").read_text())
+    report = (decoder_run / "report" / "report.md").read_text()  # the run's report gains the job
+    assert f"report: {decoder_run / 'report' / 'report.md'}" in reference.stdout
+    assert f"marker-{tag} (M2)" in report.split("## Downstream (Table 5)")[1], report[-2000:]
     for p in sorted(out.parent.rglob("*"), reverse=True):  # the same job again, from scratch
         p.unlink() if p.is_file() else p.rmdir()
     stopped = finetune_cli(decoder_run, task, "--seeds", "3", fault=fault)
@@ -205,6 +217,37 @@ def test_a_stopped_job_resumes_and_reproduces_the_uninterrupted_one(decoder_run,
     assert got["train"] == want["train"] and got["epochs"] == want["epochs"]
     again = finetune_cli(decoder_run, task, "--seeds", "3")
     assert again.returncode == 0 and "done earlier" in again.stdout
+
+
+def test_two_processes_fine_tune_as_one_process_does(decoder_run, tmp_path):
+    """Two local processes of one device each (loire-train's flags, a loopback coordinator)
+    make the mesh data=2 that one process makes of its two devices: the same losses and
+    score, one writer, one voice."""
+    task = word_task(tmp_path, epochs=1, tag="procs")
+    one = finetune_cli(decoder_run, task, "--seeds", "4", "--mesh", "data=2")
+    assert one.returncode == 0, one.stderr[-3000:]
+    out = decoder_run / "finetune" / "marker-procs" / "stage2"
+    want = json.loads((out / "seed4" / "results.json").read_text())
+    for p in sorted(out.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**{k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}, "JAX_PLATFORMS": "cpu"}
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "launch" / "finetune.py"), str(decoder_run), "--task",
+                               str(task), "--seeds", "4", "--mesh", "2", "--coordinator", f"127.0.0.1:{port}",
+                               "--num-processes", "2", "--process-id", str(i)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    with ThreadPoolExecutor(2) as pool:  # both pipes drained at once
+        (out0, err0), (out1, err1) = pool.map(lambda p: p.communicate(timeout=600), procs)
+    assert [p.returncode for p in procs] == [0, 0], (err0[-3000:], err1[-3000:])
+    assert "over 2 processes (1 local each)" in out0 and "accuracy" in out0 and out1 == ""
+    got = json.loads((out / "seed4" / "results.json").read_text())
+    assert [r["step"] for r in got["train"]] == [r["step"] for r in want["train"]]
+    for a, b in zip(got["train"], want["train"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
+    assert got["score"] == pytest.approx(want["score"], abs=1e-9)
+    assert json.loads((out / "summary.json").read_text())["mean"] == got["score"]
 
 
 def _nothing_written(run_dir: Path, before: set) -> None:

@@ -30,7 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from loire_jax import paths
 from loire_jax.analysis import downstream
-from loire_jax.analysis.reports import last_by, markdown_table, save_png, seed_stats, stat_cell, summarize
+from loire_jax.analysis.reports import last_by, save_png, summarize
+from loire_jax.analysis.tables import markdown_table, seed_stats, stat_cell
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number
 

@@ -14,7 +14,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis.reports import markdown_table, seed_stats, stat_cell
+from loire_jax.analysis.tables import markdown_table, seed_stats, stat_cell
 
 FINETUNE_DIR = "finetune"
 RESULTS = "results.json"
@@ -41,6 +41,47 @@ def read_scores(run_dir: paths.PathLike, tasks: Sequence[str], stage: int, seed:
         except (OSError, ValueError, KeyError, TypeError):
             out[task] = None
     return out
+
+
+def run_jobs(run_dir: paths.PathLike) -> list[dict[str, Any]]:
+    """Every finished fine-tuning of a run, one entry per (job, stage): ``job``, ``stage``,
+    ``metric`` and ``seeds`` (seed -> final validation score), sorted by job and stage.
+    Read from each seed's results (not the last call's summary, which holds only the seeds
+    that call ran)."""
+    root = paths.as_path(run_dir) / FINETUNE_DIR
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for res in sorted(root.glob(f"*/stage*/seed*/{RESULTS}")) if root.exists() else ():
+        try:
+            saved = json.loads(res.read_text())
+            job, stage, seed = res.parent.parent.parent.name, int(res.parent.parent.name[5:]), int(res.parent.name[4:])
+            score = float(saved["score"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a job's results: skipped, not fatal to a report
+        entry = found.setdefault((job, stage), {"job": job, "stage": stage, "metric": saved.get("metric"), "seeds": {}})
+        entry["seeds"][seed] = score
+    return [found[k] for k in sorted(found)]
+
+
+def runs_section(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The run report's downstream table (``launch/report.py``): a row per run, a column per
+    fine-tuned (task, stage), each cell the mean ± half the range over the seeds fine-tuned,
+    and the average over the columns where a run has them all (Table 5's layout)."""
+    cols = sorted({(j["job"], j["stage"]) for s in summaries for j in s.get("downstream") or ()})
+    if not cols:
+        return []
+    rows = []
+    for s in summaries:
+        got = {(j["job"], j["stage"]): list(j["seeds"].values()) for j in s.get("downstream") or ()}
+        cells = [seed_stats(got.get(c, [])) for c in cols]
+        seeds = sorted({seed for j in s.get("downstream") or () for seed in j["seeds"]})
+        avg = statistics.fmean(c["mean"] for c in cells) if all(cells) else None
+        rows.append([s["name"], ",".join(map(str, seeds)) or "-", *map(stat_cell, cells),
+                     f"{avg:.2f}" if avg is not None else "-"])
+    header = ["run", "seeds", *(f"{job} (M{stage})" for job, stage in cols), "average"]
+    return ["", "## Downstream (Table 5)", "",
+            "Final validation score of each fine-tuning (`launch/finetune.py`; accuracy, or the task's metric, "
+            "percent): mean ± half the range over its seeds. The average is taken over the columns where the "
+            "run has every one.", "", *markdown_table(header, rows)]
 
 
 def _average(r: Mapping[str, Any], tasks: Sequence[str]) -> float | None:

@@ -2,18 +2,22 @@
 (``python launch/finetune.py`` in a checkout).
 
     loire-finetune RUN_DIR --task boolq|PATH.yaml [--stage K] [--seeds 1,2,3] [--mesh 8]
-                   [--compile-cache DIR|auto|off] [key=value ...]
+                   [--compile-cache DIR|auto|off] [--coordinator HOST:PORT --num-processes N
+                   --process-id I | --distributed auto] [key=value ...]
 
 Reads stage K's final model (default: the run's last stage), puts the task's head on it and
 trains it on the task's training split, scoring the validation split after every epoch
 (``loire_jax.downstream.finetune``). Writes ``RUN_DIR/finetune/<task>/stage<K>/seed<s>/``
 (checkpoints, metrics.jsonl, results.json) and ``summary.json`` (mean and half-range over
-the seeds). Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
+the seeds), and rewrites the run's report (``RUN_DIR/report``), whose Downstream table
+lists every fine-tuning of the run. Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
 or its files (``task.files.train=my.jsonl``). Rerunning the command resumes a stopped seed
-and skips finished ones.
+and skips finished ones. Several processes (one per host or GPU) take ``loire-train``'s
+flags: each feeds its own shards of the batch, process 0 writes the results.
 
-Exit codes: 0 done; 2 bad input (one line says what to fix); 75 stopped by SIGTERM after a
-save, so rerun to resume; 130 Ctrl-C (also saved); 1 anything else.
+Exit codes: 0 done; 2 bad input or environment (one line says what to fix); 75 stopped by
+SIGTERM after a save, so rerun to resume; 76 another process was lost (rerun to resume);
+130 Ctrl-C (also saved); 1 anything else.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sys
 from pathlib import Path
 
 from loire_jax.cli import devices  # before any JAX backend call
-from loire_jax.errors import ConfigError, command
+from loire_jax.errors import ENVIRONMENT, PEER_LOST, ConfigError, PeerLost, command, fail, first_line
 
 
 @command(ValueError)
@@ -37,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default=None, help="e.g. 1,2,3 (default: the task config's seed)")
     parser.add_argument("--mesh", default=None, help="device mesh (default: the task config's, else the run's)")
     parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off")
+    devices.add_process_flags(parser)
     parser.add_argument("overrides", nargs="*", help="hyper-parameter overrides, e.g. lr=1e-4 epochs=3")
     args = parser.parse_intermixed_args(argv)  # RUN_DIR --task T key=value: positionals on both sides
 
@@ -52,8 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise ConfigError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
     mesh_spec = args.mesh or cfg.mesh or run.mesh
-    sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64")
+    processes = devices.processes_from_args(args)
+    try:
+        sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64", processes=processes,
+                                              heartbeat_s=args.heartbeat_s)
+    except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
+        return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
     devices.compile_cache(args.compile_cache)
+    import jax
+
+    say = print if jax.process_index() == 0 else (lambda *a, **k: None)  # one voice for the job
 
     from absl import logging as absl_logging
 
@@ -62,10 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     from loire_jax.parallel.sharding import make_mesh
     from loire_jax.train.signals import Stopped
 
-    print(f"devices: {note}", flush=True)
+    say(f"devices: {note}", flush=True)
     try:
         result = finetune(run_dir, cfg, stage=args.stage, seeds=seeds, mesh=make_mesh(sizes, devs),
-                          log=lambda line: print(line, flush=True))
+                          log=lambda line: say(line, flush=True))
+    except PeerLost as err:
+        return fail(err, PEER_LOST)
     except Stopped as stop:
         print(f"stopped by {stop}; rerun the same command to resume", file=sys.stderr)
         return 130 if stop.signum == 2 else 75
@@ -73,7 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped by signal {result.stopped} after a save; rerun the same command to resume", file=sys.stderr)
         return 130 if result.stopped == 2 else 75
     mean, half = result.mean_half_range
-    print(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
+    if jax.process_index() == 0:  # the run's report gains its downstream table
+        from loire_jax.analysis.reports import ReportError, write_report
+
+        try:
+            say(f"report: {write_report([run_dir]) / 'report.md'}")
+        except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
+            say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
+    say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
           f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
     return 0
 

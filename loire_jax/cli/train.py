@@ -30,7 +30,6 @@ from loire_jax.errors import (
     PEER_LOST,
     USER,
     USER_ERRORS,
-    ConfigError,
     PeerLost,
     command,
     fail,
@@ -76,18 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
                         help="persistent XLA compilation cache (auto: $JAX_COMPILATION_CACHE_DIR or "
                              "~/.cache/loire_jax/xla), so a resumed or repeated run does not recompile")
-    parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                        help="multi-process runs: process 0's address (or JAX_COORDINATOR_ADDRESS); detected "
-                             "automatically on Cloud TPU and under SLURM")
-    parser.add_argument("--num-processes", type=int, default=None, help="multi-process runs (or JAX_NUM_PROCESSES)")
-    parser.add_argument("--process-id", type=int, default=None, help="multi-process runs (or JAX_PROCESS_ID)")
-    parser.add_argument("--distributed", choices=("auto", "detect"), default="detect",
-                        help="auto: always join a multi-process run, finding the coordinator and ranks as JAX does "
-                             "on Cloud TPU, SLURM and other clusters (the launchers pass it); detect (default): only "
-                             "if the flags, JAX_* variables or a SLURM/TPU environment say so")
-    parser.add_argument("--heartbeat-s", type=int, default=60, metavar="S",
-                        help="multi-process runs: a process silent for S seconds is declared lost and the others "
-                             "stop, naming it (default 60)")
+    devices.add_process_flags(parser)
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     return parser
 
@@ -100,10 +88,7 @@ def _set_up(args: argparse.Namespace):
     try:
         run_config = load_run_config(args.config, args.overrides)
         mesh_spec = args.mesh or run_config.mesh
-        processes = devices.processes_from(args.coordinator, args.num_processes, args.process_id,
-                                           detect=args.distributed == "auto")
-        if args.heartbeat_s < 1:
-            raise ConfigError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
+        processes = devices.processes_from_args(args)
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)

@@ -136,7 +136,9 @@ class FinetuneConfig:
     ``tag`` names a variant: its jobs live in ``<task>-<tag>/`` beside the task's own, so
     other settings never mix with (or overwrite) earlier results.
     ``epochs: 0`` scores the untrained head on the validation split: the chance level a
-    fine-tuned score is read against.
+    fine-tuned score is read against. ``doc_stride`` (QA): the tokens two consecutive
+    windows of a long context share (``run_qa``'s habit); None: a quarter of ``max_len``,
+    at most half the room a window leaves for the context.
     """
 
     task: TaskConfig
@@ -156,6 +158,7 @@ class FinetuneConfig:
     keep: int = 2
     mesh: str | None = None
     tag: str = ""
+    doc_stride: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -184,6 +187,9 @@ class FinetuneConfig:
                 parse_mesh(self.mesh)
             except ValueError as err:
                 problems.append(f"mesh: {err}")
+        if self.doc_stride is not None and not (_is_int(self.doc_stride) and self.doc_stride >= 0):
+            problems.append(f"doc_stride must be a non-negative integer (or null: a quarter of max_len), "
+                            f"got {self.doc_stride!r}")
         if self.task.kind == "qa" and _is_int(self.max_len) and self.max_len < 16:
             problems.append(f"max_len must be at least 16 for a qa task, got {self.max_len}")
         raise_problems(problems, f"fine-tuning config for task {self.task.name!r}")

@@ -10,10 +10,13 @@ pre-trained to read.
   ``q <eos> context <eos>``), so a decoder's context tokens have read the question. The
   context is tokenized word by word (each word with its leading space), so every token maps
   back to a span of the context's characters; "no answer" is the [CLS] position of an
-  encoder and the last position of a decoder.
+  encoder and the last position of a decoder. A context too long for one sequence is read
+  in overlapping windows (``run_qa``'s ``doc_stride``): each window is one row, labelled
+  with the answer where it holds the whole answer and with no-answer elsewhere; at
+  evaluation the best span over an example's windows competes with its lowest no-answer
+  score.
 
-Too-long inputs are truncated longest-first (a pair) or from the end (a QA context), and
-the number truncated is reported. Padding is masked: an encoder never attends to it, and
+Too-long inputs are truncated longest-first (a pair), and the number truncated is reported. Padding is masked: an encoder never attends to it, and
 no head reads it.
 """
 
@@ -51,16 +54,22 @@ class Encoded:
     ``pool`` (the position a sequence head reads) and, for QA, ``allowed`` (the positions an
     answer may start or end at, the no-answer one included) and ``null``; multiple choice
     adds a choice axis after the example axis and ``choice_valid``. ``targets``: ``label``,
-    or ``start`` and ``end``. ``spans`` (QA): per example, each position's character span in
-    the context, (-1, -1) outside it."""
+    or ``start`` and ``end``. ``spans`` (QA): per row, each position's character span in
+    the context, (-1, -1) outside it; ``example`` (QA): the record each row (window) reads."""
 
     inputs: dict[str, np.ndarray]
     targets: dict[str, np.ndarray]
     truncated: int
     spans: list[np.ndarray] | None = None
+    example: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(next(iter(self.targets.values())))
+
+    @property
+    def examples(self) -> int:
+        """The records encoded: the rows, except where a QA context takes several windows."""
+        return len(self) if self.example is None or not len(self) else int(self.example.max()) + 1
 
 
 def _pair(layout: Layout, a: list[int], b: list[int] | None, max_len: int) -> tuple[list[int], list[int], bool]:
@@ -160,61 +169,77 @@ def context_words(context: str) -> list[tuple[int, int, str]]:
     return out
 
 
+def windows(length: int, room: int, stride: int) -> list[int]:
+    """Start offsets of the windows of ``room`` tokens that cover ``length`` context tokens,
+    consecutive ones sharing ``stride`` tokens (one window when it all fits)."""
+    if stride >= room:
+        raise ValueError(f"doc_stride {stride} must be smaller than the {room} context tokens a window holds")
+    starts = [0]
+    while starts[-1] + room < length:
+        starts.append(starts[-1] + room - stride)
+    return starts
+
+
 def encode_qa(records: Sequence[dict[str, Any]], tokenizer: Tokenizer, layout: Layout, max_len: int,
-              max_question: int = 64) -> Encoded:
-    """Question and context as one sequence, and the answer's first and last token (the
-    no-answer position when the example has none, or its answer was truncated away)."""
-    n = len(records)
+              doc_stride: int | None = None, max_question: int = 64) -> Encoded:
+    """Question and context as one sequence per window of the context, and the answer's
+    first and last token in each window (the no-answer position where the window does not
+    hold the whole answer, or the example has none). ``truncated`` counts the questions cut
+    to ``max_question`` tokens; contexts are never cut."""
     questions = tokenizer.encode_batch([r["question"] for r in records])
-    tokens = np.full((n, max_len), layout.pad, np.int32)
-    types = np.zeros((n, max_len), np.int32)
-    valid = np.zeros((n, max_len), bool)
-    allowed = np.zeros((n, max_len), bool)
-    null = np.zeros((n,), np.int32)
-    start = np.zeros((n,), np.int32)
-    end = np.zeros((n,), np.int32)
-    spans, truncated = [], 0
-    type1 = 1 if layout.type_rows >= 2 else 0
+    rows: list[tuple[list[int], int, list[tuple[int, int]], int, int, int]] = []
+    truncated = 0
     for i, r in enumerate(records):
         words = context_words(r["context"])
         pieces = tokenizer.encode_batch([w for _, _, w in words]) if words else []
         q = questions[i][:max_question]
+        truncated += len(questions[i]) > max_question
         head = ([layout.cls] if layout.encoder else []) + q + [layout.sep]
         room = max_len - len(head) - 1
         if room < 1:
             raise ValueError(f"max_len {max_len} leaves no room for a context after a {len(q)}-token question")
-        ctx, ctx_spans = [], []
-        for (s, e, _), piece in zip(words, pieces):
-            for tok in piece:
-                ctx.append(tok)
-                ctx_spans.append((s, e))
-        truncated += len(ctx) > room
-        ctx, ctx_spans = ctx[:room], ctx_spans[:room]
-        seq = head + ctx + [layout.sep]
-        tokens[i, :len(seq)], valid[i, :len(seq)] = seq, True
-        types[i, len(head):len(seq)] = type1
-        span = np.full((max_len, 2), -1, np.int64)
-        span[len(head):len(head) + len(ctx)] = ctx_spans
-        spans.append(span)
-        null[i] = 0 if layout.encoder else len(seq) - 1
-        allowed[i, len(head):len(head) + len(ctx)] = True
-        allowed[i, null[i]] = True
-        start[i] = end[i] = null[i]
+        ctx = [tok for piece in pieces for tok in piece]
+        ctx_spans = [(s, e) for (s, e, _), piece in zip(words, pieces) for _ in piece]
+        answer = None
         if r["answers"]:
             a = r["answers"][0]
             a0, a1 = a["start"], a["start"] + len(a["text"])
-            hit = [p for p in range(len(head), len(head) + len(ctx)) if span[p, 0] < a1 and span[p, 1] > a0]
-            if hit:
-                start[i], end[i] = hit[0], hit[-1]
+            hit = [p for p, (s, e) in enumerate(ctx_spans) if s < a1 and e > a0]
+            answer = (hit[0], hit[-1]) if hit else None
+        stride = doc_stride if doc_stride is not None else min(max_len // 4, room // 2)
+        for w0 in windows(len(ctx), room, stride):
+            n = min(room, len(ctx) - w0)
+            seq = head + ctx[w0:w0 + n] + [layout.sep]
+            null = 0 if layout.encoder else len(seq) - 1
+            a_start = a_end = null
+            if answer is not None and w0 <= answer[0] and answer[1] < w0 + n:
+                a_start, a_end = answer[0] - w0 + len(head), answer[1] - w0 + len(head)
+            rows.append((seq, len(head), ctx_spans[w0:w0 + n], null, a_start, a_end, i))
+    m = len(rows)
+    tokens = np.full((m, max_len), layout.pad, np.int32)
+    types = np.zeros((m, max_len), np.int32)
+    valid = np.zeros((m, max_len), bool)
+    allowed = np.zeros((m, max_len), bool)
+    null = np.array([row[3] for row in rows], np.int32)
+    type1 = 1 if layout.type_rows >= 2 else 0
+    spans = []
+    for k, (seq, h, span_list, nul, _, _, _) in enumerate(rows):
+        tokens[k, :len(seq)], valid[k, :len(seq)] = seq, True
+        types[k, h:len(seq)] = type1
+        span = np.full((max_len, 2), -1, np.int64)
+        span[h:h + len(span_list)] = span_list
+        spans.append(span)
+        allowed[k, h:h + len(span_list)] = True
+        allowed[k, nul] = True
     inputs = {"tokens": tokens, "types": types, "valid": valid, "allowed": allowed, "null": null}
-    return Encoded(inputs, {"start": start, "end": end}, truncated, spans)
+    targets = {"start": np.array([row[4] for row in rows], np.int32), "end": np.array([row[5] for row in rows], np.int32)}
+    return Encoded(inputs, targets, truncated, spans, np.array([row[6] for row in rows], np.int64))
 
 
-def best_span(start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndarray, null: int,
-              allow_null: bool, max_answer: int = 30) -> tuple[int, int] | None:
-    """The highest-scoring (start, end) with start ≤ end < start + ``max_answer`` over the
-    context, or None (no answer) when ``allow_null`` and the no-answer score is higher: the
-    SQuAD 2.0 rule with threshold 0."""
+def span_scores(start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndarray, null: int,
+                max_answer: int = 30) -> tuple[tuple[int, int] | None, float, float]:
+    """(the highest-scoring (start, end) with start ≤ end < start + ``max_answer`` over the
+    context, or None where there is none; its score; the no-answer score) of one row."""
     positions = np.flatnonzero(allowed)
     positions = positions[positions != null]
     best, best_score = None, -np.inf
@@ -225,9 +250,28 @@ def best_span(start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndar
         i, j = np.unravel_index(int(np.argmax(s)), s.shape)
         if np.isfinite(s[i, j]):
             best, best_score = (int(positions[i]), int(positions[j])), float(s[i, j])
-    if allow_null and (best is None or start_logits[null] + end_logits[null] > best_score):
+    return best, best_score, float(start_logits[null] + end_logits[null])
+
+
+def best_span(start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndarray, null: int,
+              allow_null: bool, max_answer: int = 30) -> tuple[int, int] | None:
+    """One row's answer: its best span, or None (no answer) when ``allow_null`` and the
+    no-answer score is higher: the SQuAD 2.0 rule with threshold 0."""
+    got = best_answer([span_scores(start_logits, end_logits, allowed, null, max_answer)], allow_null)
+    return None if got is None else got[1]
+
+
+def best_answer(rows: Sequence[tuple[tuple[int, int] | None, float, float]],
+                allow_null: bool) -> tuple[int, tuple[int, int]] | None:
+    """An example's answer over its windows' ``span_scores``: (window, span) of the
+    best-scoring span, or None when there is none, or when ``allow_null`` and the lowest
+    no-answer score of the windows beats it (``run_qa``'s rule)."""
+    scored = [(score, k, span) for k, (span, score, _) in enumerate(rows) if span is not None]
+    top = max(scored, key=lambda t: t[0]) if scored else None
+    null = min(n for _, _, n in rows)
+    if top is None or (allow_null and null > top[0]):
         return None
-    return best
+    return top[1], top[2]
 
 
 def span_text(context: str, spans: np.ndarray, span: tuple[int, int] | None) -> str:

@@ -19,6 +19,7 @@ The stage's own run directory is only read, never changed, apart from ``finetune
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -39,6 +40,7 @@ from loire_jax.config.shapes import GATES
 from loire_jax.downstream import encoding, heads, scoring
 from loire_jax.downstream.tasks import TaskError, load_examples
 from loire_jax.errors import LoireError
+from loire_jax.parallel import peers
 from loire_jax.paths import Path
 
 METRICS = "metrics.jsonl"
@@ -146,7 +148,7 @@ def encode(cfg: FinetuneConfig, records: Sequence[dict[str, Any]], tokenizer: An
         return encoding.encode_classification(records, cfg.task.labels, tokenizer, layout, cfg.max_len, cfg.pooling)
     if kind == "multiple_choice":
         return encoding.encode_multiple_choice(records, tokenizer, layout, cfg.max_len, cfg.pooling)
-    return encoding.encode_qa(records, tokenizer, layout, cfg.max_len)
+    return encoding.encode_qa(records, tokenizer, layout, cfg.max_len, cfg.doc_stride)
 
 
 def _sample(records: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
@@ -324,11 +326,17 @@ class _Job:
         if kind == "qa":
             start = np.concatenate([o[0] for o in outputs])[:n]
             end = np.concatenate([o[1] for o in outputs])[:n]
+            rows: dict[int, list[int]] = {}  # each example's windows
+            for k, i in enumerate(self.valid.example):
+                rows.setdefault(int(i), []).append(k)
             preds, refs = {}, {}
+            allowed, null = self.valid.inputs["allowed"], self.valid.inputs["null"]
             for i, r in enumerate(self.valid_records):
-                span = encoding.best_span(start[i], end[i], self.valid.inputs["allowed"][i],
-                                          int(self.valid.inputs["null"][i]), self.allow_null)
-                preds[r["id"]] = encoding.span_text(r["context"], self.valid.spans[i], span)
+                ks = rows[i]
+                got = encoding.best_answer([encoding.span_scores(start[k], end[k], allowed[k], int(null[k]))
+                                            for k in ks], self.allow_null)
+                preds[r["id"]] = "" if got is None else \
+                    encoding.span_text(r["context"], self.valid.spans[ks[got[0]]], got[1])
                 refs[r["id"]] = [a["text"] for a in r["answers"]]
             scores = scoring.squad_scores(preds, refs)
             result.update(exact_match=scores["exact_match"], f1=scores["f1"], score=scores["f1"])
@@ -407,9 +415,12 @@ class _Job:
         final = history["eval"][-1]
         result = {"task": cfg.task.name, "stage": self.sm.stage, "seed": self.seed, "metric": self._metric_name(),
                   "score": final["score"], "epochs": history["eval"], "train": history["train"],
-                  "steps": self.total, "train_examples": len(self.train), "validation_examples": len(self.valid),
+                  "steps": self.total, "train_examples": self.train.examples,
+                  "validation_examples": self.valid.examples,
                   "truncated": {"train": self.train.truncated, "validation": self.valid.truncated},
                   "wall_s_last_call": round(wall, 2), "config": cfg.to_dict()}
+        if cfg.task.kind == "qa":  # rows the model read: a long context's windows
+            result["windows"] = {"train": len(self.train), "validation": len(self.valid)}
         if jax.process_index() == 0:  # one writer; every process holds the same history
             self._write(result, history)
         return SeedResult(self.seed, final["score"], self._metric_name(), history["eval"], self.directory)
@@ -462,7 +473,7 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
     called after each training step is dispatched (a progress bar's hook).
     """
     from loire_jax.config.loader import load_finetune_config
-    from loire_jax.train.signals import RunSignals
+    from loire_jax.train.signals import RunSignals, Stopped
 
     if isinstance(task, FinetuneConfig):
         cfg = task
@@ -476,30 +487,50 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
     for seed in seeds:  # an earlier job with other settings is never resumed, reused or overwritten
         _check_same_job(root / f"seed{seed}", dataclasses.replace(cfg, seed=seed))
     log(f"fine-tuning stage {sm.stage} ({sm.run.stages[sm.stage - 1].name}) of {sm.run.name} on {cfg.job_name} "
-        f"({cfg.task.kind}, {len(train)} train / {len(valid)} validation examples, "
-        f"{cfg.epochs} epochs of {len(train) // cfg.batch_size} steps) at seeds {seeds}")
+        f"({cfg.task.kind}, {train.examples} train / {valid.examples} validation examples"
+        + (f" in {len(train)} / {len(valid)} windows" if len(train) + len(valid) > train.examples + valid.examples
+           else "") + f", {cfg.epochs} epochs of {len(train) // cfg.batch_size} steps) at seeds {seeds}")
     out: list[SeedResult] = []
     signals = RunSignals()
-    with signals:
-        for seed in seeds:
-            directory = root / f"seed{seed}"
-            done = directory / RESULTS
-            if done.is_file():
-                saved = json.loads(done.read_text())
-                log(f"  seed {seed}: done earlier, {saved['metric']} {saved['score']:.2f}")
-                out.append(SeedResult(seed, saved["score"], saved["metric"], saved["epochs"], directory, True))
-                continue
-            directory.mkdir(parents=True, exist_ok=True)
-            job = _Job(dataclasses.replace(cfg, seed=seed), sm, mesh, train, valid, valid_records, directory, seed,
-                       signals, log, on_step)
-            got = job.run()
-            if isinstance(got, int):
-                return FinetuneResult(cfg.job_name, sm.stage, cfg.task.metric, out, stopped=got)
-            out.append(got)
+    several = jax.process_count() > 1  # a peer's failure or loss ends this process too, not a hang
+    try:
+        with signals, peers.PeerWatch() if several else contextlib.nullcontext():
+            stopped = _run_seeds(cfg, sm, mesh, train, valid, valid_records, root, seeds, signals, log, on_step, out)
+    except Stopped:
+        raise
+    except BaseException as err:
+        if several:
+            peers.failed_alone(err)
+        raise
+    if stopped is not None:
+        return FinetuneResult(cfg.job_name, sm.stage, cfg.task.metric, out, stopped=stopped)
     result = FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out)
     if jax.process_index() == 0:
         _write_summary(root, result)
     return result
+
+
+def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any, valid_records: Any, root: Path,
+               seeds: Sequence[int], signals: Any, log: Callable[[str], None],
+               on_step: Callable[[int], None] | None, out: list[SeedResult]) -> int | None:
+    """Each seed's job in turn, finished ones read back; appends to ``out`` and returns the
+    stopping signal's number, or None when every seed is done."""
+    for seed in seeds:
+        directory = root / f"seed{seed}"
+        done = directory / RESULTS
+        if done.is_file():
+            saved = json.loads(done.read_text())
+            log(f"  seed {seed}: done earlier, {saved['metric']} {saved['score']:.2f}")
+            out.append(SeedResult(seed, saved["score"], saved["metric"], saved["epochs"], directory, True))
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        job = _Job(dataclasses.replace(cfg, seed=seed), sm, mesh, train, valid, valid_records, directory, seed,
+                   signals, log, on_step)
+        got = job.run()
+        if isinstance(got, int):
+            return got
+        out.append(got)
+    return None
 
 
 def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, mesh: Mesh | str | None) -> tuple:
