@@ -241,7 +241,8 @@ def test_two_processes_fine_tune_as_one_process_does(decoder_run, tmp_path):
     with ThreadPoolExecutor(2) as pool:  # both pipes drained at once
         (out0, err0), (out1, err1) = pool.map(lambda p: p.communicate(timeout=600), procs)
     assert [p.returncode for p in procs] == [0, 0], (err0[-3000:], err1[-3000:])
-    assert "over 2 processes (1 local each)" in out0 and "accuracy" in out0 and out1 == ""
+    assert "over 2 processes (1 local each)" in out0 and "accuracy" in out0
+    assert [line for line in out1.splitlines() if not line.startswith("[Gloo]")] == []  # Gloo's own C++ chatter aside
     got = json.loads((out / "seed4" / "results.json").read_text())
     assert [r["step"] for r in got["train"]] == [r["step"] for r in want["train"]]
     for a, b in zip(got["train"], want["train"]):

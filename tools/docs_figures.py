@@ -326,7 +326,7 @@ def fig_default_run_log(got: Callable[[str], dict[str, Any]]) -> str:
     lines = ppl_lines(warm["stdout"])
     shown = [*lines[1:5], "  ...", lines[-1]]
     return _prose(
-        f"Measured once each, {_on(first)}, shared with other jobs: in a fresh checkout, {_cmd(first)} took "
+        f"Measured once each, {_on(first)}: in a fresh checkout, {_cmd(first)} took "
         f"**{_duration(first['record']['wall_s'])}** wall, {_duration(prep or 0)} of it preparing the corpus, and "
         f"compiled into an empty compilation cache. Into a new workdir, with both warm, {_cmd(warm)} took "
         f"**{_duration(warm['record']['wall_s'])}** (load average {warm['record']['load_average']}). Records: `docs/results/default-run-first`, "
@@ -344,8 +344,9 @@ def fig_default_run_report(got: Callable[[str], dict[str, Any]]) -> str:
         "The default run's report (`runs/tiny/report/report.md`), from `docs/results/default-run`. The wall "
         f"times are one measurement, by {_cmd(rec)} {_on(rec)}. The other rows are deterministic: both "
         "recorded runs agree on them bit for bit. On another CPU the last digits of Init − Prev final may "
-        f"differ: its largest value here, {_num(worst[0], 4)} at an AP of {_num(worst[1])}, is float32 rounding "
-        f"({abs(worst[0]) / worst[1]:.0e} relative)."
+        + (f"differ: its largest value here, {_num(worst[0], 4)} at an AP of {_num(worst[1])}, is float32 "
+           f"rounding ({abs(worst[0]) / worst[1]:.0e} relative)." if worst[0] else
+           "differ from the exact zeros recorded here by float32 rounding.")
     ) + "\n" + table
 
 

@@ -14,11 +14,12 @@ import dataclasses
 import errno
 import math
 import os
+import threading
 
 import jax
 
 from loire_jax.config.mesh import BATCH_AXES, parse_mesh
-from loire_jax.errors import ConfigError
+from loire_jax.errors import ConfigError, fail
 from loire_jax.parallel import peers
 
 # Simulated CPU devices per process, at most. Each one brings threads (see simulated_cpu_env);
@@ -106,6 +107,27 @@ def processes_from_args(args: argparse.Namespace) -> Processes | None:
     if args.heartbeat_s < 1:
         raise ConfigError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
     return processes_from(args.coordinator, args.num_processes, args.process_id, detect=args.distributed == "auto")
+
+
+def failed(err: BaseException | str, code: int) -> int:
+    """Print the one-line error and return ``code``. A process of a multi-process job then
+    leaves at once (``peers.leave``): the others were told, and JAX's shutdown barrier would
+    wait for them."""
+    if jax.process_count() == 1:
+        return fail(err, code)
+    if not peers.claim():  # another thread is reporting this process's end, and ends it
+        threading.Event().wait()
+    fail(err, code)
+    peers.leave(code, getattr(err, "indices", ()))
+    return code
+
+
+def finished(code: int) -> int:
+    """End a job that ended the same way on every process, in order: process 0, which hosts
+    the coordination service, last (``peers.finish``); one process just returns ``code``."""
+    if jax.process_count() > 1:
+        peers.finish(code)
+    return code
 
 
 def _int_env(name: str) -> int | None:

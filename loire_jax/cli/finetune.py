@@ -28,7 +28,18 @@ import sys
 from pathlib import Path
 
 from loire_jax.cli import devices  # before any JAX backend call
-from loire_jax.errors import ENVIRONMENT, PEER_LOST, ConfigError, PeerLost, command, fail, first_line
+from loire_jax.errors import (
+    ENVIRONMENT,
+    PEER_LOST,
+    USER,
+    USER_ERRORS,
+    ConfigError,
+    PeerLost,
+    command,
+    fail,
+    first_line,
+    os_reason,
+)
 
 
 @command(ValueError)
@@ -80,13 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         result = finetune(run_dir, cfg, stage=args.stage, seeds=seeds, mesh=make_mesh(sizes, devs),
                           log=lambda line: say(line, flush=True))
     except PeerLost as err:
-        return fail(err, PEER_LOST)
+        return devices.failed(err, PEER_LOST)
     except Stopped as stop:
         print(f"stopped by {stop}; rerun the same command to resume", file=sys.stderr)
-        return 130 if stop.signum == 2 else 75
+        return devices.finished(130 if stop.signum == 2 else 75)
+    except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError
+        return devices.failed(os_reason(err), ENVIRONMENT)
+    except USER_ERRORS as err:
+        return devices.failed(err, USER)
     if not result.complete:
-        print(f"stopped by signal {result.stopped} after a save; rerun the same command to resume", file=sys.stderr)
-        return 130 if result.stopped == 2 else 75
+        say(f"stopped by signal {result.stopped} after a save; rerun the same command to resume", file=sys.stderr)
+        return devices.finished(130 if result.stopped == 2 else 75)
     mean, half = result.mean_half_range
     if jax.process_index() == 0:  # the run's report gains its downstream table
         from loire_jax.analysis.reports import ReportError, write_report
@@ -96,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
             say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
     say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
-          f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
-    return 0
+        f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
+    return devices.finished(0)
 
 
 def _seeds(text: str) -> list[int]:

@@ -125,23 +125,19 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
     except ReportError as err:  # the run is complete and every process done; only process 0's report failed
         code = fail(err, ENVIRONMENT)
     except OSError as err:  # the environment: a full disk, a vanished mount, permissions (a PathError too)
-        return _failed(f"{os_reason(err)}; the last complete checkpoint is intact, so fix this and rerun the same "
+        return devices.failed(f"{os_reason(err)}; the last complete checkpoint is intact, so fix this and rerun the same "
                        "command to resume", ENVIRONMENT)
     except PeerLost as err:  # not our bug: no crash log; resumable
-        return _failed(err, PEER_LOST)
+        return devices.failed(err, PEER_LOST)
     except USER_ERRORS as err:
-        return _failed(err, USER)
+        return devices.failed(err, USER)
     except Exception as err:  # a bug: one line here, the traceback in a file
         log = _crash_log(workdir)
-        return _failed(f"internal error {type(err).__name__}: {first_line(err)}; traceback in {log}", FAILED)
+        return devices.failed(f"internal error {type(err).__name__}: {first_line(err)}; traceback in {log}", FAILED)
     finally:
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
-    if jax.process_count() > 1:  # every process ended the same way: leave in order, the coordinator last
-        from loire_jax.parallel import peers
-
-        peers.finish(code)
-    return code
+    return devices.finished(code)  # every process ended the same way: leave in order, the coordinator last
 
 
 def _check_mesh(run_config, mesh_spec: str, processes) -> None:
@@ -156,22 +152,6 @@ def _check_mesh(run_config, mesh_spec: str, processes) -> None:
     if processes is not None and str(mesh_spec).strip().isdigit():
         sizes = {"data": sizes["fsdp"], "fsdp": 1, "tensor": 1}
     validate(run_config, sizes)
-
-
-def _failed(err: BaseException | str, code: int) -> int:
-    """Print the one-line error. A process of a multi-process run then leaves at once
-    (``peers.leave``): the others were told, and JAX's shutdown barrier would wait for them."""
-    import jax
-
-    if jax.process_count() == 1:
-        return fail(err, code)
-    from loire_jax.parallel import peers
-
-    if not peers.claim():  # another thread is reporting this process's end, and ends it
-        threading.Event().wait()
-    fail(err, code)
-    peers.leave(code, getattr(err, "indices", ()))
-    return code
 
 
 class _LogsToWorkdir(Hook):
@@ -231,7 +211,6 @@ def _library_logs_to(path, carry_over: Path | None = None) -> _LogStream:
     to the console, although the error also reaches us and is reported in one line."""
     import atexit
     import logging
-    import threading
     import traceback
 
     root = logging.getLogger()
