@@ -6,5 +6,5 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages(include=["loire_jax", "loire_jax.*"]), "loire_jax.presets"],
     package_dir={"loire_jax.presets": "configs"},
-    package_data={"loire_jax.presets": ["*.yaml", "domains/*.yaml", "suites/*.yaml"]},
+    package_data={"loire_jax.presets": ["*.yaml", "domains/*.yaml", "suites/*.yaml", "tasks/*.yaml"]},
 )

@@ -14,6 +14,7 @@ SCRIPTS = {
     "loire-report": "loire_jax.cli.report",
     "loire-grow-demo": "loire_jax.cli.grow_demo",
     "loire-export-hf": "loire_jax.cli.export_hf",
+    "loire-finetune": "loire_jax.cli.finetune",
     "loire-data": "loire_jax.data.__main__",
 }
 
@@ -29,7 +30,8 @@ def test_the_table_is_every_console_script():
 
 
 # The positional arguments each script requires, so that the unknown flag is what is refused.
-POSITIONALS = {"loire-data": ["prepare"], "loire-export-hf": ["run", "out"], "loire-report": ["run"]}
+POSITIONALS = {"loire-data": ["prepare"], "loire-export-hf": ["run", "out"], "loire-report": ["run"],
+               "loire-finetune": ["run", "--task", "boolq"]}
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
@@ -51,6 +53,7 @@ BAD_VALUES = {
     "loire-report": (["{tmp}/missing"], "missing"),
     "loire-grow-demo": (["--mesh", "0"], "mesh"),
     "loire-export-hf": (["{tmp}/missing", "{tmp}/out"], "missing"),
+    "loire-finetune": (["{tmp}/missing", "--task", "no-such-task"], "no-such-task"),
     "loire-data": (["prepare", "--config", "no-such-preset"], "no-such-preset"),
 }
 

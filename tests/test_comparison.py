@@ -5,6 +5,7 @@ the shared setting is the sweep's best among settings that passed the gate. Enco
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -366,3 +367,69 @@ def test_drawing_a_report_leaves_the_callers_matplotlib_alone(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["svg", "[1]"], out.stdout
     assert (tmp_path / "ap.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_downstream_verdicts_judge_the_average_task_score_higher_is_better(tmp_path):
+    """Table 5 and Table 11 on each run's average over the suite's tasks: "holds" when every
+    counted LOIRE run beats every counted run of each opponent; runs missing a task, or failing
+    the gate, count for nothing; the table gives mean ± half-range and the paper's average."""
+    from loire_jax.analysis.downstream import job_dir, read_scores, table
+    from loire_jax.analysis.downstream import verdicts as ds_verdicts
+
+    def run(system, seed, a, b, passed=True):
+        return {**result(system, seed, 0.0, passed=passed), "downstream": {"t1": a, "t2": b}}
+
+    results = {"LOIRE": [run("LOIRE", i, 80.0 + i, 90.0) for i in range(3)],
+               "GPT_L": [run("GPT_L", i, 70.0 + i, 80.0) for i in range(3)],
+               "Layer-stack": [run("Layer-stack", i, 81.0, 90.0 - i) for i in range(3)]}
+    got = {v["where"]: v for v in ds_verdicts(results, ["t1", "t2"])}
+    assert got["Table 5"]["verdict"] == "inconclusive"  # Layer-stack 84.5-85.5 overlaps LOIRE 85-86
+    assert got["Table 11"]["verdict"] == "inconclusive"
+    results["Layer-stack"] = [run("Layer-stack", i, 70.0, 80.0) for i in range(3)]
+    got = {v["where"]: v for v in ds_verdicts(results, ["t1", "t2"])}
+    assert got["Table 5"]["verdict"] == got["Table 11"]["verdict"] == "holds"
+    assert "LOIRE 85.50 [85.00, 86.00] (3 runs)" in got["Table 5"]["numbers"]
+    results["GPT_L"] = [run("GPT_L", i, 99.0, 99.0) for i in range(3)]
+    assert {v["where"]: v["verdict"] for v in ds_verdicts(results, ["t1", "t2"])}["Table 5"] == "does not hold"
+    results["LOIRE"][0] = run("LOIRE", 0, 80.0, None)  # a task missing: the run is not counted
+    results["LOIRE"][1] = run("LOIRE", 1, 99.9, 99.9, passed=False)  # failed the gate: not counted
+    got = {v["where"]: v for v in ds_verdicts(results, ["t1", "t2"])}
+    assert got["Table 11"]["verdict"] == "inconclusive" and "fewer than 3 counted runs of LOIRE" in got["Table 11"]["why"]
+    rows = {r[0]: r for r in table(results, ["t1", "t2"])}
+    assert rows["Layer-stack"] == ["Layer-stack", "3/3", "70.00 ± 0.00", "80.00 ± 0.00", "75.00 ± 0.00", "82.91"]
+    assert rows["LOIRE"][1] == "2/3" and rows["LOIRE"][4] == "86.00"  # the one counted run with both tasks
+    del results["Layer-stack"]
+    assert {v["where"]: v["verdict"] for v in ds_verdicts(results, ["t1", "t2"])}["Table 11"] == "not run"
+    job = job_dir(tmp_path, "t1", 2, 3)
+    job.mkdir(parents=True)
+    (job / "results.json").write_text('{"score": 71.5}')
+    assert read_scores(tmp_path, ["t1", "t2"], 2, 3) == {"t1": 71.5, "t2": None}
+
+
+def test_the_run_report_tables_every_fine_tuning_of_each_run(tmp_path):
+    """launch/report.py's Downstream section: a column per (task, stage) found in any run,
+    each cell over every seed's results (also seeds fine-tuned by separate calls), the
+    average only where a run has every column; what is not a job's results is skipped."""
+    from loire_jax.analysis.downstream import job_dir, run_jobs, runs_section
+
+    def put(run: str, task: str, stage: int, seed: int, score: float) -> None:
+        job = job_dir(tmp_path / run, task, stage, seed)
+        job.mkdir(parents=True)
+        (job / "results.json").write_text(json.dumps({"score": score, "metric": "accuracy"}))
+
+    for seed, score in ((1, 70.0), (2, 74.0)):
+        put("a", "boolq", 5, seed, score)
+    put("a", "piqa", 5, 1, 51.0)
+    put("b", "boolq", 5, 3, 60.0)
+    (tmp_path / "a" / "finetune" / "piqa" / "stage5" / "seed9").mkdir()  # a job that never finished
+    (tmp_path / "a" / "finetune" / "piqa" / "stage5" / "seed9" / "results.json").write_text("{")
+    jobs = run_jobs(tmp_path / "a")
+    assert jobs == [{"job": "boolq", "stage": 5, "metric": "accuracy", "seeds": {1: 70.0, 2: 74.0}},
+                    {"job": "piqa", "stage": 5, "metric": "accuracy", "seeds": {1: 51.0}}]
+    assert run_jobs(tmp_path / "none") == []
+    lines = runs_section([{"name": "a", "downstream": jobs}, {"name": "b", "downstream": run_jobs(tmp_path / "b")}])
+    assert lines[1] == "## Downstream (Table 5)"
+    assert "| run | seeds | boolq (M5) | piqa (M5) | average |" in lines
+    assert "| a | 1,2 | 72.00 ± 2.00 | 51.00 | 61.50 |" in lines
+    assert "| b | 3 | 60.00 | - | - |" in lines
+    assert runs_section([{"name": "c", "downstream": []}]) == []

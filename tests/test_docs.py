@@ -28,11 +28,13 @@ from runs import ROOT, cli, one_line_error, tiny_run, users_numerics
 
 # The documents whose code blocks are run (python) or classified in SHELL (bash).
 DOCS = {name: ROOT / name for name in ("README.md", "CONTRIBUTING.md", "docs/library.md", "docs/interop.md",
-                                       "docs/operations.md", "docs/results.md", "docs/encoders.md")}
+                                       "docs/operations.md", "docs/results.md", "docs/encoders.md",
+                                       "docs/finetune.md")}
 PUBLIC_ONLY = ("README.md", "docs/library.md", "docs/interop.md")  # they import public names only (``__all__``)
 README_MAX_LINES = 200
 # What the README must link to: the front page leads to every part of the documentation.
 README_LINKS = ("docs/operations.md", "docs/results.md", "docs/library.md", "docs/performance.md", "docs/data.md",
+                "docs/finetune.md",
                 "CONTRIBUTING.md")
 FENCE = re.compile(r"^([ \t]*)```(\w*)\n(.*?)^\1```", re.S | re.M)  # at the margin or indented in a list
 
@@ -124,6 +126,7 @@ def test_the_recorded_report_is_what_the_report_code_computes_from_the_recorded_
         assert bad == []
         (recorded,) = json.loads((folder / "report.json").read_text())["runs"]
         recorded.pop("workdir")
+        assert recorded.pop("downstream") == []  # read from the workdir's fine-tunings: none in these runs
         assert json.loads(json.dumps(summarize(run, records, name=run.name))) == recorded, name
 
 
@@ -417,7 +420,13 @@ def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(l
 # --------------------------------------------------------------------------- shell commands
 # Every shell command of the documents in DOCS: "run" (executed verbatim below), or "not run here"
 # with the reason and what covers it.
+FINETUNE_COVERED = ("not run here (needs a finished run; the built-in tasks read the corpus's package files): "
+                    "tests/test_finetune.py runs the CLI end to end on tiny runs")
 SHELL = {
+    # README.md and docs/finetune.md
+    "python launch/finetune.py runs/tiny --task boolq --seeds 1,2,3": FINETUNE_COVERED,
+    "python launch/finetune.py runs/tiny --task boolq": FINETUNE_COVERED,
+    "python launch/finetune.py runs/tiny --task boolq --stage 3 --seeds 1,2,3 lr=1e-4 epochs=3": FINETUNE_COVERED,
     # README.md
     "pip install -e . && python launch/train.py --mesh 8":
         "not run here: the install is the environment's, and the default run needs the downloaded corpus and "

@@ -37,9 +37,18 @@ def micro(tmp_path_factory):
                            "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1,
                            "beta_steps": 1}])
     (base / "loire.yaml").write_text(yaml.safe_dump(config))
+    rows = [{"text": f"{w} {'is' if i % 2 else 'was'}", "label": ["no", "yes"][i % 2]}
+            for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 8)]
+    (base / "task.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (base / "task.yaml").write_text(yaml.safe_dump({
+        "task": {"name": "tiny-task", "kind": "classification", "source": "local", "labels": ["no", "yes"],
+                 "files": {"train": "task.jsonl", "validation": "task.jsonl"}},
+        "max_len": 16, "batch_size": 8, "epochs": 1, "lr": 1.0e-3}))
     suite = {"name": "micro", "base": "loire.yaml", "systems": ["GPT_L", "LOIRE"], "seeds": [1],
              # lr 1e30 diverges: recorded, failing the gate, and the suite goes on
-             "sweep": {"systems": ["LOIRE"], "seed": 0, "grid": {"optimizer.lr": [0.01, 1.0e30]}}}
+             "sweep": {"systems": ["LOIRE"], "seed": 0, "grid": {"optimizer.lr": [0.01, 1.0e30]}},
+             # fine-tunes both systems' final models on a local task (Table 5's machinery)
+             "downstream": {"tasks": [str(base / "task.yaml")], "overrides": ["epochs=2"]}}
     (base / "micro.yaml").write_text(yaml.safe_dump(suite))
     out = experiment("--suite", str(base / "micro.yaml"), "--workdir", str(base / "suite"))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -67,13 +76,21 @@ def test_the_micro_suite_runs_and_reports(micro):
                        "Fig. 6, Table 11": "not run",
                        "Table 7/11": "not run", "Table 12": "not run", "Fig. 4": "not run",
                        "Table 2 (bottom), Fig. 4": "inconclusive", "Table 4 (vs LiGO)": "not run",
-                       "Table 4 (vs LiGO, FLOPs)": "not run"}
+                       "Table 4 (vs LiGO, FLOPs)": "not run", "Table 5": "inconclusive", "Table 11": "not run"}
     assert [r["gate"]["passed"] for r in data["runs"]["LOIRE"]] == [False]  # 4 steps learn nothing: flagged
     assert "**fail**" in report and "## Hyperparameter sweep" in report
     assert (root / "report" / "ap_by_stage.png").stat().st_size > 0
     ratio = data["cost"][0]
     assert ratio["versus"] == "GPT_L" and 0 < ratio["flops"]["total"] < 1
     assert "inconclusive: LOIRE forgets least" in out.stdout
+    # the downstream part: every run's final model fine-tuned at its seed, Table 5's rows and verdicts
+    for system in ("GPT_L", "LOIRE"):
+        job = json.loads((root / "runs" / system / "seed1" / "finetune" / "tiny-task" / "stage2" / "seed1" /
+                          "results.json").read_text())
+        assert job["config"]["epochs"] == 2 and len(job["epochs"]) == 2
+        assert data["runs"][system][0]["downstream"] == {"tiny-task": job["score"]}
+    assert verdict["Table 5"] == "inconclusive" and verdict["Table 11"] == "not run"  # one seed decides nothing
+    assert "## Downstream (Table 5; Table 11)" in report
 
 
 def test_a_rerun_skips_finished_runs(micro):

@@ -29,10 +29,11 @@ ALLOWED = {
     "store": {"base", "config"},
     "interop": {"base", "config", "parallel", "model", "data", "store"},
     "train": {"base", "config", "parallel", "model", "growth", "data", "analysis", "store", "interop"},
+    "downstream": {"base", "config", "parallel", "model", "data", "analysis", "store", "train"},
     "experiments": {"base", "config", "parallel", "model", "growth", "data", "analysis", "store", "interop",
-                    "train"},
+                    "train", "downstream"},
     "cli": {"base", "config", "parallel", "model", "growth", "data", "analysis", "store", "interop", "train",
-            "experiments"},
+            "experiments", "downstream"},
 }
 # Third-party stacks a layer must not touch: config stays loadable without the training stack.
 FORBIDDEN_THIRD_PARTY = {

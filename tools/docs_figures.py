@@ -326,7 +326,7 @@ def fig_default_run_log(got: Callable[[str], dict[str, Any]]) -> str:
     lines = ppl_lines(warm["stdout"])
     shown = [*lines[1:5], "  ...", lines[-1]]
     return _prose(
-        f"Measured once each, {_on(first)}, shared with other jobs: in a fresh checkout, {_cmd(first)} took "
+        f"Measured once each, {_on(first)}: in a fresh checkout, {_cmd(first)} took "
         f"**{_duration(first['record']['wall_s'])}** wall, {_duration(prep or 0)} of it preparing the corpus, and "
         f"compiled into an empty compilation cache. Into a new workdir, with both warm, {_cmd(warm)} took "
         f"**{_duration(warm['record']['wall_s'])}** (load average {warm['record']['load_average']}). Records: `docs/results/default-run-first`, "
@@ -344,8 +344,9 @@ def fig_default_run_report(got: Callable[[str], dict[str, Any]]) -> str:
         "The default run's report (`runs/tiny/report/report.md`), from `docs/results/default-run`. The wall "
         f"times are one measurement, by {_cmd(rec)} {_on(rec)}. The other rows are deterministic: both "
         "recorded runs agree on them bit for bit. On another CPU the last digits of Init − Prev final may "
-        f"differ: its largest value here, {_num(worst[0], 4)} at an AP of {_num(worst[1])}, is float32 rounding "
-        f"({abs(worst[0]) / worst[1]:.0e} relative)."
+        + (f"differ: its largest value here, {_num(worst[0], 4)} at an AP of {_num(worst[1])}, is float32 "
+           f"rounding ({abs(worst[0]) / worst[1]:.0e} relative)." if worst[0] else
+           "differ from the exact zeros recorded here by float32 rounding.")
     ) + "\n" + table
 
 
@@ -570,7 +571,7 @@ def fig_bench_encoder(got: Callable[[str], dict[str, Any]]) -> str:
 
 def _suite_rows(suite: dict[str, Any]) -> list[str]:
     """Per system: counted runs, M1 and M5 AP, M5 AP+ (the report's cells) and mean FLOPs."""
-    from loire_jax.analysis.comparison import stat_cell as cell
+    from loire_jax.analysis.tables import stat_cell as cell
 
     rows = ["| system | counted runs | M1 AP | M5 AP | M5 AP+ | training FLOPs |", "|---|---|---|---|---|---|"]
     for system, a in suite["aggregate"].items():
@@ -590,10 +591,36 @@ def _verdict_rows(suite: dict[str, Any], *, numbers: bool) -> list[str]:
     return rows
 
 
-def _suite_wall(rec: dict[str, Any]) -> str:
+def _finetune_seconds(stdout: str) -> list[float]:
+    """Each of a suite's downstream fine-tunings' seconds, from its ``done in N s`` lines."""
+    return [float(x) for x in re.findall(r"^\[downstream \d+/\d+\] .*: done in (\d+) s;", stdout, re.M)]
+
+
+def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
     n = sum(len(runs) for runs in rec["suite"]["runs"].values()) + len(rec["suite"]["sweep"])
-    return (f"{_cmd(rec)} ran {n} runs in **{_duration(rec['record']['wall_s'])}** {_on(rec)}, into an empty "
-            "workdir and an empty compilation cache, with the corpus already prepared (one measurement)")
+    tunes = _finetune_seconds(rec["stdout"])
+    what = f"{n} runs" + (f" and {len(tunes)} fine-tunings" if tunes else "")
+    out = f"{_cmd(rec)} ran {what} in **{_duration(rec['record']['wall_s'])}** {_on(rec)}"
+    if not short:
+        out += ", into an empty workdir and an empty compilation cache, with the corpus already prepared"
+    out += " (one measurement)"
+    if tunes:
+        tunes.sort()
+        out += (f". The downstream part took {_duration(sum(tunes))} of it: "
+                f"{tunes[len(tunes) // 2]:.0f} s a fine-tuning at the median, {tunes[-1]:.0f} s at most")
+    return out
+
+
+def _table5_rows(suite: dict[str, Any]) -> list[str]:
+    """The report's Table 5 rows (``analysis.downstream.table``), from the suite's report."""
+    from loire_jax.analysis.downstream import table
+
+    tasks = suite["suite"].get("downstream_tasks") or []
+    if not tasks:
+        return []
+    rows = ["| system | counted runs | " + " | ".join(tasks) + " | average | paper average |",
+            "|---" * (len(tasks) + 4) + "|"]
+    return rows + ["| " + " | ".join(row) + " |" for row in table(suite["runs"], tasks)]
 
 
 def fig_paper_mini(got: Callable[[str], dict[str, Any]]) -> str:
@@ -603,14 +630,16 @@ def fig_paper_mini(got: Callable[[str], dict[str, Any]]) -> str:
         f"{_suite_wall(rec)}. The sweep chose `{' '.join(suite['setting'])}` ({suite['why']}). Its report "
         "(`docs/results/paper-mini/report.md`), over seeds " + ", ".join(map(str, suite["seeds"])) + ":"
     ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=True)) + "\n\n" + "\n".join(
-        _suite_rows(rec["suite"])) + "\n"
+        _suite_rows(rec["suite"])) + "\n" + ("\nDownstream (Table 5): validation accuracy of the final models, "
+                                             "fine-tuned at each run's seed (`downstream:` in the suite):\n\n"
+                                             + "\n".join(rows) + "\n" if (rows := _table5_rows(rec["suite"])) else "")
 
 
 def fig_paper_mini_verdicts(got: Callable[[str], dict[str, Any]]) -> str:
     rec = got("paper-mini")
     return _prose(
         f"The paper's comparisons at CPU scale (`--suite paper-mini`: 14 systems, its two rivals ELLE and LiGO "
-        f"among them, derived from `configs/mini.yaml`, 3 seeds each): {_suite_wall(rec)}. A claim holds only "
+        f"among them, derived from `configs/mini.yaml`, 3 seeds each): {_suite_wall(rec, short=True)}. A claim holds only "
         "where every seed of LOIRE beats every seed of the others; the numbers behind each verdict are in "
         "[docs/results.md](docs/results.md#paper-mini-and-how-to-read-its-report)."
     ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=False)) + "\n"

@@ -29,7 +29,9 @@ import statistics
 from typing import Any, Callable, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis.reports import last_by, markdown_table, save_png, summarize
+from loire_jax.analysis import downstream
+from loire_jax.analysis.reports import last_by, save_png, summarize
+from loire_jax.analysis.tables import markdown_table, seed_stats, stat_cell
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number
 
@@ -134,11 +136,6 @@ def run_result(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Ma
 
 
 # ---------------------------------------------------------------------------- across seeds
-def _stats(values: Sequence[float | None]) -> dict[str, Any] | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    if not vals:
-        return None
-    return {"mean": statistics.fmean(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
 def aggregate(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -151,10 +148,10 @@ def aggregate(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, A
         out[system] = {
             "runs": len(runs), "finished": sum(r["finished"] for r in runs), "counted": len(counted),
             "failed_gate": [r["name"] for r in runs if r["finished"] and not r["gate"]["passed"]],
-            **{key: [_stats([r[key][k] if k < len(r[key]) else None for r in counted]) for k in range(stages)]
+            **{key: [seed_stats([r[key][k] if k < len(r[key]) else None for r in counted]) for k in range(stages)]
                for key in ("AP", "AP+", "init_AP", "previous_final_AP")},
-            "flops": [_stats([r["flops"][k] for r in runs if _complete(r)]) for k in range(stages)],
-            "wall_s": [_stats([r["wall_s"][k] for r in runs if _complete(r)]) for k in range(stages)],
+            "flops": [seed_stats([r["flops"][k] for r in runs if _complete(r)]) for k in range(stages)],
+            "wall_s": [seed_stats([r["wall_s"][k] for r in runs if _complete(r)]) for k in range(stages)],
         }
     return out
 
@@ -272,8 +269,10 @@ def _paper(figures: str, model: str, fam: str) -> str:
     return figures if model == PAPER_MODEL[fam] else f"{figures} ({model})"
 
 
-def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """A verdict for each claim, with the numbers behind it."""
+def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]],
+             downstream_tasks: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """A verdict for each claim, with the numbers behind it; the downstream claims (Tables 5
+    and 11) when the suite fine-tuned on ``downstream_tasks``."""
     def counted(system: str) -> list[Mapping[str, Any]]:
         return [r for r in results.get(system, ()) if r["finished"] and r["gate"]["passed"]]
 
@@ -315,6 +314,8 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[st
         out.append({"claim": c.claim, "where": c.where, "paper": _paper(c.paper, c.paper_model, fam),
                     "metric": c.label, "verdict": verdict, "numbers": numbers, "why": why})
     out.insert(1, _flops_verdict(results, counted))
+    if downstream_tasks:
+        out += downstream.verdicts(results, downstream_tasks)
     return out
 
 
@@ -398,15 +399,6 @@ def cost_ratios(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict
 
 
 # ---------------------------------------------------------------------------- the report
-def stat_cell(st: Mapping[str, Any] | None, digits: int = 2) -> str:
-    """A table cell of ``aggregate``'s statistics: the mean, ± half the range over several runs."""
-    if st is None:
-        return "-"
-    if st["n"] == 1:
-        return f"{st['mean']:.{digits}f}"
-    return f"{st['mean']:.{digits}f} ± {(st['max'] - st['min']) / 2:.{digits}f}"
-
-
 def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
              sweep: Sequence[Mapping[str, Any]] = ()) -> str:
     """The whole report as markdown. ``suite`` carries name, seeds, setting, why, margin and
@@ -422,9 +414,10 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                   "over the masked positions of fixed validation masks (the same positions for every model), and "
                   "the train loss of the sanity gate is the masked-LM loss.", ""]
     lines += ["## Verdicts", ""]
+    tasks = suite.get("downstream_tasks") or ()
     lines += markdown_table(["the paper's claim", "where", "paper", "measured", "verdict"],
                     [[v["claim"], v["where"], v["paper"], f"{v['metric']}: " + "; ".join(v["numbers"]),
-                      f"**{v['verdict']}** ({v['why']})"] for v in verdicts(results)])
+                      f"**{v['verdict']}** ({v['why']})"] for v in verdicts(results, tasks)])
     lines += ["", f"A verdict needs {MIN_SEEDS} counted runs of each system it compares; it is \"holds\" only "
               "when no seed's value of the other system is as low as any of LOIRE's.", ""]
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
@@ -438,6 +431,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     header = ["system"] + [f"{model_name(k)} {m}" for k in range(1, stages) for m in ("Init", "prev. Final")]
     lines += markdown_table(header, [[s] + [stat_cell(a[m][k]) for k in range(1, stages)
                                     for m in ("init_AP", "previous_final_AP")] for s, a in agg.items()])
+    lines += downstream.section(results, tasks) if tasks else []
     lines += ["", "## Cost (Table 4)", ""]
     ratios = cost_ratios(results)
     if ratios:
@@ -521,7 +515,8 @@ def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Seque
     out.mkdir(parents=True, exist_ok=True)
     paths.write_atomic(out / "report.md", markdown(suite, results, sweep))
     paths.write_atomic(out / "report.json", json.dumps(
-        {"suite": suite, "runs": results, "aggregate": aggregate(results), "verdicts": verdicts(results),
+        {"suite": suite, "runs": results, "aggregate": aggregate(results),
+         "verdicts": verdicts(results, suite.get("downstream_tasks") or ()),
          "cost": cost_ratios(results), "sweep": list(sweep)}, indent=1, default=str))
     save_png(figure(results), out / "ap_by_stage.png")
     return out

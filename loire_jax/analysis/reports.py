@@ -22,9 +22,11 @@ import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 from loire_jax import paths
+from loire_jax.analysis import downstream
 from loire_jax.analysis.flops import stage_flops
 from loire_jax.analysis.metrics import lifelong_metrics, preservation
 from loire_jax.analysis.records import METRICS_FILE, read_records
+from loire_jax.analysis.tables import markdown_table
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import global_step, model_name, seen_domains, stage_models, stage_number
@@ -145,9 +147,6 @@ def _f(x: float | None, digits: int = 2) -> str:
 def _sci(x: float | None) -> str:
     return "-" if x is None else f"{x:.3e}"
 
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
@@ -412,6 +411,7 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
         run, records = load_run(w)
         summary = summarize(run, records, name=run.name)
         summary["workdir"] = str(w)
+        summary["downstream"] = downstream.run_jobs(w)
         summaries.append(summary)
     names = [s["name"] for s in summaries]
     if len(set(names)) < len(names):  # same config name twice: tell them apart by workdir
@@ -423,7 +423,8 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
     out = paths.as_path(out)
     out.mkdir(parents=True, exist_ok=True)
     comparisons = compare(summaries) if len(summaries) > 1 else []
-    paths.write_atomic(out / "report.md", markdown(summaries, comparisons))
+    md = "\n".join([markdown(summaries, comparisons), *downstream.runs_section(summaries)])
+    paths.write_atomic(out / "report.md", md)
     paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons}, indent=1))
     for stem, fig in figures(summaries).items():
         save_png(fig, out / f"{stem}.png")

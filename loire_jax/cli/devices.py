@@ -9,15 +9,17 @@ and the model (``check_batch``, ``stages.validate``): a mesh they refuse creates
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import errno
 import math
 import os
+import threading
 
 import jax
 
 from loire_jax.config.mesh import BATCH_AXES, parse_mesh
-from loire_jax.errors import ConfigError
+from loire_jax.errors import ConfigError, fail
 from loire_jax.parallel import peers
 
 # Simulated CPU devices per process, at most. Each one brings threads (see simulated_cpu_env);
@@ -81,6 +83,51 @@ def processes_from(coordinator: str | None = None, num_processes: int | None = N
     if detect or int(env.get("SLURM_NTASKS", "1") or 1) > 1 or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
         return Processes(None, None, None)  # jax.distributed finds the coordinator and ranks
     return None
+
+
+def add_process_flags(parser: argparse.ArgumentParser) -> None:
+    """The multi-process flags every command that runs on the mesh takes (``loire-train``,
+    ``loire-finetune``), so a job script passes the same ones to each."""
+    parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                        help="multi-process runs: process 0's address (or JAX_COORDINATOR_ADDRESS); detected "
+                             "automatically on Cloud TPU and under SLURM")
+    parser.add_argument("--num-processes", type=int, default=None, help="multi-process runs (or JAX_NUM_PROCESSES)")
+    parser.add_argument("--process-id", type=int, default=None, help="multi-process runs (or JAX_PROCESS_ID)")
+    parser.add_argument("--distributed", choices=("auto", "detect"), default="detect",
+                        help="auto: always join a multi-process run, finding the coordinator and ranks as JAX does "
+                             "on Cloud TPU, SLURM and other clusters (the launchers pass it); detect (default): only "
+                             "if the flags, JAX_* variables or a SLURM/TPU environment say so")
+    parser.add_argument("--heartbeat-s", type=int, default=60, metavar="S",
+                        help="multi-process runs: a process silent for S seconds is declared lost and the others "
+                             "stop, naming it (default 60)")
+
+
+def processes_from_args(args: argparse.Namespace) -> Processes | None:
+    """``processes_from`` for the flags of ``add_process_flags``; ConfigError on bad ones."""
+    if args.heartbeat_s < 1:
+        raise ConfigError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
+    return processes_from(args.coordinator, args.num_processes, args.process_id, detect=args.distributed == "auto")
+
+
+def failed(err: BaseException | str, code: int) -> int:
+    """Print the one-line error and return ``code``. A process of a multi-process job then
+    leaves at once (``peers.leave``): the others were told, and JAX's shutdown barrier would
+    wait for them."""
+    if jax.process_count() == 1:
+        return fail(err, code)
+    if not peers.claim():  # another thread is reporting this process's end, and ends it
+        threading.Event().wait()
+    fail(err, code)
+    peers.leave(code, getattr(err, "indices", ()))
+    return code
+
+
+def finished(code: int) -> int:
+    """End a job that ended the same way on every process, in order: process 0, which hosts
+    the coordination service, last (``peers.finish``); one process just returns ``code``."""
+    if jax.process_count() > 1:
+        peers.finish(code)
+    return code
 
 
 def _int_env(name: str) -> int | None:

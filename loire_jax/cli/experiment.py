@@ -148,6 +148,11 @@ def _list(suite, sweep, main, chosen) -> None:
                              else "chosen by the sweep; shown with the base config's"))
     print(f"seeds {', '.join(map(str, suite.seeds))}; {len(main)} runs; sanity gate {suite.gate_margin} nats "
           "below the unigram entropy")
+    if suite.downstream is not None:
+        ds = suite.downstream
+        print(f"downstream (Tables 5, 11): {', '.join(ds.tasks)} on the final models of {', '.join(ds.systems)} at "
+              f"every seed{' with ' + ' '.join(ds.overrides) if ds.overrides else ''}; "
+              f"{len(ds.tasks) * len(ds.systems) * len(suite.seeds)} fine-tunings")
     for system in suite.systems:
         run = next(r.config for r in main if r.system == system)
         info = SYSTEMS[system]
@@ -201,6 +206,11 @@ class Experiment:
             main = suites.main_runs(self.suite, setting)
             for i, planned in enumerate(main):
                 code = self._one(planned, f"run {i + 1}/{len(main)}")
+                if code is not None:
+                    return code
+            jobs = suites.downstream_jobs(self.suite, main)
+            for i, (planned, task) in enumerate(jobs):
+                code = self._finetune(planned, task, f"downstream {i + 1}/{len(jobs)}")
                 if code is not None:
                     return code
             return self._report(main, setting, why, sweep_rows)
@@ -285,17 +295,46 @@ class Experiment:
               f"gate {'pass' if res['gate']['passed'] else 'FAIL'}", flush=True)
         return None
 
+    def _finetune(self, planned, task: str, where: str) -> int | None:
+        """Fine-tune one run's final model on one task (its seed the run's); None when done,
+        else the exit code. A run that diverged has no final model to fine-tune; one that
+        failed the sanity gate is fine-tuned, and the report does not count it."""
+        from loire_jax.downstream.finetune import finetune
+
+        label = f"[{where}] {planned.workdir} {task}"
+        if self._outcome(planned).get("diverged"):
+            print(f"{label}: skipped (the run diverged)")
+            return None
+        t = time.perf_counter()
+        got = finetune(self.root / planned.workdir, task, overrides=self.suite.downstream.overrides,
+                       seeds=[planned.seed], mesh=self.mesh, log=lambda line: None)
+        if not got.complete:
+            print(f"stopped in {planned.workdir} ({task}); rerun the same command to resume the suite")
+            return 130 if got.stopped == 2 else 75
+        seed = got.seeds[0]
+        print(f"{label}: {'done earlier' if seed.skipped else f'done in {time.perf_counter() - t:.0f} s'}; "
+              f"{seed.metric} {seed.score:.2f}", flush=True)
+        return None
+
     def _report(self, main, setting, why, sweep_rows) -> int:
         from loire_jax.analysis import comparison
+        from loire_jax.analysis.downstream import read_scores
+        from loire_jax.config.loader import load_finetune_config
 
         results: dict[str, list] = {}
+        ds = self.suite.downstream
+        tasks = [load_finetune_config(t, ds.overrides).job_name for t in ds.tasks] if ds else []
         for planned in main:
-            results.setdefault(planned.system, []).append(self._outcome(planned))
+            result = dict(self._outcome(planned))
+            if tasks and planned.system in ds.systems:
+                result["downstream"] = read_scores(self.root / planned.workdir, tasks, len(planned.config.stages),
+                                                   planned.seed)
+            results.setdefault(planned.system, []).append(result)
         meta = {"name": self.suite.name, "seeds": list(self.suite.seeds), "setting": list(setting), "why": why,
-                "margin": self.suite.gate_margin, "entropy": self.entropy}
+                "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         print(f"report: {out / 'report.md'}")
-        for v in comparison.verdicts(results):
+        for v in comparison.verdicts(results, tasks):
             print(f"  {v['verdict']:>13}: {v['claim']} ({v['where']})")
         return 0
 

@@ -30,7 +30,6 @@ from loire_jax.errors import (
     PEER_LOST,
     USER,
     USER_ERRORS,
-    ConfigError,
     PeerLost,
     command,
     fail,
@@ -76,18 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
                         help="persistent XLA compilation cache (auto: $JAX_COMPILATION_CACHE_DIR or "
                              "~/.cache/loire_jax/xla), so a resumed or repeated run does not recompile")
-    parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                        help="multi-process runs: process 0's address (or JAX_COORDINATOR_ADDRESS); detected "
-                             "automatically on Cloud TPU and under SLURM")
-    parser.add_argument("--num-processes", type=int, default=None, help="multi-process runs (or JAX_NUM_PROCESSES)")
-    parser.add_argument("--process-id", type=int, default=None, help="multi-process runs (or JAX_PROCESS_ID)")
-    parser.add_argument("--distributed", choices=("auto", "detect"), default="detect",
-                        help="auto: always join a multi-process run, finding the coordinator and ranks as JAX does "
-                             "on Cloud TPU, SLURM and other clusters (the launchers pass it); detect (default): only "
-                             "if the flags, JAX_* variables or a SLURM/TPU environment say so")
-    parser.add_argument("--heartbeat-s", type=int, default=60, metavar="S",
-                        help="multi-process runs: a process silent for S seconds is declared lost and the others "
-                             "stop, naming it (default 60)")
+    devices.add_process_flags(parser)
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
     return parser
 
@@ -100,10 +88,7 @@ def _set_up(args: argparse.Namespace):
     try:
         run_config = load_run_config(args.config, args.overrides)
         mesh_spec = args.mesh or run_config.mesh
-        processes = devices.processes_from(args.coordinator, args.num_processes, args.process_id,
-                                           detect=args.distributed == "auto")
-        if args.heartbeat_s < 1:
-            raise ConfigError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
+        processes = devices.processes_from_args(args)
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)
@@ -140,23 +125,19 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
     except ReportError as err:  # the run is complete and every process done; only process 0's report failed
         code = fail(err, ENVIRONMENT)
     except OSError as err:  # the environment: a full disk, a vanished mount, permissions (a PathError too)
-        return _failed(f"{os_reason(err)}; the last complete checkpoint is intact, so fix this and rerun the same "
+        return devices.failed(f"{os_reason(err)}; the last complete checkpoint is intact, so fix this and rerun the same "
                        "command to resume", ENVIRONMENT)
     except PeerLost as err:  # not our bug: no crash log; resumable
-        return _failed(err, PEER_LOST)
+        return devices.failed(err, PEER_LOST)
     except USER_ERRORS as err:
-        return _failed(err, USER)
+        return devices.failed(err, USER)
     except Exception as err:  # a bug: one line here, the traceback in a file
         log = _crash_log(workdir)
-        return _failed(f"internal error {type(err).__name__}: {first_line(err)}; traceback in {log}", FAILED)
+        return devices.failed(f"internal error {type(err).__name__}: {first_line(err)}; traceback in {log}", FAILED)
     finally:
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
-    if jax.process_count() > 1:  # every process ended the same way: leave in order, the coordinator last
-        from loire_jax.parallel import peers
-
-        peers.finish(code)
-    return code
+    return devices.finished(code)  # every process ended the same way: leave in order, the coordinator last
 
 
 def _check_mesh(run_config, mesh_spec: str, processes) -> None:
@@ -171,22 +152,6 @@ def _check_mesh(run_config, mesh_spec: str, processes) -> None:
     if processes is not None and str(mesh_spec).strip().isdigit():
         sizes = {"data": sizes["fsdp"], "fsdp": 1, "tensor": 1}
     validate(run_config, sizes)
-
-
-def _failed(err: BaseException | str, code: int) -> int:
-    """Print the one-line error. A process of a multi-process run then leaves at once
-    (``peers.leave``): the others were told, and JAX's shutdown barrier would wait for them."""
-    import jax
-
-    if jax.process_count() == 1:
-        return fail(err, code)
-    from loire_jax.parallel import peers
-
-    if not peers.claim():  # another thread is reporting this process's end, and ends it
-        threading.Event().wait()
-    fail(err, code)
-    peers.leave(code, getattr(err, "indices", ()))
-    return code
 
 
 class _LogsToWorkdir(Hook):
@@ -246,7 +211,6 @@ def _library_logs_to(path, carry_over: Path | None = None) -> _LogStream:
     to the console, although the error also reaches us and is reported in one line."""
     import atexit
     import logging
-    import threading
     import traceback
 
     root = logging.getLogger()

@@ -31,13 +31,14 @@ from omegaconf.errors import OmegaConfBaseException
 from loire_jax import paths
 from loire_jax.config import presets
 from loire_jax.config.data import DataConfig
+from loire_jax.config.finetune import FinetuneConfig
 from loire_jax.config.model import preset
 from loire_jax.config.run import DERIVED_MODEL_FIELDS, PRECISIONS, RunConfig, StageConfig
 from loire_jax.errors import ConfigError
 from loire_jax.paths import Path
 
-__all__ = ["apply_overrides", "data_config_from_dict", "load_data_config", "load_run_config",
-           "run_config_from_dict"]
+__all__ = ["apply_overrides", "data_config_from_dict", "finetune_config_from_dict", "load_data_config",
+           "load_finetune_config", "load_run_config", "run_config_from_dict"]
 
 # Every section: unknown keys are errors; numbers coerce to the annotated type (a YAML
 # ``mesh: 8`` is the string "8", ``lr: 1`` the float 1.0). Nested stdlib dataclasses take
@@ -127,6 +128,38 @@ def load_data_config(path: str | Path) -> DataConfig:
     """A domains YAML; relative paths in it resolve against its folder."""
     cfg, base = _yaml_file(path, ConfigError, "data config")
     return data_config_from_dict(_plain(cfg, ConfigError, str(path)), base)
+
+
+def load_finetune_config(task: str | Path, overrides: Sequence[str] = ()) -> FinetuneConfig:
+    """A task YAML (a shipped ``configs/tasks/<name>.yaml`` by name, or a path) plus
+    ``key=value`` overrides (``lr=1e-4``, ``epochs=3``, ``task.files.train=my.jsonl``).
+    A local task's file paths resolve against the YAML's folder."""
+    found = presets.find(task, "tasks")
+    if found == str(task) and not presets.looks_like_path(found) and not os.path.exists(os.path.expanduser(found)):
+        raise ConfigError(f"task {presets.unknown(task, 'tasks')}")
+    cfg, base = _yaml_file(found, ConfigError, "task")
+    _apply_overrides(cfg, overrides, base)
+    raw = _plain(cfg, ConfigError, str(task))
+    section = raw.get("task")
+    if isinstance(section, Mapping):
+        section = dict(section)
+        if isinstance(section.get("files"), Mapping):
+            section["files"] = {k: _resolve(v, base) for k, v in section["files"].items()}
+        if section.get("tfds_data_dir"):
+            section["tfds_data_dir"] = _resolve(section["tfds_data_dir"], base)
+        if isinstance(section.get("labels"), list) and any(isinstance(x, bool) for x in section["labels"]):
+            raise ConfigError(f"task.labels {section['labels']}: YAML reads yes/no/true/false unquoted as booleans; "
+                              'quote the label names, e.g. ["no", "yes"]')
+        raw["task"] = section
+    return finetune_config_from_dict(raw)
+
+
+def finetune_config_from_dict(mapping: Mapping[str, Any]) -> FinetuneConfig:
+    """A ``FinetuneConfig`` from the YAML's shape (``task:`` plus hyper-parameters): types
+    checked and unknown keys refused like a run config's."""
+    if not isinstance(mapping, Mapping) or not isinstance(mapping.get("task"), Mapping):
+        raise ConfigError("a fine-tuning config must be a mapping with a task: section")
+    return _validate(FinetuneConfig, dict(mapping), ConfigError, top="the fine-tuning config")
 
 
 # --------------------------------------------------------------------------- the document

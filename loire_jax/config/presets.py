@@ -23,7 +23,7 @@ def presets_dir() -> Path:
 
 
 def names(kind: str = "") -> list[str]:
-    """The preset names of one kind: "" (run configs), "domains" or "suites"."""
+    """The preset names of one kind: "" (run configs), "domains", "suites" or "tasks"."""
     folder = presets_dir() / kind if kind else presets_dir()
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
@@ -49,6 +49,6 @@ def looks_like_path(text: str) -> bool:
 
 def unknown(name_or_path: str | os.PathLike, kind: str = "") -> str:
     """The end of a "no such config" message: the preset names that exist."""
-    what = {"": "run configs", "domains": "domain configs", "suites": "suites"}.get(kind, kind)
+    what = {"": "run configs", "domains": "domain configs", "suites": "suites", "tasks": "tasks"}.get(kind, kind)
     return f"{os.fspath(name_or_path)!r} is neither a file nor a shipped preset (shipped {what}: " \
            f"{', '.join(names(kind)) or 'none'})"

@@ -25,7 +25,7 @@ import numpy as np
 
 from loire_jax import paths
 from loire_jax.config.data import DataConfig, DomainSpec, fingerprint
-from loire_jax.data import builtin, cleaning, sources, splits, storage, tokenizers
+from loire_jax.data import builtin, cleaning, sources, splits, storage, tasks, tokenizers
 from loire_jax.data.errors import DataError, SourceError
 from loire_jax.data.fetch import sha256_file
 from loire_jax.data.sources import iter_documents
@@ -66,6 +66,8 @@ def domain_config_name(cfg: DataConfig, dom: DomainSpec) -> str:
     key = {"source": dataclasses.asdict(dom.source), "validation_docs": cfg.validation_docs,
            "split_seed": cfg.split_seed, "recovery_fraction": cfg.recovery_fraction,
            "min_doc_chars": cfg.min_doc_chars, "cleaning": CLEANING_VERSION, "name": dom.name}
+    if dom.source.kind == "builtin":  # the corpus's own version, and the tasks whose text it leaves out
+        key["corpus"] = {"version": builtin.CORPUS_VERSION, "excluded_tasks": sorted(tasks.TASKS)}
     name = f"{dom.name.lower().replace('-', '_')}_{fingerprint(key)}"
     if dom.source.kind != "local":
         return name

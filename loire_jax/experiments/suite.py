@@ -48,6 +48,18 @@ class Sweep:
 
 
 @dataclasses.dataclass(frozen=True)
+class Downstream:
+    """The suite's downstream part (Tables 5 and 11): after the runs, each listed system's
+    final model at every seed is fine-tuned on each task (``configs/tasks/<name>.yaml``),
+    with ``overrides`` (``lr=1e-3``, ``epochs=2``: the scale of the suite's models) applied
+    to every task, the fine-tuning seed being the run's."""
+
+    tasks: tuple[str, ...]
+    systems: tuple[str, ...]
+    overrides: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Suite:
     """One experiment. ``gate_margin``: nats a run's final train loss must lie below the
     unigram entropy of its data to count (the sanity gate)."""
@@ -60,6 +72,7 @@ class Suite:
     sweep: Sweep | None = None
     gate_margin: float = 0.25
     about: str = ""
+    downstream: Downstream | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -79,10 +92,31 @@ class Suite:
             if self.sweep.seed in self.seeds:
                 problems.append(f"sweep.seed={self.sweep.seed} is one of the seeds: choose the setting on a seed "
                                 "the comparison does not use")
+        if self.downstream is not None:
+            problems += _downstream_problems(self.downstream, self.systems)
         if not (isinstance(self.gate_margin, (int, float)) and self.gate_margin >= 0):
             problems.append(f"gate_margin must be a non-negative number of nats, got {self.gate_margin!r}")
         if problems:
             raise ConfigError(f"invalid suite {self.name!r}: " + "; ".join(problems))
+
+
+def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
+    """What is wrong with a downstream part, every task config loaded (with the overrides)
+    so that a typo fails before any run."""
+    from loire_jax.config.loader import load_finetune_config
+
+    problems = []
+    if not ds.tasks or len(set(ds.tasks)) != len(ds.tasks):
+        problems.append(f"downstream.tasks must be a non-empty list without repeats, got {list(ds.tasks)}")
+    missing = [s for s in ds.systems if s not in systems]
+    if not ds.systems or missing:
+        problems.append(f"downstream.systems must be systems of the suite; not in it: {missing}")
+    for task in ds.tasks:
+        try:
+            load_finetune_config(task, ds.overrides)
+        except ConfigError as err:
+            problems.append(f"downstream task {task}: {err}")
+    return problems
 
 
 def suite_path(name_or_path: str) -> Path:
@@ -107,7 +141,7 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
-    known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about"}
+    known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about", "downstream"}
     if not isinstance(raw, Mapping) or set(raw) - known or not {"name", "base", "systems", "seeds"} <= set(raw):
         raise ConfigError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
                          f"overrides, sweep, gate_margin, about); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
@@ -134,13 +168,22 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
             raise ConfigError(f"{path}: sweep needs exactly systems, grid (key: [values, ...]) and seed")
         sweep = Sweep(names("sweep.systems", s["systems"]), tuple((str(k), tuple(v)) for k, v in s["grid"].items()),
                       integer("sweep.seed", s["seed"]))
+    downstream = None
+    if raw.get("downstream") is not None:
+        d = raw["downstream"]
+        if not isinstance(d, Mapping) or not {"tasks"} <= set(d) <= {"tasks", "systems", "overrides"}:
+            raise ConfigError(f"{path}: downstream needs tasks (and optionally systems, overrides)")
+        downstream = Downstream(names("downstream.tasks", d["tasks"]),
+                                names("downstream.systems", d["systems"]) if d.get("systems") is not None
+                                else names("systems", raw["systems"]),
+                                names("downstream.overrides", d.get("overrides") or []))
     base = Path(raw["base"])
     if not base.is_absolute():
         base = (path.resolve().parent / base).resolve()
     return Suite(name=raw["name"], base=str(base), systems=names("systems", raw["systems"]),
                  seeds=tuple(seeds) if seeds is not None else tuple(integer("seeds", s) for s in raw["seeds"]),
                  overrides=names("overrides", raw.get("overrides") or []), sweep=sweep,
-                 gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")))
+                 gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")), downstream=downstream)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +242,13 @@ def main_runs(suite: Suite, setting: tuple[str, ...]) -> list[PlannedRun]:
     """Every system at every seed with the chosen setting; seeds outermost, so a suite
     stopped early has whole seeds of every system."""
     return _planned(suite, "main", setting, suite.seeds, suite.systems, "runs/{system}/seed{seed}")
+
+
+def downstream_jobs(suite: Suite, main: Sequence[PlannedRun]) -> list[tuple[PlannedRun, str]]:
+    """(run, task) for every fine-tuning of the suite's downstream part, runs in plan order."""
+    if suite.downstream is None:
+        return []
+    return [(run, task) for run in main if run.system in suite.downstream.systems for task in suite.downstream.tasks]
 
 
 def choose_setting(suite: Suite, results: Mapping[tuple[tuple[str, ...], str], Mapping[str, Any]]

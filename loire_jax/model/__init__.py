@@ -7,7 +7,7 @@ May import: ``config``, ``parallel``, jax, flax. Never ``data``, ``growth`` or `
 from loire_jax._lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(("init_params", "apply_model", "final_hidden", "head_matrix"), "transformer"),
+    **dict.fromkeys(("init_params", "apply_model", "final_hidden", "features", "head_matrix"), "transformer"),
     **dict.fromkeys(("validate_params", "abstract_params", "count_leaves"), "params"),
 }
 

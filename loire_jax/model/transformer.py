@@ -167,15 +167,18 @@ class MlmHead(nn.Module):
 class Decoder(nn.Module):
     """The whole model, decoder or encoder. With ``head=False`` it returns the final hidden
     states (an encoder's after its MLM transform), which the chunked losses multiply by
-    ``head_matrix`` one block of tokens at a time.
+    ``head_matrix`` one block of tokens at a time. With ``features=True`` it stops before
+    any LM head (an encoder's MLM transform included): the states a downstream head reads.
 
     ``cfg`` must carry concrete execution choices (``kernels.for_platform``)."""
 
     cfg: ModelConfig
     head: bool = True
+    features: bool = False
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, gates: jax.Array, valid: jax.Array | None = None) -> jax.Array:
+    def __call__(self, tokens: jax.Array, gates: jax.Array, valid: jax.Array | None = None,
+                 types: jax.Array | None = None) -> jax.Array:
         cfg = self.cfg
         seq = tokens.shape[1]
         if "auto" in (cfg.attention, cfg.remat):  # resolved against the default backend
@@ -192,10 +195,10 @@ class Decoder(nn.Module):
         else:
             rope = rope_tables(cfg, seq)
         if cfg.encoder:
-            if cfg.type_vocab_size:  # every token is of type 0 (no sentence pairs)
-                types = nn.Embed(cfg.type_vocab_size, cfg.hidden, dtype=cfg.compute_dtype,
-                                 param_dtype=cfg.params_dtype, embedding_init=_kernel_init(cfg), name="type_embed")
-                x = x + types(jnp.zeros((1, seq), jnp.int32))
+            if cfg.type_vocab_size:  # pre-training: every token is of type 0; a text pair's second is 1
+                type_embed = nn.Embed(cfg.type_vocab_size, cfg.hidden, dtype=cfg.compute_dtype,
+                                      param_dtype=cfg.params_dtype, embedding_init=_kernel_init(cfg), name="type_embed")
+                x = x + type_embed(jnp.zeros((1, seq), jnp.int32) if types is None else types)
             x = _norm(cfg, "embed_norm")(x)
         block = GatedBlock
         if cfg.remat != "none":
@@ -205,6 +208,8 @@ class Decoder(nn.Module):
         x, _ = stack(cfg, name="layers")(x, gates, rope, valid)
         if cfg.has_final_norm:
             x = _norm(cfg, "final_norm")(x)
+        if self.features:
+            return x
         bias = None
         if cfg.encoder:
             x, bias = MlmHead(cfg, name="mlm")(x)
@@ -284,6 +289,23 @@ def final_hidden(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array,
     if cfg.encoder:
         x = jnp.concatenate([x, jnp.ones(x.shape[:-1] + (1,), x.dtype)], axis=-1)
     return x
+
+
+def features(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array, valid: jax.Array | None = None,
+             types: jax.Array | None = None) -> jax.Array:
+    """The backbone's last hidden states [batch, seq, hidden] before any LM head (after the
+    final norm; an encoder's before its MLM transform): what a downstream head pools
+    (BERT's [CLS] state, GPT's last token). ``types`` [batch, seq] are token-type ids for an
+    encoder with type rows (a text pair's second segment is 1); None means all 0, as in
+    pre-training."""
+    _check_inputs(cfg, params, tokens, valid)
+    if types is not None:
+        if not cfg.type_vocab_size:
+            raise ValueError("token types need a model with token-type rows (type_vocab_size > 0)")
+        if tuple(types.shape) != tuple(tokens.shape):
+            raise ValueError(f"the token types have shape {tuple(types.shape)}, the tokens {tuple(tokens.shape)}")
+    body = {k: v for k, v in params.items() if k != GATES}
+    return Decoder(cfg, head=False, features=True).apply({"params": body}, tokens, params[GATES], valid, types)
 
 
 def head_matrix(cfg: ModelConfig, params: dict[str, Any]) -> jax.Array:

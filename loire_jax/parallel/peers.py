@@ -41,7 +41,7 @@ from typing import Any
 
 import jax
 
-from loire_jax.errors import FAILED, PEER_LOST, PeerLost
+from loire_jax.errors import FAILED, PEER_LOST, LoireError, PeerLost, exit_code
 
 ROOT = "loire_jax/"
 PREFIX = ROOT + "failed/"
@@ -248,6 +248,17 @@ def _flush_and_exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def failed_alone(err: BaseException) -> None:
+    """Call when this process of a multi-process job fails alone (its peers wait in a
+    collective): raises ``PeerLost`` if a silent peer's loss is the real cause (a collective
+    that failed), else posts the failure so the others stop within seconds, naming this one."""
+    gone = [] if isinstance(err, (LoireError, OSError, KeyboardInterrupt)) else lost_peers()
+    if gone:
+        raise lost(gone) from None
+    settle()
+    post_failure(str(err) or type(err).__name__, exit_code(err))
 
 
 class PeerWatch:

@@ -21,7 +21,7 @@ from loire_jax import paths
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number, validate
-from loire_jax.errors import LoireError, RunError, exit_code
+from loire_jax.errors import RunError
 from loire_jax.interop import pretrained
 from loire_jax.parallel import peers
 from loire_jax.paths import Path
@@ -68,12 +68,7 @@ class RunSession:
         except BaseException as err:
             if several:  # failed alone: tell the others, and skip the collective parts of closing
                 alone = True
-                # Not an error of ours (a collective that failed): was a peer lost without a word?
-                gone = [] if isinstance(err, (LoireError, OSError, KeyboardInterrupt)) else peers.lost_peers()
-                if gone:
-                    raise peers.lost(gone) from None
-                peers.settle()
-                peers.post_failure(str(err) or type(err).__name__, exit_code(err))
+                peers.failed_alone(err)
             raise
         finally:
             self.close(release=True, collective=not alone)

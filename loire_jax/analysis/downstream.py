@@ -1,0 +1,168 @@
+"""Downstream results across systems: the paper's Table 5 (task scores per system and their
+average) and the verdicts on its downstream claims (Table 5: LOIRE has the best average;
+Table 11: the plug-in layer beats layer-stack).
+
+Reads what ``loire_jax.downstream.finetune`` wrote in each run directory
+(``finetune/<task>/stage<k>/seed<s>/results.json``); the layout is defined here, where both
+the fine-tuning job and the reports can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any, Mapping, Sequence
+
+from loire_jax import paths
+from loire_jax.analysis.tables import markdown_table, seed_stats, stat_cell
+
+FINETUNE_DIR = "finetune"
+RESULTS = "results.json"
+MIN_SEEDS = 3  # as for every verdict (analysis.comparison)
+
+# The paper's downstream averages over its ten tasks (Table 5; Table 11 for Layer-stack,
+# the mean of its ten scores), LOIRE-GPT1's.
+PAPER_AVERAGE = {"GPT_S": 81.61, "GPT_L": 82.74, "GPT_R": 83.18, "Token-KD": 81.30, "ER": 82.61, "ELLE": 83.35,
+                 "LOIRE": 84.84, "Layer-stack": 82.91}
+
+
+def job_dir(run_dir: paths.PathLike, job: str, stage: int, seed: int) -> paths.Path:
+    """Where one fine-tuning job of a run lives."""
+    return paths.as_path(run_dir) / FINETUNE_DIR / job / f"stage{stage}" / f"seed{seed}"
+
+
+def read_scores(run_dir: paths.PathLike, tasks: Sequence[str], stage: int, seed: int) -> dict[str, float | None]:
+    """Each task's final validation score of the run's stage ``stage`` at ``seed`` (None
+    where that job has not finished)."""
+    out: dict[str, float | None] = {}
+    for task in tasks:
+        try:
+            out[task] = float(json.loads((job_dir(run_dir, task, stage, seed) / RESULTS).read_text())["score"])
+        except (OSError, ValueError, KeyError, TypeError):
+            out[task] = None
+    return out
+
+
+def run_jobs(run_dir: paths.PathLike) -> list[dict[str, Any]]:
+    """Every finished fine-tuning of a run, one entry per (job, stage): ``job``, ``stage``,
+    ``metric`` and ``seeds`` (seed -> final validation score), sorted by job and stage.
+    Read from each seed's results (not the last call's summary, which holds only the seeds
+    that call ran)."""
+    root = paths.as_path(run_dir) / FINETUNE_DIR
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for res in sorted(root.glob(f"*/stage*/seed*/{RESULTS}")) if root.exists() else ():
+        try:
+            saved = json.loads(res.read_text())
+            job, stage, seed = res.parent.parent.parent.name, int(res.parent.parent.name[5:]), int(res.parent.name[4:])
+            score = float(saved["score"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a job's results: skipped, not fatal to a report
+        entry = found.setdefault((job, stage), {"job": job, "stage": stage, "metric": saved.get("metric"), "seeds": {}})
+        entry["seeds"][seed] = score
+    return [found[k] for k in sorted(found)]
+
+
+def runs_section(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The run report's downstream table (``launch/report.py``): a row per run, a column per
+    fine-tuned (task, stage), each cell the mean ± half the range over the seeds fine-tuned,
+    and the average over the columns where a run has them all (Table 5's layout)."""
+    cols = sorted({(j["job"], j["stage"]) for s in summaries for j in s.get("downstream") or ()})
+    if not cols:
+        return []
+    rows = []
+    for s in summaries:
+        got = {(j["job"], j["stage"]): list(j["seeds"].values()) for j in s.get("downstream") or ()}
+        cells = [seed_stats(got.get(c, [])) for c in cols]
+        seeds = sorted({seed for j in s.get("downstream") or () for seed in j["seeds"]})
+        avg = statistics.fmean(c["mean"] for c in cells) if all(cells) else None
+        rows.append([s["name"], ",".join(map(str, seeds)) or "-", *map(stat_cell, cells),
+                     f"{avg:.2f}" if avg is not None else "-"])
+    header = ["run", "seeds", *(f"{job} (M{stage})" for job, stage in cols), "average"]
+    return ["", "## Downstream (Table 5)", "",
+            "Final validation score of each fine-tuning (`launch/finetune.py`; accuracy, or the task's metric, "
+            "percent): mean ± half the range over its seeds. The average is taken over the columns where the "
+            "run has every one.", "", *markdown_table(header, rows)]
+
+
+def _average(r: Mapping[str, Any], tasks: Sequence[str]) -> float | None:
+    scores = (r.get("downstream") or {})
+    vals = [scores.get(t) for t in tasks]
+    return statistics.fmean(vals) if vals and all(v is not None for v in vals) else None
+
+
+def _counted(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in runs if r["finished"] and r["gate"]["passed"] and r.get("downstream")]
+
+
+def table(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[list[str]]:
+    """Rows of Table 5: system, counted runs, each task's score and the average, as mean ±
+    half the range over the runs that passed the sanity gate, and the paper's average."""
+    rows = []
+    for system, runs in results.items():
+        counted = _counted(runs)
+        if not any(r.get("downstream") for r in runs):
+            continue
+        cells = [stat_cell(seed_stats([(r["downstream"] or {}).get(t) for r in counted])) for t in tasks]
+        avgs = [a for r in counted if (a := _average(r, tasks)) is not None]
+        paper = PAPER_AVERAGE.get(system)
+        rows.append([system, f"{len(counted)}/{len(runs)}", *cells, stat_cell(seed_stats(avgs)),
+                     f"{paper:.2f}" if paper is not None else "-"])
+    return rows
+
+
+def section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[str]:
+    """The report's Table 5 section, as markdown lines."""
+    return ["", "## Downstream (Table 5; Table 11)", "",
+            "Validation score per task (accuracy, or the task's metric) of each counted run's final model "
+            "fine-tuned at the run's seed: mean ± half the range; the paper's column is its ten-task average.", "",
+            *markdown_table(["system", "runs", *tasks, "average", "paper average"], table(results, tasks))]
+
+
+def _higher(a: Sequence[float], b: Sequence[float]) -> str:
+    if len(a) < MIN_SEEDS or len(b) < MIN_SEEDS:
+        return "inconclusive"
+    if min(a) > max(b):
+        return "holds"
+    if max(a) < min(b):
+        return "does not hold"
+    return "inconclusive"
+
+
+def _range(vals: Sequence[float]) -> str:
+    if not vals:
+        return "no counted run"
+    if len(vals) == 1:
+        return f"{vals[0]:.2f} (1 run)"
+    return f"{statistics.fmean(vals):.2f} [{min(vals):.2f}, {max(vals):.2f}] ({len(vals)} runs)"
+
+
+def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[dict[str, Any]]:
+    """Table 5's and Table 11's downstream claims, judged on the average task score per run
+    (higher is better), by the seeds' ranges as every other verdict."""
+    avg = {s: [a for r in _counted(runs) if (a := _average(r, tasks)) is not None] for s, runs in results.items()}
+    have = [s for s, runs in results.items() if any(r.get("downstream") for r in runs)]
+    claims = [("LOIRE has the best downstream average", "Table 5",
+               "average 84.84 vs 83.35 (ELLE), 83.18 (GPT_R) and less", [s for s in have if s != "LOIRE"]),
+              ("the plug-in layer beats layer-stack downstream", "Table 11", "average 84.84 vs 82.91",
+               ["Layer-stack"])]
+    out = []
+    for claim, where, paper, others in claims:
+        missing = "LOIRE" not in have or not others or any(o not in have for o in others)
+        parts = [_higher(avg["LOIRE"], avg[o]) for o in others if o in have]
+        numbers = [f"LOIRE {_range(avg.get('LOIRE', []))}"] + [f"{o} {_range(avg.get(o, []))}" for o in others
+                                                                if o in have]
+        if missing:
+            verdict, why = "not run", "a system it needs has no downstream results in this suite"
+        elif "does not hold" in parts:
+            verdict, why = "does not hold", "another system's every counted run beats every LOIRE run"
+        elif all(p == "holds" for p in parts):
+            verdict, why = "holds", "the seeds' ranges do not overlap"
+        else:
+            verdict = "inconclusive"
+            short = [s for s in ["LOIRE", *others] if len(avg.get(s, [])) < MIN_SEEDS]
+            why = (f"fewer than {MIN_SEEDS} counted runs of {', '.join(short)}" if short
+                   else "the seeds' ranges overlap")
+        out.append({"claim": claim, "where": where, "paper": paper,
+                    "metric": f"average validation score over {', '.join(tasks)}", "verdict": verdict,
+                    "numbers": numbers, "why": why})
+    return out

@@ -1,0 +1,607 @@
+"""Fine-tuning a finished stage's model on a downstream task (the paper's Tables 5, 6, 7, 11).
+
+``finetune(run_dir, task, cfg)`` reads the stage's final checkpoint (the parameters only),
+puts a fresh head on it (``heads``), and trains both with AdamW on the task's training split
+for ``epochs`` epochs, scoring the validation split after each. It uses the run's device
+mesh and partition rules (the backbone sharded as in pre-training, the head replicated, the
+batch split over the data axes) and the run's compute dtype, so a model that was trained
+sharded is fine-tuned sharded and never gathered onto one host.
+
+Each seed is its own job in ``<run_dir>/finetune/<task>/stage<k>/seed<s>/``: checkpoints
+(Orbax, atomic, checked), ``metrics.jsonl`` and, once done, ``results.json``. A job killed
+at any point resumes from its newest checkpoint and reproduces the uninterrupted job bit
+for bit: the batch order is a function of (seed, epoch), the head's initialisation of the
+seed, and the history of losses and scores travels in the checkpoint. SIGTERM saves and
+stops (exit 75 from the CLI); a finished job is skipped, not redone.
+
+The stage's own run directory is only read, never changed, apart from ``finetune/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from loire_jax import paths
+from loire_jax.analysis.downstream import FINETUNE_DIR, RESULTS  # the layout the reports read
+from loire_jax.config.finetune import FinetuneConfig, TaskConfig
+from loire_jax.config.model import ModelConfig
+from loire_jax.config.run import RunConfig
+from loire_jax.config.shapes import GATES
+from loire_jax.downstream import encoding, heads, scoring
+from loire_jax.downstream.tasks import TaskError, load_examples
+from loire_jax.errors import LoireError
+from loire_jax.parallel import peers
+from loire_jax.paths import Path
+
+METRICS = "metrics.jsonl"
+
+
+class FinetuneError(LoireError):
+    """A fine-tuning request that cannot be carried out: no such run or stage, a stage that
+    has not finished, a head that cannot work on this model, a task too small for a batch."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedResult:
+    """One seed's outcome: the validation score after the last epoch (``score``, in the task's
+    metric, percent), every epoch's scores, and where it all is."""
+
+    seed: int
+    score: float
+    metric: str
+    epochs: list[dict[str, Any]]
+    directory: Path
+    skipped: bool = False  # already done by an earlier call: read back, not retrained
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneResult:
+    task: str
+    stage: int
+    metric: str
+    seeds: list[SeedResult]
+    stopped: int | None = None  # the signal that stopped the job early (resume by rerunning), else None
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped is None
+
+    @property
+    def mean_half_range(self) -> tuple[float, float]:
+        return scoring.mean_half_range([s.score for s in self.seeds])
+
+
+# ----------------------------------------------------------------------------- the stage's model
+@dataclasses.dataclass(frozen=True)
+class StageModel:
+    run: RunConfig
+    stage: int
+    directory: Path
+    model: ModelConfig
+    tokenizer: Any
+
+
+def stage_model(run_dir: paths.PathLike, stage: int | None = None) -> StageModel:
+    """The run's config, the stage (default: the last), its model config and the tokenizer the
+    model was trained with, all checked before any array is read: a stage that has not
+    finished, or a data cache that now holds another tokenizer, is refused."""
+    from loire_jax.config.loader import run_config_from_dict
+    from loire_jax.data import load_tokenizer
+    from loire_jax.data.errors import DataError
+    from loire_jax.store import checkpoints
+
+    run_dir = paths.as_path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise FinetuneError(f"{run_dir} is not a loire_jax run directory (no config.json)")
+    try:
+        run = run_config_from_dict(json.loads((run_dir / "config.json").read_text()))
+    except ValueError as err:
+        raise FinetuneError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
+    n = len(run.stages)
+    stage = n if stage is None else stage
+    if not 1 <= stage <= n:
+        raise FinetuneError(f"stage must be in 1..{n} (the run's stages), got {stage}")
+    directory = checkpoints.stage_dir(run_dir, stage)
+    step = checkpoints.latest_complete_step(directory)
+    total = run.stages[stage - 1].steps
+    if step != total:
+        done = "has no checkpoint" if step is None else f"is at step {step} of {total}"
+        raise FinetuneError(f"stage {stage} ({run.stages[stage - 1].name}) of {run_dir} has not finished: it {done}; "
+                            "finish the run first, or pick a finished stage with --stage")
+    meta = checkpoints.read_latest_meta(directory)
+    model = ModelConfig.from_dict(meta["model"])
+    try:
+        tokenizer = load_tokenizer(run.data, build=False)
+    except DataError as err:
+        raise FinetuneError(f"the run's tokenizer is not in its data cache ({str(err).splitlines()[0]})") from None
+    if tokenizer.identity != meta["tokenizer"]:
+        raise FinetuneError("the run's data cache now holds another tokenizer than the one stage "
+                            f"{stage} was trained with; point data.data_dir at the run's own cache")
+    return StageModel(run, stage, directory, model, tokenizer)
+
+
+def _layout(sm: StageModel) -> encoding.Layout:
+    if sm.model.encoder:
+        from loire_jax.data.special import special_tokens
+
+        sp = special_tokens(sm.tokenizer, sm.model.vocab_size)
+        return encoding.Layout(encoder=True, sep=sp.sep, pad=sp.pad, cls=sp.cls, type_rows=sm.model.type_vocab_size)
+    eos = sm.tokenizer.eos_id
+    return encoding.Layout(encoder=False, sep=eos, pad=eos)
+
+
+def encode(cfg: FinetuneConfig, records: Sequence[dict[str, Any]], tokenizer: Any,
+           layout: encoding.Layout) -> encoding.Encoded:
+    """One split's records as arrays for ``cfg.task``'s head."""
+    kind = cfg.task.kind
+    if kind == "classification":
+        return encoding.encode_classification(records, cfg.task.labels, tokenizer, layout, cfg.max_len, cfg.pooling)
+    if kind == "multiple_choice":
+        return encoding.encode_multiple_choice(records, tokenizer, layout, cfg.max_len, cfg.pooling)
+    return encoding.encode_qa(records, tokenizer, layout, cfg.max_len, cfg.doc_stride)
+
+
+def _sample(records: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
+    """At most ``cap`` records (0: all), a fixed seeded sample in the source's order: the same
+    for every seed and system, so their scores compare on the same examples."""
+    if not cap or len(records) <= cap:
+        return records
+    keep = np.sort(np.random.default_rng(0).choice(len(records), cap, replace=False))
+    return [records[i] for i in keep]
+
+
+# ----------------------------------------------------------------------------- the programs
+def _batch_axes(mesh: Mesh) -> tuple[str, ...]:
+    from loire_jax.config.mesh import BATCH_AXES
+
+    return tuple(a for a in BATCH_AXES if a in mesh.axis_names)
+
+
+def _data_ways(mesh: Mesh) -> int:
+    return int(np.prod([mesh.shape[a] for a in _batch_axes(mesh)]))
+
+
+def _decay_mask(params: dict[str, Any]) -> dict[str, Any]:
+    """Weight decay on the backbone's matrices (``optimizer.decay_mask``) and the head's kernels."""
+    from loire_jax.train.optimizer import decay_mask
+
+    head = {name: {"kernel": True, "bias": False} for name in params["head"]}
+    return {"backbone": decay_mask(params["backbone"]), "head": head}
+
+
+def make_optimizer(cfg: FinetuneConfig, total_steps: int) -> optax.GradientTransformation:
+    """AdamW with a linear warmup over ``warmup_ratio`` of the steps, then linear decay to 0
+    (Table 8), after global-norm clipping."""
+    warm = int(round(cfg.warmup_ratio * total_steps))
+    schedule = optax.join_schedules([optax.linear_schedule(0.0, cfg.lr, max(warm, 1)),
+                                     optax.linear_schedule(cfg.lr, 0.0, max(total_steps - warm, 1))], [warm])
+    core = optax.adamw(schedule, b1=0.9, b2=0.98, eps=1e-6, weight_decay=cfg.weight_decay, mask=_decay_mask)
+    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), core) if cfg.clip_norm else core
+
+
+class Programs:
+    """The jitted train and evaluation steps of one (model, task, mesh)."""
+
+    def __init__(self, model: ModelConfig, kind: str, mesh: Mesh, optimizer: optax.GradientTransformation,
+                 gates: jax.Array, state_shardings: Any) -> None:
+        from loire_jax.model.kernels import for_platform
+        from loire_jax.model.transformer import features
+
+        self.kind, self.mesh, self.optimizer = kind, mesh, optimizer
+        platform = mesh.devices.flat[0].platform
+        cfg = for_platform(model, platform)
+        encoder = model.encoder
+
+        def forward(params: dict[str, Any], inputs: dict[str, jax.Array]) -> Any:
+            tokens = inputs["tokens"]
+            flat = tokens.reshape(-1, tokens.shape[-1])
+            valid = inputs["valid"].reshape(flat.shape) if encoder else None
+            types = inputs["types"].reshape(flat.shape) if encoder and cfg.type_vocab_size else None
+            states = features(cfg, {**params["backbone"], GATES: gates}, flat, valid, types)
+            return heads.head_logits(kind, params["head"], states, inputs)
+
+        def loss_fn(params, inputs, targets, weights):
+            return heads.head_loss(kind, forward(params, inputs), targets, weights)
+
+        def train_step(state, inputs, targets, weights):
+            loss, grads = jax.value_and_grad(loss_fn)(state.params, inputs, targets, weights)
+            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+            params = optax.apply_updates(state.params, updates)
+            return state.replace(params=params, opt_state=opt_state, step=state.step + 1), loss
+
+        def eval_step(params, inputs, targets, weights):
+            logits = forward(params, inputs)
+            return logits, heads.head_loss(kind, logits, targets, weights)
+
+        # the state's layout is pinned, not left to propagation: a fresh, a restored and a
+        # stepped state then run the very same programs, so a resumed job is bitwise the same
+        replicated = NamedSharding(mesh, PartitionSpec())
+        self.train_step = jax.jit(train_step, donate_argnums=0, out_shardings=(state_shardings, replicated))
+        self.eval_step = jax.jit(eval_step)
+
+    def put(self, arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """Host arrays (the whole global batch, on every process) as arrays split over the
+        data axes; each process supplies only the shards its devices hold."""
+        out = {}
+        axes = _batch_axes(self.mesh)
+        for name, value in arrays.items():
+            sharding = NamedSharding(self.mesh, PartitionSpec(axes if axes else None))
+            out[name] = jax.make_array_from_callback(value.shape, sharding, lambda idx, v=value: v[idx])
+        return out
+
+
+def _host(x: jax.Array) -> np.ndarray:
+    """A (small) sharded result as one host array on every process."""
+    if jax.process_count() == 1:
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+# ----------------------------------------------------------------------------- one seed
+class _Job:
+    """One seed's fine-tuning: state, data order, checkpoints, evaluation."""
+
+    def __init__(self, cfg: FinetuneConfig, sm: StageModel, mesh: Mesh, train: encoding.Encoded,
+                 valid: encoding.Encoded, valid_records: list[dict[str, Any]], directory: Path, seed: int,
+                 signals: Any, log: Callable[[str], None], on_step: Callable[[int], None] | None = None) -> None:
+        self.cfg, self.sm, self.mesh, self.seed, self.log, self.on_step = cfg, sm, mesh, seed, log, on_step
+        self.train, self.valid, self.valid_records = train, valid, valid_records
+        self.directory, self.signals = directory, signals
+        self.steps_per_epoch = max(len(train) // cfg.batch_size, 1)
+        self.total = self.steps_per_epoch * cfg.epochs
+        # SQuAD 2.0's rule (predict no answer when it scores higher) only where the task has
+        # unanswerable questions; an answer cut off by truncation does not make it one
+        self.allow_null = cfg.task.kind == "qa" and any(not r["answers"] for r in valid_records)
+
+    # data ---------------------------------------------------------------------------
+    def batch_indices(self, step: int) -> np.ndarray:
+        """The training examples of ``step``: a permutation per (seed, epoch), cut into batches."""
+        epoch, b = divmod(step, self.steps_per_epoch)
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
+        return order[b * self.cfg.batch_size:(b + 1) * self.cfg.batch_size]
+
+    @staticmethod
+    def _rows(enc: encoding.Encoded, idx: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        return ({k: v[idx] for k, v in enc.inputs.items()}, {k: v[idx] for k, v in enc.targets.items()})
+
+    # state ----------------------------------------------------------------------------
+    def initial_state(self, optimizer: optax.GradientTransformation) -> tuple[Any, jax.Array]:
+        """Step 0: the stage's parameters (sharded by the partition rules), a fresh head
+        (replicated, drawn from the seed) and fresh optimizer moments; and the layer gates,
+        constants of the finished stage."""
+        from loire_jax.model.params import abstract_params
+        from loire_jax.parallel.sharding import opt_state_shardings, param_shardings
+        from loire_jax.store import checkpoints
+        from loire_jax.train.state import TrainState
+
+        model = self.sm.model
+        shardings = param_shardings(model, self.mesh)
+        abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                abstract_params(model), shardings)
+        params = checkpoints.restore_params(self.sm.directory, abstract)
+        gates = params.pop(GATES)
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        head = jax.jit(lambda k: heads.init_head(self.cfg.task.kind, model.hidden, self.cfg.task.num_labels,
+                                                 model.encoder, k, model.init_std),
+                       out_shardings=replicated)(jax.random.key(self.seed))
+        tree = {"backbone": params, "head": head}
+        # moments where their parameter lives (found by optax), counters replicated: the same
+        # layout whether the state is fresh or restored, on this mesh or another
+        where = {"backbone": {k: v for k, v in shardings.items() if k != GATES},
+                 "head": jax.tree.map(lambda _: replicated, head)}
+        opt_where = opt_state_shardings(optimizer, jax.eval_shape(optimizer.init, tree), where, self.mesh)
+        opt_state = jax.jit(optimizer.init, out_shardings=opt_where)(tree)
+        step = jax.device_put(jnp.zeros((), jnp.int32), replicated)
+        return TrainState(params=tree, opt_state=opt_state, step=step), gates
+
+    # evaluation -----------------------------------------------------------------------
+    def evaluate(self, programs: Programs, params: dict[str, Any]) -> dict[str, float]:
+        """The validation split's loss and score (the task's metric, percent)."""
+        n, bs, ways = len(self.valid), self.cfg.eval_batch_size, _data_ways(self.mesh)
+        bs = -(-bs // ways) * ways
+        outputs, losses, weights = [], [], []
+        for lo in range(0, n, bs):
+            idx = np.arange(lo, lo + bs)
+            w = (idx < n).astype(np.float32)
+            inputs, targets = self._rows(self.valid, np.minimum(idx, n - 1))
+            logits, loss = programs.eval_step(params, programs.put(inputs), programs.put(targets),
+                                              programs.put({"w": w})["w"])
+            outputs.append(jax.tree.map(_host, logits))
+            losses.append(float(loss) * w.sum())
+            weights.append(w.sum())
+        result = {"loss": sum(losses) / sum(weights)}
+        kind, task = self.cfg.task.kind, self.cfg.task
+        if kind == "qa":
+            start = np.concatenate([o[0] for o in outputs])[:n]
+            end = np.concatenate([o[1] for o in outputs])[:n]
+            rows: dict[int, list[int]] = {}  # each example's windows
+            for k, i in enumerate(self.valid.example):
+                rows.setdefault(int(i), []).append(k)
+            preds, refs = {}, {}
+            allowed, null = self.valid.inputs["allowed"], self.valid.inputs["null"]
+            for i, r in enumerate(self.valid_records):
+                ks = rows[i]
+                got = encoding.best_answer([encoding.span_scores(start[k], end[k], allowed[k], int(null[k]))
+                                            for k in ks], self.allow_null)
+                preds[r["id"]] = "" if got is None else \
+                    encoding.span_text(r["context"], self.valid.spans[ks[got[0]]], got[1])
+                refs[r["id"]] = [a["text"] for a in r["answers"]]
+            scores = scoring.squad_scores(preds, refs)
+            result.update(exact_match=scores["exact_match"], f1=scores["f1"], score=scores["f1"])
+            return {k: float(v) for k, v in result.items()}
+        pred = np.argmax(np.concatenate(outputs)[:n], axis=-1)
+        gold = self.valid.targets["label"]
+        metric = task.metric
+        if metric == "accuracy":
+            result["score"] = scoring.accuracy(pred, gold)
+        elif metric == "f1":
+            result["score"] = scoring.binary_f1(pred, gold)
+        elif metric == "macro_f1":
+            result["score"] = scoring.macro_f1(pred, gold, task.num_labels)
+        else:
+            result["score"] = scoring.matthews_corrcoef(pred, gold)
+        if metric != "accuracy":
+            result["accuracy"] = scoring.accuracy(pred, gold)
+        return {k: float(v) for k, v in result.items()}
+
+    # the loop -------------------------------------------------------------------------
+    def run(self) -> SeedResult | int:
+        """Train (or resume) to the end and return the result, or the signal number that
+        stopped it after a save."""
+        from loire_jax.store import checkpoints
+        from loire_jax.train.state import TrainState
+
+        cfg = self.cfg
+        optimizer = make_optimizer(cfg, self.total)
+        ck_dir = self.directory / "checkpoints"
+        every = cfg.save_every or self.steps_per_epoch
+        with checkpoints.StageCheckpoints(ck_dir, save_every=every, keep=cfg.keep) as ck:
+            state, gates = self.initial_state(optimizer)
+            layout = jax.tree.map(lambda x: x.sharding, state)
+            programs = Programs(self.sm.model, cfg.task.kind, self.mesh, optimizer, gates, layout)
+            history: dict[str, list] = {"train": [], "eval": []}
+            start = 0
+            if ck.latest_step() is not None:
+                abstract = jax.tree.map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), state, layout)
+                state, meta = ck.restore(abstract)
+                history = meta["history"]
+                start = int(state.step)
+                self.log(f"  seed {self.seed}: resumed at step {start} of {self.total}")
+            assert isinstance(state, TrainState)
+            t0, pending = time.perf_counter(), None
+            log_every = max(1, self.steps_per_epoch // 4)
+            with self.signals.deferred():
+                for step in range(start, self.total):
+                    inputs, targets = self._rows(self.train, self.batch_indices(step))
+                    weights = np.ones(len(targets[next(iter(targets))]), np.float32)
+                    state, loss = programs.train_step(state, programs.put(inputs), programs.put(targets),
+                                                      programs.put({"w": weights})["w"])
+                    if pending is not None:  # metrics one step late: never wait on the step just queued
+                        self._record(history, *pending, log_every)
+                    pending, done = (step, loss), step + 1
+                    if self.on_step is not None:
+                        self.on_step(done)
+                    epoch_end = done % self.steps_per_epoch == 0
+                    # one collective per check with several processes: only where a save may fall
+                    check = jax.process_count() == 1 or done % every == 0 or epoch_end
+                    stop = check and done < self.total and self.signals.should_stop()
+                    if epoch_end or stop or done % every == 0:  # a save point: the history must be complete
+                        self._record(history, *pending, log_every)
+                        pending = None
+                    if epoch_end:
+                        self._epoch_end(programs, state.params, history, done)
+                    if epoch_end or stop or done % every == 0:
+                        ck.save(done, state, meta={"history": history, "config": cfg.to_dict(), "seed": self.seed},
+                                force=epoch_end or stop)
+                    if stop:
+                        ck.wait()
+                        return int(self.signals.signum or 15)
+            if self.total == 0:  # epochs 0: the untrained head's score
+                history["eval"].append({"epoch": 0, "step": 0, **self.evaluate(programs, state.params)})
+            ck.wait()
+        wall = time.perf_counter() - t0
+        final = history["eval"][-1]
+        result = {"task": cfg.task.name, "stage": self.sm.stage, "seed": self.seed, "metric": self._metric_name(),
+                  "score": final["score"], "epochs": history["eval"], "train": history["train"],
+                  "steps": self.total, "train_examples": self.train.examples,
+                  "validation_examples": self.valid.examples,
+                  "truncated": {"train": self.train.truncated, "validation": self.valid.truncated},
+                  "wall_s_last_call": round(wall, 2), "config": cfg.to_dict()}
+        if cfg.task.kind == "qa":  # rows the model read: a long context's windows
+            result["windows"] = {"train": len(self.train), "validation": len(self.valid)}
+        if jax.process_index() == 0:  # one writer; every process holds the same history
+            self._write(result, history)
+        return SeedResult(self.seed, final["score"], self._metric_name(), history["eval"], self.directory)
+
+    def _write(self, result: dict[str, Any], history: dict[str, list]) -> None:
+        _write_atomic(self.directory / METRICS, "".join(json.dumps(r) + "\n" for r in
+                                                        history["train"] + [dict(e, kind="eval")
+                                                                            for e in history["eval"]]))
+        _write_atomic(self.directory / RESULTS, json.dumps(result, indent=1))  # last: it marks the job done
+
+    def _epoch_end(self, programs: Programs, params: Any, history: dict, done: int) -> None:
+        """Score the validation split after an epoch, into the history and the log."""
+        epoch = done // self.steps_per_epoch
+        scores = self.evaluate(programs, params)
+        history["eval"].append({"epoch": epoch, "step": done, **scores})
+        name = "F1" if self.cfg.task.kind == "qa" else self.cfg.task.metric
+        self.log(f"  seed {self.seed} epoch {epoch}/{self.cfg.epochs}: validation {name} {scores['score']:.2f}, "
+                 f"loss {scores['loss']:.4f}")
+
+    def _metric_name(self) -> str:
+        return "f1" if self.cfg.task.kind == "qa" else self.cfg.task.metric
+
+    @staticmethod
+    def _record(history: dict, step: int, loss: jax.Array, every: int) -> None:
+        if (step + 1) % every == 0 or not history["train"]:
+            history["train"].append({"step": step + 1, "loss": float(loss)})
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------- the library call
+def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, cfg: FinetuneConfig | None = None, *,
+             stage: int | None = None, seeds: Sequence[int] | None = None, overrides: Sequence[str] = (),
+             mesh: Mesh | str | None = None, log: Callable[[str], None] = print,
+             on_step: Callable[[int], None] | None = None) -> FinetuneResult:
+    """Fine-tune stage ``stage`` (default: the last) of the run in ``run_dir`` on ``task`` at
+    each seed (default: ``cfg.seed``), and write each seed's metrics and results, and a
+    summary, under ``<run_dir>/finetune/<task>/stage<k>/``.
+
+    ``task``: a shipped task name (``configs/tasks/<name>.yaml``) or a task YAML path, with
+    ``overrides`` (``lr=1e-4``); or a ``TaskConfig`` with ``cfg`` for the hyper-parameters;
+    or a whole ``FinetuneConfig``. Everything that can be refused (the run, the stage, the
+    task's files and records, the head on this model, the mesh) is refused before any
+    compute, with a one-line ``LoireError``. Under SIGTERM/SIGINT (main thread) the job
+    saves and returns with ``stopped`` set; calling again resumes it. ``on_step(step)`` is
+    called after each training step is dispatched (a progress bar's hook).
+    """
+    from loire_jax.config.loader import load_finetune_config
+    from loire_jax.train.signals import RunSignals, Stopped
+
+    if isinstance(task, FinetuneConfig):
+        cfg = task
+    elif isinstance(task, TaskConfig):
+        cfg = dataclasses.replace(cfg, task=task) if cfg is not None else FinetuneConfig(task=task)
+    elif cfg is None:
+        cfg = load_finetune_config(task, overrides)
+    sm, mesh, (train, train_records), (valid, valid_records) = _prepare(run_dir, cfg, stage, mesh)
+    seeds = list(seeds) if seeds is not None else [cfg.seed]
+    root = paths.as_path(run_dir) / FINETUNE_DIR / cfg.job_name / f"stage{sm.stage}"
+    for seed in seeds:  # an earlier job with other settings is never resumed, reused or overwritten
+        _check_same_job(root / f"seed{seed}", dataclasses.replace(cfg, seed=seed))
+    log(f"fine-tuning stage {sm.stage} ({sm.run.stages[sm.stage - 1].name}) of {sm.run.name} on {cfg.job_name} "
+        f"({cfg.task.kind}, {train.examples} train / {valid.examples} validation examples"
+        + (f" in {len(train)} / {len(valid)} windows" if len(train) + len(valid) > train.examples + valid.examples
+           else "") + f", {cfg.epochs} epochs of {len(train) // cfg.batch_size} steps) at seeds {seeds}")
+    out: list[SeedResult] = []
+    signals = RunSignals()
+    several = jax.process_count() > 1  # a peer's failure or loss ends this process too, not a hang
+    try:
+        with signals, peers.PeerWatch() if several else contextlib.nullcontext():
+            stopped = _run_seeds(cfg, sm, mesh, train, valid, valid_records, root, seeds, signals, log, on_step, out)
+    except Stopped:
+        raise
+    except BaseException as err:
+        if several:
+            peers.failed_alone(err)
+        raise
+    if stopped is not None:
+        return FinetuneResult(cfg.job_name, sm.stage, cfg.task.metric, out, stopped=stopped)
+    result = FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out)
+    if jax.process_index() == 0:
+        _write_summary(root, result)
+    return result
+
+
+def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any, valid_records: Any, root: Path,
+               seeds: Sequence[int], signals: Any, log: Callable[[str], None],
+               on_step: Callable[[int], None] | None, out: list[SeedResult]) -> int | None:
+    """Each seed's job in turn, finished ones read back; appends to ``out`` and returns the
+    stopping signal's number, or None when every seed is done."""
+    for seed in seeds:
+        directory = root / f"seed{seed}"
+        done = directory / RESULTS
+        if done.is_file():
+            saved = json.loads(done.read_text())
+            log(f"  seed {seed}: done earlier, {saved['metric']} {saved['score']:.2f}")
+            out.append(SeedResult(seed, saved["score"], saved["metric"], saved["epochs"], directory, True))
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        job = _Job(dataclasses.replace(cfg, seed=seed), sm, mesh, train, valid, valid_records, directory, seed,
+                   signals, log, on_step)
+        got = job.run()
+        if isinstance(got, int):
+            return got
+        out.append(got)
+    return None
+
+
+def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, mesh: Mesh | str | None) -> tuple:
+    """(stage model, mesh, (train arrays, records), (validation arrays, records)), every
+    check made: the model against the task's settings and the mesh, the task's records."""
+    from loire_jax.config.mesh import parse_mesh
+    from loire_jax.parallel.sharding import check_divisible, make_mesh
+
+    sm = stage_model(run_dir, stage)
+    if cfg.max_len > sm.model.max_seq_len:
+        raise FinetuneError(f"max_len {cfg.max_len} exceeds the model's max_seq_len {sm.model.max_seq_len}")
+    try:
+        encoding.resolved_pooling(cfg.pooling, sm.model.encoder)
+    except ValueError as err:
+        raise FinetuneError(str(err)) from None
+    if not isinstance(mesh, Mesh):
+        mesh = make_mesh(parse_mesh(mesh or cfg.mesh or sm.run.mesh))
+    try:
+        check_divisible(sm.model, mesh)
+    except ValueError as err:
+        raise FinetuneError(str(err)) from None
+    ways = _data_ways(mesh)
+    if cfg.batch_size % ways:
+        raise FinetuneError(f"batch_size {cfg.batch_size} does not split over the mesh's {ways} data-parallel ways")
+    examples = load_examples(cfg.task, sm.run.data.root / "downloads")
+    train_records = _sample(examples["train"], cfg.max_train_examples)
+    valid_records = _sample(examples["validation"], cfg.max_eval_examples)
+    if len(train_records) < cfg.batch_size:
+        raise FinetuneError(f"task {cfg.task.name!r} has {len(train_records)} training examples, fewer than "
+                            f"batch_size {cfg.batch_size}")
+    layout = _layout(sm)
+    try:
+        train, valid = (encode(cfg, r, sm.tokenizer, layout) for r in (train_records, valid_records))
+    except ValueError as err:
+        raise TaskError(f"task {cfg.task.name!r}: {str(err).splitlines()[0]}") from None
+    return sm, mesh, (train, train_records), (valid, valid_records)
+
+
+def _check_same_job(directory: Path, cfg: FinetuneConfig) -> None:
+    """Refuse a job directory that holds a job of other settings (its results, or its newest
+    checkpoint's meta), naming the settings that differ."""
+    from loire_jax.store import checkpoints
+
+    saved = None
+    if (directory / RESULTS).is_file():
+        saved = json.loads((directory / RESULTS).read_text()).get("config")
+    elif checkpoints.latest_complete_step(directory / "checkpoints") is not None:
+        saved = checkpoints.read_latest_meta(directory / "checkpoints").get("config")
+    if saved is None:
+        return
+    want = json.loads(json.dumps(cfg.to_dict()))
+    flat_saved, flat_want = _flat(saved), _flat(want)
+    free = {"mesh", "keep", "save_every"}  # where and how often it saves: not what it computes
+    differ = sorted(k for k in set(flat_saved) | set(flat_want) if k not in free and flat_saved.get(k) != flat_want.get(k))
+    if differ:
+        shown = ", ".join(f"{k} {flat_saved.get(k)!r} -> {flat_want.get(k)!r}" for k in differ[:4])
+        raise FinetuneError(f"{directory} holds a job with other settings ({shown}); set tag=NAME to keep both, "
+                            "or move that directory away")
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def _write_summary(root: Path, result: FinetuneResult) -> None:
+    mean, half = result.mean_half_range
+    summary = {"task": result.task, "stage": result.stage, "metric": result.metric, "mean": mean,
+               "half_range": half, "seeds": {s.seed: s.score for s in result.seeds}}
+    _write_atomic(root / "summary.json", json.dumps(summary, indent=1))

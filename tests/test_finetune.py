@@ -1,0 +1,291 @@
+"""End to end: ``loire-finetune`` on a finished stage of a decoder run and of an encoder run.
+
+Specifications:
+- an untrained head scores at chance on a balanced task (within 5 points over 400 examples);
+- a task whose label is a function of one word is learned (≥ 99% validation accuracy), by a
+  decoder (last-token pooling) and by an encoder ([CLS] pooling, text pairs with token types);
+- multiple choice and extractive QA train and score through the same command;
+- a job stopped by SIGTERM or killed by SIGKILL resumes and reproduces the uninterrupted job's
+  losses and scores bit for bit; a finished job is not redone;
+- two processes fine-tune as one process does on the same mesh;
+- bad input is one line, exit 2, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from runs import ROOT, in_process, one_line_error, tiny_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("finetune")]
+
+WORDS = ("alpha beta gamma delta river stone cloud paper green small quick table window music light "
+         "garden yellow silver market winter").split()
+
+
+def _run(base: Path, name: str, encoder: bool) -> Path:
+    from data_helpers import tiny_config_dict
+
+    config = tiny_run(tiny_config_dict(base / "data"), name, "2", eval={"every": 0, "batches": 1}, stages=[
+        {"name": "A", "domains": ["SCI"], "steps": 2}, {"name": "B", "domains": ["NEWS"], "steps": 2,
+                                                       "growth": [{"op": "layers", "size": 2}]}])
+    config["model"] = {**config["model"], "max_seq_len": 64}
+    if encoder:
+        config["model"] = {**config["model"], "preset": "bert", "vocab_size": 322}
+    path = base / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    workdir = base / name
+    assert in_process(path, workdir).complete
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def decoder_run(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("ft-decoder"), "ft-dec", encoder=False)
+
+
+@pytest.fixture(scope="module")
+def encoder_run(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("ft-encoder"), "ft-enc", encoder=True)
+
+
+def _write(folder: Path, name: str, rows: list[dict]) -> str:
+    path = folder / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return name
+
+
+def word_task(folder: Path, n_train: int = 320, n_valid: int = 400, pair: bool = False, seed: int = 0,
+              n_words: int = 3, **hyper) -> Path:
+    """Balanced: label "yes" iff the marker "!" (one token of the fixture BPE, which spells the
+    words of WORDS letter by letter) is in the text (or, for pairs, in the second text)."""
+    rng = random.Random(seed)
+
+    def row(i: int) -> dict:
+        words = [rng.choice(WORDS) for _ in range(n_words)]
+        yes = i % 2 == 0
+        if yes:
+            words[rng.randrange(n_words)] = "!"
+        text = " ".join(words)
+        if pair:
+            return {"premise": " ".join(rng.choice(WORDS) for _ in range(4)), "hypothesis": text,
+                    "label": "yes" if yes else "no"}
+        return {"sentence": text, "label": "yes" if yes else "no"}
+
+    train = _write(folder, "train.jsonl", [row(i) for i in range(n_train)])
+    valid = _write(folder, "valid.jsonl", [row(i) for i in range(n_valid)])
+    fields = {"text": "premise", "text_pair": "hypothesis"} if pair else {"text": "sentence"}
+    config = {"task": {"name": "marker", "kind": "classification", "source": "local",
+                       "files": {"train": train, "validation": valid}, "fields": fields, "labels": ["no", "yes"]},
+              "max_len": 64, "lr": 1.0e-2, "batch_size": 16, "epochs": 6, "weight_decay": 0.0, **hyper}
+    path = folder / "marker.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def finetune_cli(run_dir: Path, task: Path, *args: str, fault: str | None = None, timeout: int = 600):
+    env = {**{k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}, "JAX_PLATFORMS": "cpu"}
+    entry = [str(ROOT / "tests" / "finetune_fault_driver.py"), fault] if fault else \
+        [str(ROOT / "launch" / "finetune.py")]
+    cmd = [sys.executable, *entry, str(run_dir), "--task", str(task), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def in_process_finetune(run_dir: Path, task: Path, *overrides: str, **kw):
+    from runs import users_numerics
+
+    from loire_jax.downstream.finetune import finetune
+
+    with users_numerics():
+        return finetune(run_dir, str(task), overrides=overrides, log=lambda line: None, **kw)
+
+
+def test_an_untrained_head_scores_at_chance_on_a_balanced_task(decoder_run, tmp_path):
+    result = in_process_finetune(decoder_run, word_task(tmp_path), "epochs=0", "tag=untrained", seeds=[1, 2])
+    for seed in result.seeds:
+        assert seed.epochs == [seed.epochs[0]] and seed.epochs[0]["step"] == 0
+        assert abs(seed.score - 50.0) <= 5.0, seed.score
+
+
+def test_a_decoder_learns_a_one_word_rule(decoder_run, tmp_path):
+    result = in_process_finetune(decoder_run, word_task(tmp_path))
+    assert result.complete and result.seeds[0].score >= 99.0, result.seeds[0].epochs
+    out = decoder_run / "finetune" / "marker" / "stage2"
+    saved = json.loads((out / "seed1" / "results.json").read_text())
+    assert saved["score"] == result.seeds[0].score and saved["train_examples"] == 320
+    assert json.loads((out / "summary.json").read_text())["mean"] == result.seeds[0].score
+
+
+def test_an_encoder_learns_a_one_word_rule_in_the_second_text_of_a_pair(encoder_run, tmp_path):
+    result = in_process_finetune(encoder_run, word_task(tmp_path, pair=True))
+    assert result.seeds[0].score >= 99.0, result.seeds[0].epochs
+
+
+def test_multiple_choice_picks_the_choice_with_the_marker(encoder_run, decoder_run, tmp_path):
+    rng = random.Random(1)
+
+    def row() -> dict:
+        choices = [" ".join(rng.choice(WORDS) for _ in range(3)) for _ in range(3)]
+        answer = rng.randrange(3)
+        choices[answer] += " !"
+        return {"question": "which one", "options": choices, "answer": answer}
+
+    _write(tmp_path, "train.jsonl", [row() for _ in range(320)])
+    _write(tmp_path, "valid.jsonl", [row() for _ in range(200)])
+    (tmp_path / "mc.yaml").write_text(yaml.safe_dump({
+        "task": {"name": "mc", "kind": "multiple_choice", "source": "local",
+                 "files": {"train": "train.jsonl", "validation": "valid.jsonl"},
+                 "fields": {"text": "question", "choices": "options", "label": "answer"}},
+        "max_len": 32, "lr": 1.0e-2, "batch_size": 16, "epochs": 6, "weight_decay": 0.0}))
+    for run in (decoder_run, encoder_run):
+        result = in_process_finetune(run, tmp_path / "mc.yaml")
+        assert result.seeds[0].score >= 95.0, (run.name, result.seeds[0].epochs)
+
+
+def qa_task(folder: Path, **hyper) -> Path:
+    """SQuAD 2.0 style: the answer is the word "zz" where the context has it; a third of the
+    contexts have none (unanswerable)."""
+    rng = random.Random(2)
+
+    def row(i: int) -> dict:
+        words = [rng.choice(WORDS) for _ in range(5)]
+        if i % 3 == 0:
+            return {"id": f"q{i}", "question": "where", "context": " ".join(words), "answers": []}
+        k = rng.randrange(5)
+        words[k] = "zz"
+        start = len(" ".join(words[:k])) + (1 if k else 0)
+        return {"id": f"q{i}", "question": "where", "context": " ".join(words),
+                "answers": [{"text": "zz", "start": start}]}
+
+    _write(folder, "train.jsonl", [row(i) for i in range(480)])
+    _write(folder, "valid.jsonl", [row(i) for i in range(150)])
+    path = folder / "qa.yaml"
+    path.write_text(yaml.safe_dump({
+        "task": {"name": "qa", "kind": "qa", "source": "local", "metric": "squad",
+                 "files": {"train": "train.jsonl", "validation": "valid.jsonl"}},
+        "max_len": 48, "lr": 1.0e-2, "batch_size": 16, "epochs": 8, "weight_decay": 0.0, **hyper}))
+    return path
+
+
+def test_extractive_qa_learns_spans_and_no_answers_across_windows(encoder_run, tmp_path):
+    """max_len 24 leaves a window about 16 context tokens: most contexts take two or three
+    overlapping windows, and the answer is found in whichever holds it."""
+    task = qa_task(tmp_path, max_len=24, doc_stride=8)
+    untrained = in_process_finetune(encoder_run, task, "epochs=0", "tag=untrained").seeds[0].epochs[-1]
+    trained = in_process_finetune(encoder_run, task)
+    saved = json.loads((trained.seeds[0].directory / "results.json").read_text())
+    assert saved["validation_examples"] == 150 and saved["windows"]["validation"] > 225, saved["windows"]
+    best = trained.seeds[0].epochs[-1]
+    assert untrained["f1"] < 50.0 <= 90.0 <= min(best["f1"], best["exact_match"]), (untrained, best)
+
+
+@pytest.mark.parametrize("fault", ["term:13", "kill:31"])
+def test_a_stopped_job_resumes_and_reproduces_the_uninterrupted_one(decoder_run, tmp_path, fault):
+    """save_every 6: SIGTERM after step 13 saves step 13 and exits 75; SIGKILL after step 31
+    loses it and whatever save was in flight, and the rerun resumes from the newest complete one.
+    Either way every loss and score equals the uninterrupted job's."""
+    tag = fault.split(":")[0]
+    task = word_task(tmp_path, epochs=2, save_every=6, tag=tag)
+    reference = finetune_cli(decoder_run, task, "--seeds", "3")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    out = decoder_run / "finetune" / f"marker-{tag}" / "stage2" / "seed3"
+    want = json.loads((out / "results.json").read_text())
+    report = (decoder_run / "report" / "report.md").read_text()  # the run's report gains the job
+    assert f"report: {decoder_run / 'report' / 'report.md'}" in reference.stdout
+    assert f"marker-{tag} (M2)" in report.split("## Downstream (Table 5)")[1], report[-2000:]
+    for p in sorted(out.parent.rglob("*"), reverse=True):  # the same job again, from scratch
+        p.unlink() if p.is_file() else p.rmdir()
+    stopped = finetune_cli(decoder_run, task, "--seeds", "3", fault=fault)
+    assert stopped.returncode == (75 if fault.startswith("term") else -9), stopped.stderr[-3000:]
+    assert not (out / "results.json").exists()
+    resumed = finetune_cli(decoder_run, task, "--seeds", "3")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    at = re.search(r"resumed at step (\d+) of 40", resumed.stdout)
+    # SIGKILL may land while step 30's save is still being written: then step 24 is the newest
+    assert at and int(at.group(1)) in ((13,) if tag == "term" else (24, 30)), resumed.stdout
+    got = json.loads((out / "results.json").read_text())
+    assert got["train"] == want["train"] and got["epochs"] == want["epochs"]
+    again = finetune_cli(decoder_run, task, "--seeds", "3")
+    assert again.returncode == 0 and "done earlier" in again.stdout
+
+
+def test_two_processes_fine_tune_as_one_process_does(decoder_run, tmp_path):
+    """Two local processes of one device each (loire-train's flags, a loopback coordinator)
+    make the mesh data=2 that one process makes of its two devices: the same losses and
+    score, one writer, one voice."""
+    task = word_task(tmp_path, epochs=1, tag="procs")
+    one = finetune_cli(decoder_run, task, "--seeds", "4", "--mesh", "data=2")
+    assert one.returncode == 0, one.stderr[-3000:]
+    out = decoder_run / "finetune" / "marker-procs" / "stage2"
+    want = json.loads((out / "seed4" / "results.json").read_text())
+    for p in sorted(out.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**{k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}, "JAX_PLATFORMS": "cpu"}
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "launch" / "finetune.py"), str(decoder_run), "--task",
+                               str(task), "--seeds", "4", "--mesh", "2", "--coordinator", f"127.0.0.1:{port}",
+                               "--num-processes", "2", "--process-id", str(i)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    with ThreadPoolExecutor(2) as pool:  # both pipes drained at once
+        (out0, err0), (out1, err1) = pool.map(lambda p: p.communicate(timeout=600), procs)
+    assert [p.returncode for p in procs] == [0, 0], (err0[-3000:], err1[-3000:])
+    assert "over 2 processes (1 local each)" in out0 and "accuracy" in out0
+    assert [line for line in out1.splitlines() if not line.startswith("[Gloo]")] == []  # Gloo's own C++ chatter aside
+    got = json.loads((out / "seed4" / "results.json").read_text())
+    assert [r["step"] for r in got["train"]] == [r["step"] for r in want["train"]]
+    for a, b in zip(got["train"], want["train"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
+    assert got["score"] == pytest.approx(want["score"], abs=1e-9)
+    assert json.loads((out / "summary.json").read_text())["mean"] == got["score"]
+
+
+def _nothing_written(run_dir: Path, before: set) -> None:
+    assert {str(p) for p in run_dir.rglob("*")} == before
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("missing-column", "has no column 'sentence'"),
+    ("unknown-label", "label 'maybe' is not one of the declared labels"),
+    ("empty-split", "the validation split"),
+    ("unknown-task", "is neither a file nor a shipped preset"),
+    ("first-on-decoder", "pooling 'first' cannot work on a decoder"),
+    ("unfinished-stage", "has not finished"),
+    ("bad-override", "lr must be positive"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(decoder_run, tmp_path, case, expect):
+    task = word_task(tmp_path)
+    args: list[str] = []
+    run_dir = decoder_run
+    if case == "missing-column":
+        (tmp_path / "train.jsonl").write_text(json.dumps({"text": "a b", "label": "yes"}) + "\n")
+    elif case == "unknown-label":
+        (tmp_path / "valid.jsonl").write_text(json.dumps({"sentence": "a b", "label": "maybe"}) + "\n")
+    elif case == "empty-split":
+        (tmp_path / "valid.jsonl").write_text("\n")
+    elif case == "unknown-task":
+        task = Path("no-such-task")
+    elif case == "first-on-decoder":
+        args = ["pooling=first"]
+    elif case == "unfinished-stage":
+        run_dir = tmp_path / "partial"
+        run_dir.mkdir()
+        config = json.loads((decoder_run / "config.json").read_text())
+        (run_dir / "config.json").write_text(json.dumps(config))
+    elif case == "bad-override":
+        args = ["lr=-1"]
+    before = {str(p) for p in run_dir.rglob("*")}
+    result = finetune_cli(run_dir, task, *args)
+    assert expect in one_line_error(result)
+    _nothing_written(run_dir, before)
