@@ -126,6 +126,7 @@ def test_every_console_script_reports_an_error_in_one_line_and_a_nonzero_code(ca
         raise raised
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", refuse)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_intermixed_args", refuse)  # loire-finetune's
     for name, ep in console_scripts().items():
         main = importlib.import_module(ep.module).main
         assert one_line(capsys, main, [], code=code) == line, name
@@ -156,6 +157,7 @@ MISTAKES = {
     "loire-grow-demo": (["--mesh", "abc"], "bad mesh spec"),
     "loire-export-hf": (["{tmp}/nowhere", "{tmp}/out"], "not a loire_jax workdir"),
     "loire-data": (["prepare", "--config", "no-such-preset"], "neither a file nor a shipped preset"),
+    "loire-finetune": (["{tmp}/nowhere", "--task", "boolq"], "is not a loire_jax run directory"),
 }
 
 
