@@ -31,11 +31,10 @@ from typing import Any, Callable, Mapping, Sequence
 from loire_jax import paths
 from loire_jax.analysis import downstream
 from loire_jax.analysis.reports import last_by, save_png, summarize
-from loire_jax.analysis.tables import markdown_table, seed_stats, stat_cell
+from loire_jax.analysis.tables import MIN_SEEDS, lower, markdown_table, range_text, seed_stats, stat_cell
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number
 
-MIN_SEEDS = 3
 # Growth "preserves the function" when Init is within this share of the previous Final on
 # every growth stage: float32 rounding of an exact construction is ~1e-6 of it.
 PRESERVATION_RTOL = 1e-3
@@ -156,17 +155,6 @@ def aggregate(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, A
     return out
 
 
-def _lower(a: Sequence[float], b: Sequence[float]) -> str:
-    """Whether the values ``a`` are lower than ``b``, by the seeds' ranges."""
-    if len(a) < MIN_SEEDS or len(b) < MIN_SEEDS:
-        return "inconclusive"
-    if max(a) < min(b):
-        return "holds"
-    if min(a) > max(b):
-        return "does not hold"
-    return "inconclusive"
-
-
 def _combine(parts: Sequence[str]) -> str:
     if not parts:
         return "not run"
@@ -195,14 +183,6 @@ def _mean_gap(r: Mapping[str, Any]) -> float | None:
     if not pairs or any(a is None or b is None for a, b in pairs):
         return None
     return statistics.fmean(abs(a - b) for a, b in pairs)
-
-
-def _fmt_range(vals: Sequence[float]) -> str:
-    if not vals:
-        return "no counted run"
-    if len(vals) == 1:
-        return f"{vals[0]:.4g} (1 run)"
-    return f"{statistics.fmean(vals):.4g} [{min(vals):.4g}, {max(vals):.4g}] ({len(vals)} runs)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,11 +269,11 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]],
         else:
             missing = "LOIRE" not in results or not others or len(present) < len(others)
         mine = [v for v in (c.metric(r) for r in loire) if v is not None]
-        parts, numbers, worse = [], [f"LOIRE {_fmt_range(mine)}"], []
+        parts, numbers, worse = [], [f"LOIRE {range_text(mine)}"], []
         for other in present:
             theirs = [v for v in (c.metric(r) for r in counted(other)) if v is not None]
-            parts.append(_lower(mine, theirs))
-            numbers.append(f"{other} {_fmt_range(theirs)}")
+            parts.append(lower(mine, theirs))
+            numbers.append(f"{other} {range_text(theirs)}")
             if parts[-1] == "does not hold":
                 worse.append(other)
         if c.check is not None and not missing:

@@ -14,11 +14,10 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis.tables import markdown_table, seed_stats, stat_cell
+from loire_jax.analysis.tables import MIN_SEEDS, lower, markdown_table, range_text, seed_stats, stat_cell
 
 FINETUNE_DIR = "finetune"
 RESULTS = "results.json"
-MIN_SEEDS = 3  # as for every verdict (analysis.comparison)
 
 # The paper's downstream averages over its ten tasks (Table 5; Table 11 for Layer-stack,
 # the mean of its ten scores), LOIRE-GPT1's.
@@ -118,24 +117,6 @@ def section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[
             *markdown_table(["system", "runs", *tasks, "average", "paper average"], table(results, tasks))]
 
 
-def _higher(a: Sequence[float], b: Sequence[float]) -> str:
-    if len(a) < MIN_SEEDS or len(b) < MIN_SEEDS:
-        return "inconclusive"
-    if min(a) > max(b):
-        return "holds"
-    if max(a) < min(b):
-        return "does not hold"
-    return "inconclusive"
-
-
-def _range(vals: Sequence[float]) -> str:
-    if not vals:
-        return "no counted run"
-    if len(vals) == 1:
-        return f"{vals[0]:.2f} (1 run)"
-    return f"{statistics.fmean(vals):.2f} [{min(vals):.2f}, {max(vals):.2f}] ({len(vals)} runs)"
-
-
 def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[dict[str, Any]]:
     """Table 5's and Table 11's downstream claims, judged on the average task score per run
     (higher is better), by the seeds' ranges as every other verdict."""
@@ -148,8 +129,8 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence
     out = []
     for claim, where, paper, others in claims:
         missing = "LOIRE" not in have or not others or any(o not in have for o in others)
-        parts = [_higher(avg["LOIRE"], avg[o]) for o in others if o in have]
-        numbers = [f"LOIRE {_range(avg.get('LOIRE', []))}"] + [f"{o} {_range(avg.get(o, []))}" for o in others
+        parts = [lower(avg[o], avg["LOIRE"]) for o in others if o in have]  # LOIRE's scores higher
+        numbers = [f"LOIRE {range_text(avg.get('LOIRE', []), '.2f')}"] + [f"{o} {range_text(avg.get(o, []), '.2f')}" for o in others
                                                                 if o in have]
         if missing:
             verdict, why = "not run", "a system it needs has no downstream results in this suite"
