@@ -1,0 +1,154 @@
+"""Compile time of a lifelong run: GPT_L against LOIRE, cold and from the persistent cache.
+
+LOIRE's model changes shape at every stage, so every stage compiles; GPT_L keeps one shape.
+What LOIRE must not do is compile more than its shapes need (one training step and one
+evaluation per stage, ``train.program``). This benchmark runs both systems, derived from one
+config as the comparison suite derives them (``experiments.systems``), three times:
+
+1. ``--compile-cache off``: every stage compiles what it needs, nothing is loaded;
+2. into an empty persistent cache (a first run with the default ``auto``): GPT_L's later
+   stages load its one shape's programs from stage 1's entries;
+3. again, into that warm cache (a rerun, or a resumed run).
+
+It prints, per system and pass, the compile seconds (and their tracing/lowering share, which
+no cache saves), the programs compiled, the wall time and the training FLOPs, then the
+LOIRE / GPT_L ratios and each system's warm / cold ratio; ``--json`` keeps them.
+
+    python benchmarks/bench_compile.py                               # the default run's shapes
+    python benchmarks/bench_compile.py --config gpt_paper --mesh 1 stage_defaults.steps=10   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loire_jax.errors import fail
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMS = ("GPT_L", "LOIRE")
+PASSES = (("off", "cache off"), ("cold", "empty cache"), ("warm", "warm cache"))
+
+
+def _config_path(name: str) -> Path:
+    """A path, or a preset's name in configs/ (``tiny``, ``gpt_paper``)."""
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml"):
+        path = ROOT / "configs" / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"--config {name}: no such config (a YAML path or a name in configs/)")
+    return path.resolve()
+
+
+def write_suite(folder: Path, config: Path, overrides: list[str]) -> Path:
+    """The two-system suite this benchmark runs: GPT_L and LOIRE at one seed, no sweep."""
+    suite = {"name": "bench-compile", "about": "benchmarks/bench_compile.py: GPT_L vs LOIRE compile time",
+             "base": str(config), "overrides": overrides, "systems": list(SYSTEMS), "seeds": [1]}
+    path = folder / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return path
+
+
+def run_pass(suite: Path, workdir: Path, cache: str, mesh: str | None) -> float:
+    """One suite run in a child process (a fresh process: nothing compiled in memory)."""
+    cmd = [sys.executable, str(ROOT / "launch" / "experiment.py"), "--suite", str(suite), "--workdir", str(workdir),
+           "--compile-cache", cache] + (["--mesh", mesh] if mesh else [])
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} exited {out.returncode}: "
+                           + ((out.stderr or out.stdout).strip().splitlines() or ["no output"])[-1])
+    return time.perf_counter() - t
+
+
+def system_figures(workdir: Path, system: str) -> dict[str, Any]:
+    """A run's compile records and the report's wall time, breakdown and FLOPs."""
+    run_dir = workdir / "runs" / system / "seed1"
+    compiles = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+                if r.get("kind") == "compile"]
+    (report,) = json.loads((workdir / "report" / "report.json").read_text())["runs"][system]
+    return {"programs": len(compiles), "compile_s": sum(r["seconds"] for r in compiles),
+            "lower_s": sum(r.get("lower_seconds", 0.0) for r in compiles),
+            "per_stage": [[r["stage"], r["phase"], round(r["seconds"], 3)] for r in compiles],
+            "wall_s": sum(report["wall_s"]), "flops": sum(report["flops"]), "breakdown": report["breakdown"]}
+
+
+def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    lines = ["| system | pass | programs | compile s | of which tracing s | wall s | training FLOPs |",
+             "|---|---|---|---|---|---|---|"]
+    for system in SYSTEMS:
+        for key, label in PASSES:
+            r = results[key][system]
+            lines.append(f"| {system} | {label} | {r['programs']} | {r['compile_s']:.1f} | {r['lower_s']:.1f} | "
+                         f"{r['wall_s']:.1f} | {r['flops']:.3g} |")
+    return "\n".join(lines)
+
+
+def ratios(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float]:
+    """LOIRE / GPT_L compile time per pass, each system's warm / cold, and LOIRE / GPT_L FLOPs."""
+    out = {f"loire_over_gpt_l_{key}": results[key]["LOIRE"]["compile_s"] / results[key]["GPT_L"]["compile_s"]
+           for key, _ in PASSES}
+    for system in SYSTEMS:
+        out[f"{system}_warm_over_cold"] = results["warm"][system]["compile_s"] / results["cold"][system]["compile_s"]
+    out["flops_loire_over_gpt_l"] = results["off"]["LOIRE"]["flops"] / results["off"]["GPT_L"]["flops"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="tiny", help="the LOIRE config both systems derive from (path or name)")
+    parser.add_argument("--mesh", default="1", help="device mesh of every run (default 1)")
+    parser.add_argument("--steps", type=int, default=20, help="steps a stage (stage_defaults.steps; default 20)")
+    parser.add_argument("--workdir", default=None, help="where the runs go (default: a temporary folder, removed)")
+    parser.add_argument("--json", default=None, help="write the figures here")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
+    args = parser.parse_args(argv)
+    try:
+        config = _config_path(args.config)
+        if args.steps < 1:
+            raise ValueError(f"--steps must be a positive integer, got {args.steps}")
+        if args.json and not Path(args.json).expanduser().resolve().parent.is_dir():
+            raise ValueError(f"--json {args.json}: its folder does not exist")
+        if args.workdir and Path(args.workdir).exists() and any(Path(args.workdir).iterdir()):
+            raise ValueError(f"--workdir {args.workdir} is not empty: give a new or empty folder")
+    except ValueError as err:
+        return fail(err)
+    with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
+        base = Path(args.workdir) if args.workdir else Path(tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        suite = write_suite(base, config, [f"stage_defaults.steps={args.steps}", *args.overrides])
+        results: dict[str, dict[str, dict[str, Any]]] = {}
+        seconds = {}
+        try:
+            for key, label in PASSES:
+                cache = "off" if key == "off" else str(base / "xla")
+                seconds[key] = run_pass(suite, base / key, cache, args.mesh)
+                results[key] = {s: system_figures(base / key, s) for s in SYSTEMS}
+                print(f"{label}: {seconds[key]:.0f} s; compile GPT_L {results[key]['GPT_L']['compile_s']:.1f} s, "
+                      f"LOIRE {results[key]['LOIRE']['compile_s']:.1f} s", flush=True)
+        except (RuntimeError, OSError, KeyError, ValueError) as err:
+            return fail(err)
+    got = ratios(results)
+    print(table(results))
+    print(f"LOIRE / GPT_L compile: {got['loire_over_gpt_l_off']:.2f}x cache off, "
+          f"{got['loire_over_gpt_l_cold']:.2f}x into an empty cache, {got['loire_over_gpt_l_warm']:.2f}x warm; "
+          f"warm / cold: GPT_L {got['GPT_L_warm_over_cold']:.0%}, LOIRE {got['LOIRE_warm_over_cold']:.0%}; "
+          f"FLOPs LOIRE / GPT_L {got['flops_loire_over_gpt_l']:.1%}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": str(config), "mesh": args.mesh, "steps": args.steps,
+                                               "overrides": args.overrides, "pass_seconds": seconds,
+                                               "results": results, "ratios": got}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
