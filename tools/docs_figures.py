@@ -75,6 +75,9 @@ RECORDINGS = {
     "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
                               "the default corpus's second prepare: verify the cache, print the table"),
     "bench-data": Recording(("python", "benchmarks/bench_data.py"), (), "the data pipeline's tokens/s"),
+    "bench-compile": Recording(("python", "benchmarks/bench_compile.py"), (),
+                               "GPT_L against LOIRE at the default run's shapes: compile time cache off, into an "
+                               "empty persistent cache, and warm"),
     "hf-import": Recording(("python", "tools/docs_figures.py", "--measure", "hf-import"), (),
                            "loire_jax's logits on the Hugging Face fixtures against transformers' saved ones"),
     "flops-xla": Recording(("python", "tools/docs_figures.py", "--measure", "flops-xla"), (),
@@ -538,6 +541,44 @@ def fig_bench_data(got: Callable[[str], dict[str, Any]]) -> str:
         f"{len(runs)} repeats): a median of {median} tokens/s, {_on(rec)} (`docs/results/bench-data`).")
 
 
+def _compile_rows(stdout: str) -> dict[tuple[str, str], tuple[str, ...]]:
+    """bench_compile.py's table: (system, pass) -> (programs, compile s, tracing s, wall s, FLOPs)."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0] in ("GPT_L", "LOIRE"):
+            rows[cells[0], cells[1]] = tuple(cells[2:])
+    if len(rows) != 6:
+        raise ValueError(f"bench_compile's table has {len(rows)} of its 6 rows")
+    return rows
+
+
+def fig_bench_compile(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("bench-compile")
+    rows = _compile_rows(rec["stdout"])
+    passes = ("cache off", "empty cache", "warm cache")
+    table = ["| compile s (of which tracing) | " + " | ".join(passes) + " |", "|---|---|---|---|"]
+    for system in ("GPT_L", "LOIRE"):
+        table.append(f"| {system} | " + " | ".join(f"{rows[system, p][1]} ({rows[system, p][2]})" for p in passes)
+                     + " |")
+
+    def ratio(p: str) -> str:
+        return f"{float(rows['LOIRE', p][1]) / float(rows['GPT_L', p][1]):.2f}×"
+
+    def warm(system: str) -> str:
+        return f"{float(rows[system, 'warm cache'][1]) / float(rows[system, 'empty cache'][1]):.0%}"
+
+    return _prose(
+        f"{_cmd(rec)} ({_duration(rec['record']['wall_s'])} {_on(rec)}; `docs/results/bench-compile`): GPT_L and "
+        f"LOIRE derived from the default run's config, 20 steps a stage, each compiling {rows['LOIRE', 'cache off'][0]} "
+        f"programs over five stages (a training step and an evaluation per stage). LOIRE / GPT_L compile time: "
+        f"{ratio('cache off')} with the cache off, {ratio('empty cache')} into an empty cache (GPT_L's five stages "
+        f"share one shape, so stages 2–5 load stage 1's programs), {ratio('warm cache')} warm. A warm rerun's compile "
+        f"time is {warm('LOIRE')} of the cold one for LOIRE and {warm('GPT_L')} for GPT_L; tracing, which no cache "
+        "saves, is most of what is left:"
+    ) + "\n" + "\n".join(table) + "\n"
+
+
 def fig_bert_tiny_report(got: Callable[[str], dict[str, Any]]) -> str:
     rec = got("bert-tiny")
     return _prose(
@@ -658,6 +699,7 @@ FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "growth-f64": fig_growth_f64,
     "data-prepare": fig_data_prepare,
     "bench-data": fig_bench_data,
+    "bench-compile": fig_bench_compile,
     "bert-tiny-report": fig_bert_tiny_report,
     "bench-encoder": fig_bench_encoder,
     "paper-mini": fig_paper_mini,
