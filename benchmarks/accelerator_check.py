@@ -17,8 +17,10 @@ The plan, one part after another, each in child processes of this one:
   tokens/s against the benchmark's for the same shape.
 - ``gpt_paper``: ``configs/gpt_paper.yaml`` (batch 64) for a few steps a stage on built-in
   data: tokens/s, MFU, compile time and compiled peak per stage and phase.
-- ``gptl_vs_loire``: a short five-stage GPT_L vs LOIRE suite (``launch/experiment.py``) at the
-  paper's shapes: wall time split (compile, growth, teachers, steps, evaluation) and FLOPs.
+- ``gptl_vs_loire``: a short five-stage GPT_L vs LOIRE suite at the paper's shapes, run by
+  ``bench_compile.py`` with the persistent cache off, into an empty cache and warm: wall time
+  split (compile, growth, teachers, steps, evaluation), FLOPs, LOIRE's compile time against
+  GPT_L's and a warm rerun's against a cold one.
 
 Each part gets a share of the budget (``--budget-min``) in proportion to its estimated
 cost; time a part leaves unused goes to the later ones, and a child that reaches its
@@ -107,6 +109,7 @@ class Scale:
     paper_steps: int  # steps a stage of gpt_paper.yaml
     suite_steps: int  # steps a stage of GPT_L vs LOIRE
     suite_batch: int
+    compile_passes: tuple[str, ...]  # bench_compile.py's passes: cache off, into an empty cache, warm
     stages: int | None  # None: every stage of gpt_paper.yaml
     eval_batches: int
     toy_model: dict[str, int] | None  # replaces gpt_paper.yaml's model (and scales its growth)
@@ -118,18 +121,23 @@ REAL = Scale(
           Row("1.1B final stage", "1b", (0, 1, 4), 8, 1024, {0: ("compile",)}, memory=True),
           Row("paper M5", "m5", (4,), 64, 1024, {})),
     grow_args=("--mesh", "1"),
-    engine_steps=30, paper_steps=16, suite_steps=60, suite_batch=32, stages=None, eval_batches=2, toy_model=None)
+    engine_steps=30, paper_steps=16, suite_steps=60, suite_batch=32, compile_passes=("off", "cold", "warm"), stages=None,
+    eval_batches=2, toy_model=None)
 
 TOY = dict(vocab_size=320, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=1)
 DRY = Scale(
     dry=True, dtype="float32", steps=2, repeats=1, torch_backend="aot_eager",  # inductor's C++ build: ~17 s on a CPU
     rows=(Row("toy (as M5)", "toy", (0, 1, 4), 4, 16, {0: ("eager", "compile"), 1: ("compile",)}),
-          Row("toy (as 1.1B)", "toy", (0,), 2, 16, {0: ("compile",)}, memory=True),  # 1, 4: as M5's
+          # at the M5 row's batch: its program comes from the dry run's cache (1, 4 teachers: as M5's)
+          Row("toy (as 1.1B)", "toy", (0,), 4, 16, {0: ("compile",)}, memory=True),
           Row("toy (as M5)", "toy", (4,), 8, 16, {})),
     grow_args=("--mesh", "1", "--batch", "2", "--seq", "8", "vocab_size=64", "max_seq_len=16", "hidden=16", "ffn=32",
                "heads=2", "head_dim=8", "layers=1"),
     # the suite as gpt_paper's run (batch, steps): LOIRE's programs are then those already in the cache
-    engine_steps=6, paper_steps=6, suite_steps=6, suite_batch=64, stages=2, eval_batches=1, toy_model=TOY)
+    # cold and warm only: "off" runs the same code as "cold" with another flag, and a third pass would take the dry run
+    # past its minute
+    engine_steps=6, paper_steps=6, suite_steps=6, suite_batch=64, compile_passes=("cold", "warm"), stages=2,
+    eval_batches=1, toy_model=TOY)
 
 # Estimated seconds of each part on one H100 (the dry run's on two CPU cores): the budget is
 # shared in these proportions. The step part's own estimate is the sum of its cases'.
@@ -576,40 +584,45 @@ def gpt_paper_part(check: Check, budget: Budget) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- part: GPT_L vs LOIRE
 def gptl_vs_loire_part(check: Check, budget: Budget) -> dict[str, Any]:
-    """A one-seed suite of GPT_L and LOIRE derived from gpt_paper.yaml at 32 x 1024: where
-    each one's wall time went, and their training FLOPs."""
+    """GPT_L and LOIRE derived from gpt_paper.yaml at 32 x 1024, through
+    ``benchmarks/bench_compile.py``: where each one's wall time went and their training FLOPs
+    (the first pass), and their compile time with the persistent cache off, into an empty
+    cache and warm (a rerun), so LOIRE's compile time is measured against GPT_L's and the
+    cache's saving against a cold compile."""
     data, note = paper_data(check)
     folder = check.work / "gptl_vs_loire"
     folder.mkdir(parents=True, exist_ok=True)
-    base, suite = suite_config(check.scale, data, folder / "base.yaml")
+    base = suite_config(check.scale, data)
     (folder / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (folder / "suite.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
-    check.run("gptl_vs_loire", [sys.executable, str(ROOT / "launch" / "experiment.py"), "--suite",
-                                str(folder / "suite.yaml"), "--workdir", str(folder / "suite"), "--mesh", "1",
-                                "--compile-cache", check.compile_cache()], budget.left())
-    report = json.loads((folder / "suite" / "report" / "report.json").read_text())
-    systems = {}
-    for name in ("GPT_L", "LOIRE"):
-        run = report["runs"][name][0]
-        systems[name] = {"breakdown": run["breakdown"], "flops": sum(run["flops"]), "wall_s": sum(run["wall_s"])}
-    check.results.part("gptl_vs_loire")["records"] = [dict(v, system=k) for k, v in systems.items()]
-    g, lo = systems["GPT_L"], systems["LOIRE"]
+    check.run("gptl_vs_loire", [sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--config",
+                                str(folder / "base.yaml"), "--steps", "0", "--mesh", "1", "--passes",
+                                ",".join(check.scale.compile_passes), "--workdir", str(folder / "runs"),
+                                "--json", str(folder / "compile.json")]
+              # the dry run's shared cache: its "cold" pass loads gpt_paper's toy programs (it checks the plan)
+              + (["--cache-dir", check.compile_cache()] if check.scale.dry else []), budget.left())
+    got = json.loads((folder / "compile.json").read_text())
+    passes = got["results"]
+    first = next(iter(passes.values()))
+    records = [dict(first[name], system=name) for name in ("GPT_L", "LOIRE")]
+    records += [{"system": name, "pass": key, "programs": r[name]["programs"], "compile_s": r[name]["compile_s"],
+                 "lower_s": r[name]["lower_s"]} for key, r in passes.items() for name in ("GPT_L", "LOIRE")]
+    check.results.part("gptl_vs_loire")["records"] = records
+    g, lo = first["GPT_L"], first["LOIRE"]
     ratio = lambda a, b: a / b if b else None  # noqa: E731
     return {"data": note, "batch": base["batch_size"], "seq": base["seq_len"], "steps_per_stage": check.scale.suite_steps,
-            "stages": len(base["stages"]), "flops_ratio": ratio(lo["flops"], g["flops"]),
+            "stages": len(base["stages"]), "first_pass": next(iter(passes)), "flops_ratio": ratio(lo["flops"], g["flops"]),
             "steps_ratio": ratio(lo["breakdown"]["steps"], g["breakdown"]["steps"]),
-            "compile_ratio": ratio(lo["breakdown"]["compile"], g["breakdown"]["compile"]),
-            "wall_ratio": ratio(lo["breakdown"]["total"], g["breakdown"]["total"])}
+            "wall_ratio": ratio(lo["breakdown"]["total"], g["breakdown"]["total"]),
+            **{f"compile_ratio_{key}": v for key, v in ((k[len("loire_over_gpt_l_"):], v) for k, v in got["ratios"].items()
+                                                         if k.startswith("loire_over_gpt_l_"))},
+            **{f"warm_over_cold_{k.split('_warm')[0]}": v for k, v in got["ratios"].items() if "_warm_over_cold" in k}}
 
 
-def suite_config(scale: Scale, data: str, base_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(base run config, suite): GPT_L and LOIRE derived from gpt_paper.yaml at the suite's
-    batch, one seed, no sweep."""
+def suite_config(scale: Scale, data: str) -> dict[str, Any]:
+    """The LOIRE config GPT_L and LOIRE derive from: gpt_paper.yaml at the suite's batch."""
     base = paper_config(scale, data, scale.suite_steps, batch=scale.suite_batch)
     base["name"] = "accelerator-check"
-    suite = {"name": "accelerator-check", "base": str(base_path), "systems": ["GPT_L", "LOIRE"], "seeds": [0],
-             "about": "GPT_L vs LOIRE, a few steps a stage: where the wall time goes"}
-    return base, suite
+    return base
 
 
 PART_FUNCS: dict[str, Callable[[Check, Budget], dict[str, Any]]] = {
@@ -808,23 +821,36 @@ def _md_gpt_paper(part: dict) -> list[str]:
         lines.append(f"| {r['stage']} | {tuple(r['shape'])} | {r['phase']} | {r['steps']} ({r['timed_steps']}) | "
                      f"{_f(r['tokens_per_s'], ',.0f')} | {_f(r['mfu'] and 100 * r['mfu'], '.1f', suffix='%')} | "
                      f"{_f(r['compile_s'], '.1f')} | {_f(r['compiled_peak_gib'], '.2f')} |")
-    return lines + ["", "Timed steps: a phase's steps after its first. Compile – : the phase runs a program compiled "
-                        "before it (the stage's earlier phase)."]
+    return lines + ["", "Timed steps: a phase's steps after its first. Compile – : the phase runs the stage's one "
+                        "training program, compiled before its first phase."]
 
 
 def _md_suite(part: dict) -> list[str]:
     fig = part["figures"]
     keys = ("total", "compile", "growth", "teacher_load", "teacher_forward", "steps", "eval", "other")
+    split = [r for r in part["records"] if "breakdown" in r]
+    compiles = [r for r in part["records"] if "pass" in r]
     lines = ["## GPT_L vs LOIRE", "",
              (f"Batch {fig['batch']} × {fig['seq']}, {fig['steps_per_stage']} steps a stage, {fig['stages']} stages, "
-              f"one seed; data: {fig['data']}. Seconds of wall time.") if fig else "", "",
+              f"one seed; data: {fig['data']}. Seconds of wall time ({fig['first_pass']} pass).") if fig else "", "",
              "| system | " + " | ".join(keys) + " | training FLOPs |", "|---" * (len(keys) + 2) + "|"]
-    for r in part["records"]:
+    for r in split:
         lines.append(f"| {r['system']} | " + " | ".join(f"{r['breakdown'][k]:.1f}" for k in keys)
                      + f" | {r['flops']:.3e} |")
+    if compiles:
+        labels = {"off": "cache off", "cold": "empty cache", "warm": "warm cache"}
+        lines += ["", "| system | pass | programs | compile s | of which tracing s |", "|---|---|---|---|---|"]
+        lines += [f"| {r['system']} | {labels[r['pass']]} | {r['programs']} | {r['compile_s']:.1f} | {r['lower_s']:.1f} |"
+                  for r in compiles]
     if fig:
+        compile_text = ", ".join(f"{_f(fig[f'compile_ratio_{k}'], '.2f')}× {label}" for k, label in
+                                 (("off", "cache off"), ("cold", "empty cache"), ("warm", "warm"))
+                                 if f"compile_ratio_{k}" in fig)
         lines += ["", f"LOIRE / GPT_L: FLOPs {_f(fig['flops_ratio'], '.1%')}, step time {_f(fig['steps_ratio'], '.1%')}, "
-                      f"compile {_f(fig['compile_ratio'], '.2f')}×, wall {_f(fig['wall_ratio'], '.1%')}."]
+                      f"wall {_f(fig['wall_ratio'], '.1%')}, compile {compile_text}."]
+        if "warm_over_cold_LOIRE" in fig:
+            lines.append(f"A warm rerun's compile time over a cold one: LOIRE {_f(fig['warm_over_cold_LOIRE'], '.0%')}, "
+                         f"GPT_L {_f(fig['warm_over_cold_GPT_L'], '.0%')}.")
     return lines
 
 

@@ -36,6 +36,7 @@ from loire_jax.errors import fail
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("GPT_L", "LOIRE")
 PASSES = (("off", "cache off"), ("cold", "empty cache"), ("warm", "warm cache"))
+LABELS = dict(PASSES)
 
 
 def _config_path(name: str) -> Path:
@@ -85,36 +86,64 @@ def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     lines = ["| system | pass | programs | compile s | of which tracing s | wall s | training FLOPs |",
              "|---|---|---|---|---|---|---|"]
     for system in SYSTEMS:
-        for key, label in PASSES:
+        for key in results:
             r = results[key][system]
-            lines.append(f"| {system} | {label} | {r['programs']} | {r['compile_s']:.1f} | {r['lower_s']:.1f} | "
+            lines.append(f"| {system} | {LABELS[key]} | {r['programs']} | {r['compile_s']:.1f} | {r['lower_s']:.1f} | "
                          f"{r['wall_s']:.1f} | {r['flops']:.3g} |")
     return "\n".join(lines)
 
 
 def ratios(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float]:
-    """LOIRE / GPT_L compile time per pass, each system's warm / cold, and LOIRE / GPT_L FLOPs."""
+    """LOIRE / GPT_L compile time per pass, each system's warm / cold (where both passes ran),
+    and LOIRE / GPT_L FLOPs."""
     out = {f"loire_over_gpt_l_{key}": results[key]["LOIRE"]["compile_s"] / results[key]["GPT_L"]["compile_s"]
-           for key, _ in PASSES}
-    for system in SYSTEMS:
-        out[f"{system}_warm_over_cold"] = results["warm"][system]["compile_s"] / results["cold"][system]["compile_s"]
-    out["flops_loire_over_gpt_l"] = results["off"]["LOIRE"]["flops"] / results["off"]["GPT_L"]["flops"]
+           for key in results}
+    if {"cold", "warm"} <= set(results):
+        for system in SYSTEMS:
+            out[f"{system}_warm_over_cold"] = results["warm"][system]["compile_s"] / results["cold"][system]["compile_s"]
+    first = next(iter(results.values()))
+    out["flops_loire_over_gpt_l"] = first["LOIRE"]["flops"] / first["GPT_L"]["flops"]
     return out
+
+
+def summary(got: dict[str, float]) -> str:
+    parts = [f"{got[f'loire_over_gpt_l_{key}']:.2f}x {LABELS[key]}" for key, _ in PASSES
+             if f"loire_over_gpt_l_{key}" in got]
+    line = "LOIRE / GPT_L compile: " + ", ".join(parts)
+    if "LOIRE_warm_over_cold" in got:
+        line += f"; warm / cold: GPT_L {got['GPT_L_warm_over_cold']:.0%}, LOIRE {got['LOIRE_warm_over_cold']:.0%}"
+    return line + f"; FLOPs LOIRE / GPT_L {got['flops_loire_over_gpt_l']:.1%}"
+
+
+def parse_passes(text: str) -> tuple[str, ...]:
+    """``off,cold,warm`` or a subset, run in that order; warm needs cold (it reuses its cache)."""
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in keys if k not in LABELS]
+    if unknown or not keys or len(set(keys)) != len(keys):
+        raise ValueError(f"--passes {text}: give some of {', '.join(LABELS)}, each once")
+    if "warm" in keys and "cold" not in keys:
+        raise ValueError("--passes: warm reruns into the cache the cold pass filled; add cold")
+    return tuple(k for k in LABELS if k in keys)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="tiny", help="the LOIRE config both systems derive from (path or name)")
     parser.add_argument("--mesh", default="1", help="device mesh of every run (default 1)")
-    parser.add_argument("--steps", type=int, default=20, help="steps a stage (stage_defaults.steps; default 20)")
+    parser.add_argument("--steps", type=int, default=20,
+                        help="steps a stage (stage_defaults.steps; default 20; 0: the config's own)")
+    parser.add_argument("--passes", default="off,cold,warm", help="which passes (default off,cold,warm)")
     parser.add_argument("--workdir", default=None, help="where the runs go (default: a temporary folder, removed)")
     parser.add_argument("--json", default=None, help="write the figures here")
+    parser.add_argument("--cache-dir", default=None,
+                        help="the persistent cache of the cold and warm passes (default: a new one in the workdir)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args(argv)
     try:
         config = _config_path(args.config)
-        if args.steps < 1:
-            raise ValueError(f"--steps must be a positive integer, got {args.steps}")
+        if args.steps < 0:
+            raise ValueError(f"--steps must be 0 (the config's) or a positive integer, got {args.steps}")
+        passes = parse_passes(args.passes)
         if args.json and not Path(args.json).expanduser().resolve().parent.is_dir():
             raise ValueError(f"--json {args.json}: its folder does not exist")
         if args.workdir and Path(args.workdir).exists() and any(Path(args.workdir).iterdir()):
@@ -124,12 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
         base = Path(args.workdir) if args.workdir else Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
-        suite = write_suite(base, config, [f"stage_defaults.steps={args.steps}", *args.overrides])
+        steps = [f"stage_defaults.steps={args.steps}"] if args.steps else []
+        suite = write_suite(base, config, [*steps, *args.overrides])
         results: dict[str, dict[str, dict[str, Any]]] = {}
         seconds = {}
         try:
-            for key, label in PASSES:
-                cache = "off" if key == "off" else str(base / "xla")
+            for key in passes:
+                label = LABELS[key]
+                cache = "off" if key == "off" else (args.cache_dir or str(base / "xla"))
                 seconds[key] = run_pass(suite, base / key, cache, args.mesh)
                 results[key] = {s: system_figures(base / key, s) for s in SYSTEMS}
                 print(f"{label}: {seconds[key]:.0f} s; compile GPT_L {results[key]['GPT_L']['compile_s']:.1f} s, "
@@ -138,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             return fail(err)
     got = ratios(results)
     print(table(results))
-    print(f"LOIRE / GPT_L compile: {got['loire_over_gpt_l_off']:.2f}x cache off, "
-          f"{got['loire_over_gpt_l_cold']:.2f}x into an empty cache, {got['loire_over_gpt_l_warm']:.2f}x warm; "
-          f"warm / cold: GPT_L {got['GPT_L_warm_over_cold']:.0%}, LOIRE {got['LOIRE_warm_over_cold']:.0%}; "
-          f"FLOPs LOIRE / GPT_L {got['flops_loire_over_gpt_l']:.1%}")
+    print(summary(got))
     if args.json:
         Path(args.json).write_text(json.dumps({"config": str(config), "mesh": args.mesh, "steps": args.steps,
                                                "overrides": args.overrides, "pass_seconds": seconds,
