@@ -296,3 +296,32 @@ def test_the_dry_runs_markdown_has_every_table(dry_run):
     assert "| shape (h, f, heads, L), V | batch × seq | teachers | loire_jax tokens/s (MFU) |" in md
     assert "error" not in md and "–% " not in md, md
     assert "LOIRE / GPT_L: FLOPs" in md and "| LOIRE | warm cache | 4 |" in md
+
+
+@pytest.mark.slow
+@ENGINE
+def test_the_readme_renders_a_recorded_check_s_step_table_with_its_date_device_and_command(dry_run, tmp_path,
+                                                                                         monkeypatch):
+    """README's Performance section shows the GPU table of the check copied to
+    benchmarks/results/accelerator: here the dry run's results, relabelled as a real check's
+    (the renderer refuses a dry run's, whose toy figures are no GPU's)."""
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "tools" / "docs_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = figures
+    spec.loader.exec_module(figures)
+    out, _ = dry_run
+    data = json.loads((out / "results.json").read_text())
+    monkeypatch.setattr(figures, "ACCELERATOR", tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="dry run"):
+        figures.render("readme-performance")
+    data["dry_run"] = False
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    text = figures.render("readme-performance")
+    gpu = text[text.index("**GPU**"):]
+    prose = " ".join(gpu.split())  # the paragraph is wrapped
+    assert data["started"][:10] in prose and data["device"]["kind"] in prose and " ".join(data["command"]) in prose
+    step = next(p for p in data["parts"] if p["name"] == "step")
+    rows = [ln for ln in gpu.splitlines() if ln.startswith("| toy") and ", V " in ln]  # the step table's
+    assert len(rows) == len(step["records"]) and all(f"{round(r['tokens_per_s']):,}" in row
+                                                       for r, row in zip(step["records"], rows))
