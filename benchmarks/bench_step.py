@@ -11,25 +11,32 @@ StepSpec, state shardings, donation, ahead-of-time compilation and execution cho
   matmul measured in the same run.
 - memory: the compiled executable's analysis (per device) and, where the backend reports
   it, the device's peak bytes in use.
-- ``--torch``: the same architecture and step written plainly in PyTorch eager (SDPA
-  attention, AdamW, bf16 autocast), timed in the same run; torch is not a dependency.
+- ``--torch`` / ``--torch-compile``: the same architecture and step written plainly in
+  PyTorch (SDPA attention, AdamW, bf16 autocast; ``benchmarks/torch_reference.py``), eager
+  and under ``torch.compile``, each in a process of its own after the JAX case's; torch is
+  not a dependency.
 
     python benchmarks/bench_step.py --shapes tiny,m1 --teachers 0,1 --dtypes float32
     python benchmarks/bench_step.py --shapes m1 --batch 8 --seq 256 --vocab 8192 --torch --mesh 1
     python benchmarks/bench_step.py --shapes m5,1b --teachers 0,4 --dtypes bfloat16 --compile-only
     python benchmarks/bench_step.py --shapes m5 --dtypes bfloat16 --json out.json   # on a GPU
+    python benchmarks/bench_step.py --shapes m5 --dtypes bfloat16 --teachers 0,1 --torch --torch-compile
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from loire_jax.cli import devices  # before any JAX backend call
 from loire_jax.errors import fail
@@ -39,6 +46,9 @@ from loire_jax.errors import fail
 SCHEDULES = {
     "tiny": dict(vocab=8192, head_dim=16, batch=16, seq=64,
                  stages=[(64, 256, 4, 2), (128, 256, 4, 2), (128, 512, 4, 2), (128, 512, 8, 2), (128, 512, 8, 4)]),
+    # the smallest shape of the schedule's kind: accelerator_check.py --dry-run times it in seconds on a CPU
+    "toy": dict(vocab=320, head_dim=8, batch=4, seq=16,
+                stages=[(16, 32, 2, 1), (32, 32, 2, 1), (32, 64, 2, 1), (32, 64, 4, 1), (32, 64, 4, 2)]),
     "m1": dict(vocab=50257, head_dim=64, batch=32, seq=1024, stages=[(384, 1024, 6, 6)]),
     "m5": dict(vocab=50257, head_dim=64, batch=32, seq=1024,
                stages=[(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6),
@@ -161,8 +171,6 @@ def run_case(case: dict) -> dict:
         record["device_peak_gib"] = peak / 2**30
     record.update(_peak(case, devs, platform))
     record["mfu"] = record["tokens_per_s"] * flops_per_token / record["peak_flops"] if record["peak_flops"] else None
-    if case["torch"]:
-        record.update(_torch_case(student, teachers, case, record["peak_flops"]))
     return record
 
 
@@ -172,32 +180,148 @@ def _peak(case, devs, platform) -> dict:
     if case.get("peak_tflops"):
         return {"peak_flops": case["peak_tflops"] * 1e12 * len(devs), "peak_source": "given"}
     if platform == "cpu":
-        return {"peak_flops": flops.measured_matmul_flops(), "peak_source": "measured 2048^2 fp32 matmul, this run"}
+        return {"peak_flops": _cpu_peak(), "peak_source": "measured 2048^2 fp32 matmul, this run"}
     peak, source = flops.peak_flops(devs)
     return {"peak_flops": peak, "peak_source": source}
 
 
-def _torch_reference():
-    """benchmarks/torch_reference.py, loaded from its file: a script's neighbour, not a package module."""
-    import importlib.util
+@functools.cache
+def _cpu_peak() -> float:
+    """Measured once per process: the cases a process times one after another share it."""
+    from loire_jax.analysis import flops
 
-    spec = importlib.util.spec_from_file_location("torch_reference", Path(__file__).with_name("torch_reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return flops.measured_matmul_flops()
 
 
-def _torch_case(student, teachers, case, peak) -> dict:
-    """The same step in plain PyTorch eager: the comparison users would make."""
+# --------------------------------------------------------------------------- child processes
+class Child:
+    """What a child process left: its exit code (None when it was killed at its time
+    limit), its output, and how long it ran. (A plain class: a dataclass needs its module
+    in sys.modules, which a script loaded from its file by a test is not.)"""
+
+    def __init__(self, code: int | None, stdout: str, stderr: str, seconds: float) -> None:
+        self.code, self.stdout, self.stderr, self.seconds = code, stdout, stderr, seconds
+
+    @property
+    def timed_out(self) -> bool:
+        return self.code is None
+
+    def last_error_line(self) -> str:
+        """The child's last stderr line that is not blank: a Python error's message line."""
+        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        return lines[-1][:300] if lines else f"exit code {self.code}, no output on stderr"
+
+    def records(self) -> list[dict]:
+        """Every ``RECORD {json}`` line it printed, in order (those of a killed child too)."""
+        return [json.loads(ln[7:]) for ln in self.stdout.splitlines() if ln.startswith("RECORD ")]
+
+
+def run_child(cmd: list[str], timeout: float | None = None, env: dict[str, str] | None = None,
+              cwd: str | Path | None = None) -> Child:
+    """Run ``cmd`` in a session (process group) of its own and wait at most ``timeout``
+    seconds; at the limit, or when this process is interrupted, the whole group is killed,
+    grandchildren included, so that nothing outlives its allowance."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                            start_new_session=True)
     try:
-        import torch
-    except ImportError:
-        return {"torch_error": "torch is not installed (pip install torch; it is a benchmark option only)"}
-    rate = _torch_reference().train_step_rate(student, teachers, case, torch)
-    from loire_jax.analysis.flops import train_flops_per_token
+        out, err = proc.communicate(timeout=timeout)
+        return Child(proc.returncode, out, err, time.perf_counter() - start)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        return Child(None, out, err, time.perf_counter() - start)
+    finally:
+        if proc.poll() is None:  # interrupted (Ctrl-C, SIGTERM): take the child's group down with us
+            _kill_group(proc)
 
-    return {"torch_tokens_per_s": rate, "torch_version": torch.__version__,
-            "torch_mfu": rate * train_flops_per_token(student, case["seq"], teachers) / peak if peak else None}
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def jax_records(cases: list[dict], timeout: float | None = None, env: dict[str, str] | None = None) -> list[dict]:
+    """``cases`` timed in one child process, in order: one record each. A case the child did
+    not finish (it ran out of time or crashed) gets ``error`` with the reason."""
+    child = run_child([sys.executable, __file__, "--cases", json.dumps(cases)], timeout, env)
+    done = child.records()
+    if child.timed_out:
+        why = f"out of time: stopped after {child.seconds:.0f} s"
+    else:
+        why = child.last_error_line() if child.code else "the case process ended without a record"
+    return done + [dict(c, error=why) for c in cases[len(done):]]
+
+
+def torch_dims(case: dict) -> dict[str, Any]:
+    """The student's and teachers' dimensions of a case, as torch_reference.py takes them."""
+    student, teachers = _configs(case)
+    dims = ("vocab_size", "max_seq_len", "hidden", "ffn", "heads", "head_dim", "layers")
+    return {"student": {k: getattr(student, k) for k in dims},
+            "teachers": [{k: getattr(t, k) for k in dims} for t in teachers]}
+
+
+def torch_job(case: dict, mode: str) -> dict:
+    """What torch_reference.py needs of a case to time it in ``mode`` (eager or compile)."""
+    return dict(torch_dims(case), batch=case["batch"], seq=case["seq"], dtype=case["dtype"], steps=case["steps"],
+                repeats=case["repeats"], mode=mode, backend=case.get("torch_backend") or "inductor")
+
+
+def torch_records(jobs: list[dict], timeout: float | None = None, env: dict[str, str] | None = None) -> list[dict]:
+    """``jobs`` timed by torch_reference.py in one child process, after the JAX cases' have
+    ended (neither holds the other's device memory): one record each, ``error`` for a job the
+    child did not finish."""
+    child = run_child([sys.executable, str(Path(__file__).with_name("torch_reference.py")), "--cases",
+                       json.dumps(jobs)], timeout, env)
+    done = child.records()
+    if child.timed_out:
+        why = f"out of time: stopped after {child.seconds:.0f} s"
+    else:
+        why = child.last_error_line() if child.code else "the torch process ended without a record"
+    return done + [{"mode": j["mode"], "error": why} for j in jobs[len(done):]]
+
+
+def add_torch(record: dict, found: dict) -> dict:
+    """``record`` with a torch_reference record merged in under its mode's prefix
+    (``torch_`` for eager, ``torch_compile_``), MFU on the JAX case's FLOPs and peak."""
+    prefix = "torch_" if found.get("mode", "eager") == "eager" else "torch_compile_"
+    out = dict(record)
+    if "error" in found:
+        out[prefix + "error"] = found["error"]
+        return out
+    out[prefix + "tokens_per_s"] = found["tokens_per_s"]
+    out[prefix + "warmup_s"] = found.get("warmup_s")
+    if found.get("peak_gib") is not None:
+        out[prefix + "peak_gib"] = found["peak_gib"]
+    out["torch_version"] = found.get("torch_version")
+    flops, peak = record.get("flops_per_token"), record.get("peak_flops")
+    out[prefix + "mfu"] = found["tokens_per_s"] * flops / peak if flops and peak else None
+    return out
+
+
+def torch_modes(case: dict) -> list[str]:
+    return [m for m, on in (("eager", case.get("torch")), ("compile", case.get("torch_compile"))) if on]
+
+
+def measure(cases: list[dict], timeout: float | None = None, env: dict[str, str] | None = None) -> list[dict]:
+    """Cases end to end within ``timeout`` seconds: the JAX steps in one process, then the
+    PyTorch modes they ask for (``torch``, ``torch_compile``). With one case (the driver's
+    way), each mode gets a process of its own, so that each peak is its own; with several
+    (a dry run), all the modes share one."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    records = jax_records(cases, timeout, env)
+    jobs = [(i, torch_job(case, mode)) for i, case in enumerate(cases)
+            for mode in ([] if case.get("compile_only") else torch_modes(case))]
+    for group in ([jobs] if len(cases) > 1 else [[job] for job in jobs]) if jobs else []:
+        left = None if deadline is None else deadline - time.monotonic()
+        found = (torch_records([job for _, job in group], left, env) if left is None or left > 1
+                 else [{"mode": job["mode"], "error": "out of time: not started"} for _, job in group])
+        for (i, _), one in zip(group, found):
+            records[i] = add_torch(records[i], one)
+    return records
 
 
 # --------------------------------------------------------------------------- the driver
@@ -233,14 +357,16 @@ def _cases(args) -> list[dict]:
                                                 map(int, teachers)):
             if kind not in KINDS:
                 raise ValueError(f"--kinds: unknown model kind {kind!r}; choose from {KINDS}")
-            if kind == "encoder" and args.torch:
-                raise ValueError("--torch times the decoder step only; drop --torch or --kinds encoder")
+            if kind == "encoder" and (args.torch or args.torch_compile):
+                raise ValueError("--torch and --torch-compile time the decoder step only; drop them or --kinds "
+                                 "encoder")
             sched = SCHEDULES[shape]
             out.append(dict(shape=shape, kind=kind, dtype=dtype, teachers=t, batch=args.batch or sched["batch"],
                             seq=args.seq or sched["seq"], vocab=args.vocab, mesh=args.mesh, steps=args.steps,
                             repeats=args.repeats, microbatches=args.microbatches, loss_chunk=args.loss_chunk,
                             attention=args.attention, remat=args.remat, compile_only=args.compile_only,
-                            torch=args.torch, peak_tflops=args.peak_tflops))
+                            torch=args.torch, torch_compile=args.torch_compile, torch_backend=args.torch_backend,
+                            peak_tflops=args.peak_tflops))
     for case in out:
         if case["dtype"] not in DTYPES:
             raise ValueError(f"--dtypes: unknown compute dtype {case['dtype']!r}; choose from {DTYPES}")
@@ -258,26 +384,31 @@ def _cases(args) -> list[dict]:
 
 def _table(records: list[dict]) -> str:
     head = ("| shape (h, f, heads, L) | dtype | teachers | batch x seq | attention / remat | tokens/s | MFU | "
-            "compiled peak GiB | device peak GiB | compile s | PyTorch eager tokens/s |")
+            "compiled peak GiB | device peak GiB | compile s | PyTorch eager tokens/s | torch.compile tokens/s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in records:
         if "error" in r:
             lines.append(f"| {r['shape']} | {r['dtype']} | {r['teachers']} | {r['batch']} x {r['seq']} | | "
-                         f"error: {r['error'][:80]} | | | | | |")
+                         f"error: {r['error'][:80]} | | | | | | |")
             continue
         student, _ = _configs(r)
         shape = f"{r['shape']} ({student.hidden}, {student.ffn}, {student.heads}, {student.layers}) V{student.vocab_size}"
         if student.encoder:
             shape += " encoder"
         f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
-        torch_col = f(r.get("torch_tokens_per_s"), ",.0f")
-        if r.get("torch_tokens_per_s") and r.get("tokens_per_s"):
-            torch_col += f" (JAX/torch {r['tokens_per_s'] / r['torch_tokens_per_s']:.2f}x)"
+        torch_cols = []
+        for prefix in ("torch_", "torch_compile_"):
+            col = f(r.get(prefix + "tokens_per_s"), ",.0f")
+            if r.get(prefix + "tokens_per_s") and r.get("tokens_per_s"):
+                col += f" (JAX/torch {r['tokens_per_s'] / r[prefix + 'tokens_per_s']:.2f}x)"
+            elif r.get(prefix + "error"):
+                col = f"error: {r[prefix + 'error'][:60]}"
+            torch_cols.append(col)
         lines.append(f"| {shape} | {r['dtype']} | {r['teachers']} | {r['batch']} x {r['seq']} | "
                      f"{r['attention_run']} / {r['remat_run']} | {f(r.get('tokens_per_s'), ',.0f')} | "
                      f"{f(r['mfu'] * 100 if r.get('mfu') is not None else None, '.1f')}{'%' if r.get('mfu') else ''} | "
                      f"{f(r.get('compiled_peak_gib'), '.2f')} | {f(r.get('device_peak_gib'), '.2f')} | "
-                     f"{r['compile_s']:.1f} | {torch_col} |")
+                     f"{r['compile_s']:.1f} | {' | '.join(torch_cols)} |")
     return "\n".join(lines)
 
 
@@ -302,7 +433,7 @@ def _engine_rate(workdir: str) -> tuple[int, float]:
     return last, statistics.median(rates)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="tiny", help=f"comma-separated, from {sorted(SCHEDULES)}")
     parser.add_argument("--teachers", default="0", help="comma-separated teacher counts, e.g. 0,1,4")
@@ -321,20 +452,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--remat", default="auto")
     parser.add_argument("--compile-only", action="store_true", help="compile time and memory analysis only")
     parser.add_argument("--torch", action="store_true", help="also time the same step in PyTorch eager")
+    parser.add_argument("--torch-compile", action="store_true", help="also time it under torch.compile "
+                        "(compilation excluded)")
+    parser.add_argument("--torch-backend", default="inductor", help="torch.compile's backend (default inductor; "
+                        "aot_eager skips code generation)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="per-device peak; default: published/measured")
     parser.add_argument("--json", default=None, help="write every case's record here")
     parser.add_argument("--compare-run", default=None, metavar="WORKDIR",
                         help="print the trainer's logged tokens/s of that run's last stage next to the first case")
-    parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # internal: one case, in this process
-    args = parser.parse_args(argv)
+    parser.add_argument("--cases", default=None, help=argparse.SUPPRESS)  # internal: JSON cases, in this process
+    return parser
 
-    if args.case:
+
+def cases_of(argv: list[str]) -> list[dict]:
+    """The checked cases of a command line (ValueError, one line): what another script
+    (accelerator_check.py) plans with, so its cases are exactly this command's."""
+    return _cases(build_parser().parse_args(argv))
+
+
+def _run_here(cases: list[dict]) -> int:
+    """The child's side: each case timed in this process, a RECORD line as soon as it is done."""
+    for case in cases:
         try:
-            record = run_case(json.loads(args.case))
+            record = run_case(case)
         except Exception as err:  # noqa: BLE001 - reported in the table, e.g. out of memory
-            record = dict(json.loads(args.case), error=f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
-        print("RECORD " + json.dumps(record))
-        return 0
+            text = str(err).strip().splitlines()
+            record = dict(case, error=f"{type(err).__name__}: {text[0][:300] if text else ''}")
+        print("RECORD " + json.dumps(record), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cases:
+        return _run_here(json.loads(args.cases))
 
     try:
         cases = _cases(args)
@@ -347,9 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(err)
     records = []
     for case in cases:
-        out = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True)
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RECORD ")]
-        record = json.loads(lines[-1][7:]) if lines else dict(case, error=(out.stderr or "no output").strip()[-300:])
+        record = measure([case])[0]
         records.append(record)
         print(f"{case['shape']} {case['dtype']} teachers={case['teachers']}: "
               + (record.get("error") or f"{record.get('tokens_per_s', 0):,.0f} tokens/s"), flush=True)

@@ -29,9 +29,9 @@ from runs import ROOT, cli, one_line_error, tiny_run, users_numerics
 # The documents whose code blocks are run (python) or classified in SHELL (bash).
 DOCS = {name: ROOT / name for name in ("README.md", "CONTRIBUTING.md", "docs/library.md", "docs/interop.md",
                                        "docs/operations.md", "docs/results.md", "docs/encoders.md",
-                                       "docs/finetune.md")}
+                                       "docs/finetune.md", "docs/performance.md")}
 PUBLIC_ONLY = ("README.md", "docs/library.md", "docs/interop.md")  # they import public names only (``__all__``)
-README_MAX_LINES = 200
+README_MAX_LINES = 220  # a front page: the two commands, what they give, and links (200 before its Performance section)
 # What the README must link to: the front page leads to every part of the documentation.
 README_LINKS = ("docs/operations.md", "docs/results.md", "docs/library.md", "docs/performance.md", "docs/data.md",
                 "docs/finetune.md",
@@ -474,6 +474,16 @@ SHELL = {
     "benchmarks/results/cpu-tiny.json":
         "not run here: as the line above",
     "python tools/docs_figures.py --check": "run",
+    # docs/performance.md
+    "python benchmarks/bench_compile.py":
+        "not run here: minutes (six five-stage runs); it made docs/results/bench-compile, and "
+        "tests/test_bench_compile.py runs it on a two-stage micro config",
+    "python benchmarks/accelerator_check.py --out DIR --list": "run",
+    "python benchmarks/accelerator_check.py --out DIR --budget-min 25":
+        "not run here: it is for a GPU node (about 25 minutes); tests/test_accelerator_check.py runs the same plan "
+        "with --dry-run and loads every config of the real plan",
+    "python benchmarks/accelerator_check.py --out DIR --dry-run":
+        "not run here: tests/test_accelerator_check.py runs it (slow tier)",
     "python tools/docs_figures.py --reproduce default-run":
         "not run here: minutes (the whole default run); test_the_recorded_report_is_what_the_report_code_computes_"
         "from_the_recorded_metrics recomputes its report",

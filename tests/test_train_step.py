@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +50,38 @@ def test_each_teacher_keeps_its_own_architecture():
     assert abs(float(m["kd_loss"])) < 1e-5
     _, without = _one_step(StepSpec(big_cfg), big, ())
     np.testing.assert_allclose(float(m["lm_loss"]), float(without["lm_loss"]), rtol=1e-6)
+
+
+@pytest.mark.float64
+@pytest.mark.parametrize("microbatches", [1, 2])
+def test_a_stage_s_one_program_distils_inside_its_window_and_nowhere_else(microbatches):
+    """A stage runs one program for all its phases: with ``distill_window`` it is, step by
+    step, the step with teachers inside the window and the step without them outside it,
+    to the last bit of the state and of every metric."""
+    cfg = CFG.replace(dtype="float64", param_dtype="float64")
+    small = init_params(cfg, jax.random.key(0))
+    big_cfg, big = grow(cfg, small, "hidden", 16, jax.random.key(2))
+    teacher = init_params(cfg, jax.random.key(1))  # not the student's ancestor: KD is far from 0
+    opt = make_optimizer("adam", learning_rate=1e-2)
+    kd = dict(teachers=(cfg,), betas=(0.3,), microbatches=microbatches)
+    merged = jax.jit(make_train_step(StepSpec(big_cfg, distill_window=(1, 3), **kd), opt))
+    with_teachers = jax.jit(make_train_step(StepSpec(big_cfg, **kd), opt))
+    plain = jax.jit(make_train_step(StepSpec(big_cfg, microbatches=microbatches), opt))
+    state, batch = init_state(big, opt), {"tokens": TOKENS}
+    for step in range(5):
+        inside = 1 <= step < 3
+        want = with_teachers(state, batch, (teacher,)) if inside else plain(state, batch, ())
+        got = merged(state, batch, (teacher,))
+        assert (float(got[1]["kd_loss"]) > 1e-3) is inside
+        chex.assert_trees_all_equal(got, want)
+        state = want[0]
+
+
+def test_a_distillation_window_needs_teachers_and_a_positive_length():
+    with pytest.raises(ValueError, match="distillation window"):
+        StepSpec(CFG, distill_window=(0, 2))
+    with pytest.raises(ValueError, match="distillation window"):
+        StepSpec(CFG, teachers=(CFG,), betas=(0.1,), distill_window=(2, 2))
 
 
 def test_gate_ramp_takes_its_scheduled_values():

@@ -42,11 +42,11 @@ def test_two_stage_run_on_8_devices(reference):
     assert evals[2, "init", "SCI"] == pytest.approx(evals[1, "final", "SCI"], rel=1e-4)
     assert evals[1, "final", "SCI"] < evals[1, "init", "SCI"]
     compiles = records(reference, "compile")
-    assert {(r["stage"], r["phase"]) for r in compiles} >= {(1, "train"), (1, "eval"), (2, "distill"), (2, "eval")}
-    # one ahead-of-time compilation per phase and per stage's evaluation (a compiled step refuses other
-    # inputs rather than recompiling), each timed and sized
-    pairs = [(r["stage"], r["phase"]) for r in compiles]
-    assert len(pairs) == len(set(pairs)), pairs
+    # One ahead-of-time compilation of each stage's step, shared by its phases (distill, warmup, train),
+    # and one of its evaluation; a compiled step refuses other inputs rather than recompiling. Each is
+    # timed and sized; the step's record names the phase that first ran it.
+    assert sorted((r["stage"], r["phase"]) for r in compiles) == [(1, "eval"), (1, "train"), (2, "distill"),
+                                                                  (2, "eval")]
     assert all(r["seconds"] > 0 and r["peak_bytes"] > 0 for r in compiles)
     assert any((reference / "tb").iterdir())
 

@@ -75,6 +75,9 @@ RECORDINGS = {
     "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
                               "the default corpus's second prepare: verify the cache, print the table"),
     "bench-data": Recording(("python", "benchmarks/bench_data.py"), (), "the data pipeline's tokens/s"),
+    "bench-compile": Recording(("python", "benchmarks/bench_compile.py"), (),
+                               "GPT_L against LOIRE at the default run's shapes: compile time cache off, into an "
+                               "empty persistent cache, and warm"),
     "hf-import": Recording(("python", "tools/docs_figures.py", "--measure", "hf-import"), (),
                            "loire_jax's logits on the Hugging Face fixtures against transformers' saved ones"),
     "flops-xla": Recording(("python", "tools/docs_figures.py", "--measure", "flops-xla"), (),
@@ -538,6 +541,56 @@ def fig_bench_data(got: Callable[[str], dict[str, Any]]) -> str:
         f"{len(runs)} repeats): a median of {median} tokens/s, {_on(rec)} (`docs/results/bench-data`).")
 
 
+def _compile_rows(stdout: str) -> dict[tuple[str, str], tuple[str, ...]]:
+    """bench_compile.py's table: (system, pass) -> (programs, compile s, tracing s, wall s, FLOPs)."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0] in ("GPT_L", "LOIRE"):
+            rows[cells[0], cells[1]] = tuple(cells[2:])
+    if len(rows) != 6:
+        raise ValueError(f"bench_compile's table has {len(rows)} of its 6 rows")
+    return rows
+
+
+def _compile_ratios(stdout: str) -> dict[str, str]:
+    """bench_compile.py's summary line, as printed: LOIRE / GPT_L per pass, warm / cold per system."""
+    found = re.search(r"^LOIRE / GPT_L compile: (\S+) cache off, (\S+) empty cache, (\S+) warm cache; "
+                      r"warm / cold: GPT_L (\S+), LOIRE (\S+);", stdout, re.M)
+    if not found:
+        raise ValueError("bench_compile's summary line is missing")
+    keys = ("cache off", "empty cache", "warm cache", "GPT_L warm", "LOIRE warm")
+    return {k: v.replace("x", "×") for k, v in zip(keys, found.groups())}
+
+
+def fig_bench_compile(got: Callable[[str], dict[str, Any]]) -> str:
+    rec = got("bench-compile")
+    rows = _compile_rows(rec["stdout"])
+    passes = ("cache off", "empty cache", "warm cache")
+    table = ["| compile s (of which tracing) | " + " | ".join(passes) + " |", "|---|---|---|---|"]
+    for system in ("GPT_L", "LOIRE"):
+        table.append(f"| {system} | " + " | ".join(f"{rows[system, p][1]} ({rows[system, p][2]})" for p in passes)
+                     + " |")
+
+    ratios = _compile_ratios(rec["stdout"])
+
+    def ratio(p: str) -> str:
+        return ratios[p]
+
+    def warm(system: str) -> str:
+        return ratios[f"{system} warm"]
+
+    return _prose(
+        f"{_cmd(rec)} ({_duration(rec['record']['wall_s'])} {_on(rec)}; `docs/results/bench-compile`): GPT_L and "
+        f"LOIRE derived from the default run's config, 20 steps a stage, each compiling {rows['LOIRE', 'cache off'][0]} "
+        f"programs over five stages (a training step and an evaluation per stage). LOIRE / GPT_L compile time: "
+        f"{ratio('cache off')} with the cache off, {ratio('empty cache')} into an empty cache (GPT_L's five stages "
+        f"share one shape, so stages 2–5 load stage 1's programs), {ratio('warm cache')} warm. A warm rerun's compile "
+        f"time is {warm('LOIRE')} of the cold one for LOIRE and {warm('GPT_L')} for GPT_L; tracing, which no cache "
+        "saves, is most of what is left:"
+    ) + "\n" + "\n".join(table) + "\n"
+
+
 def fig_bert_tiny_report(got: Callable[[str], dict[str, Any]]) -> str:
     rec = got("bert-tiny")
     return _prose(
@@ -645,6 +698,53 @@ def fig_paper_mini_verdicts(got: Callable[[str], dict[str, Any]]) -> str:
     ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=False)) + "\n"
 
 
+ACCELERATOR = BENCH / "accelerator"  # an accelerator_check.py --out folder's results.json and results.md, copied here
+
+
+def _accelerator_script():
+    """benchmarks/accelerator_check.py, loaded from its file (benchmarks is no package): its
+    markdown is the GPU table's, so the README and the check's own results.md agree."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accelerator_check", ROOT / "benchmarks" / "accelerator_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["accelerator_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def fig_readme_performance(got: Callable[[str], dict[str, Any]]) -> str:
+    m1, tiny, comp = got("bench:cpu-m1-target"), got("bench:cpu-tiny"), got("bench-compile")
+    (r,) = _bench_rows(m1["rows"], shape="m1", teachers=0)
+    plain = {row["teachers"]: row for row in _bench_rows(tiny["rows"], shape="tiny", dtype="float32")}
+    ratios = _compile_ratios(comp["stdout"])
+    cpu = _prose(
+        f"**CPU** (2 cores; [records](docs/results.md#benchmarks)): paper M1's shape at {r['batch']} × {r['seq']} "
+        f"trains at {_int(r['tokens_per_s'])} tokens/s ({100 * r['mfu']:.1f}% MFU), PyTorch eager at "
+        f"{_int(r['torch_tokens_per_s'])}; distilling from 4 teachers costs "
+        f"{plain[0]['tokens_per_s'] / plain[4]['tokens_per_s']:.2f}× a plain step (PyTorch eager "
+        f"{plain[0]['torch_tokens_per_s'] / plain[4]['torch_tokens_per_s']:.2f}×). LOIRE compiles "
+        f"{ratios['cache off']} GPT_L's time (cache off), and a warm rerun {ratios['LOIRE warm']} of a cold one "
+        "([why](docs/performance.md#compile-time-one-program-per-stage)).")
+    results = ACCELERATOR / "results.json"
+    if not results.exists():
+        gpu = _prose(
+            "**GPU**: none recorded in this release, made on a machine without an accelerator. "
+            "`python benchmarks/accelerator_check.py --out DIR` measures every figure on one, PyTorch eager and "
+            "torch.compile beside it ([how](docs/performance.md#every-accelerator-figure-in-one-command)).")
+        return cpu + "\n" + gpu
+    data = json.loads(results.read_text())
+    if data.get("dry_run"):
+        raise ValueError(f"{results} is a dry run's: toy shapes on a CPU are no GPU figures")
+    check = _accelerator_script()
+    parts = {part["name"]: part for part in data["parts"]}
+    device = (data.get("device") or {}).get("kind", "an unknown device")
+    gpu = _prose(f"**GPU**: measured {data['started'][:10]} on {device} by `{' '.join(data['command'])}` "
+                 "(`benchmarks/results/accelerator/results.md` has every part):")
+    step = check._md_step(parts["step"])[4:] if "step" in parts else ["(no step table)"]
+    return cpu + "\n" + gpu + "\n" + "\n".join(step) + "\n"
+
+
 FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "default-run-log": fig_default_run_log,
     "default-run-report": fig_default_run_report,
@@ -658,6 +758,8 @@ FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
     "growth-f64": fig_growth_f64,
     "data-prepare": fig_data_prepare,
     "bench-data": fig_bench_data,
+    "bench-compile": fig_bench_compile,
+    "readme-performance": fig_readme_performance,
     "bert-tiny-report": fig_bert_tiny_report,
     "bench-encoder": fig_bench_encoder,
     "paper-mini": fig_paper_mini,

@@ -10,6 +10,7 @@ is conservative.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import jax
@@ -77,8 +78,11 @@ def peak_flops(devices: list[jax.Device]) -> tuple[float | None, str]:
     return None, f"unknown peak for {kind!r}"
 
 
+@functools.cache
 def measured_matmul_flops(n: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a jitted fp32 n x n matmul in this process: the CPU's practical peak."""
+    """FLOP/s of a jitted fp32 n x n matmul in this process: the CPU's practical peak.
+    Measured once per process (about 1.5 s on two cores): every run and benchmark case of a
+    process shares the figure, so their MFUs share one denominator."""
     import statistics
     import time
 

@@ -1,8 +1,8 @@
 """The step loop of one stage, as a generator: one ``StepRecord`` per training step.
 
 ``stage_steps`` owns what happens between two records: the next batch from the stage's one
-data stream, its placement on the mesh, the compilation of a phase's program the first
-time that phase runs (and only then: a compiled program refuses other inputs rather than
+data stream, its placement on the mesh, the compilation of the stage's one program before
+its first step (and only then: a compiled program refuses other inputs rather than
 recompiling), the dispatch, and the previous step's metrics fetched one step late, so the
 device never waits for the host. Whoever consumes the records (``loire_jax.train.stage``)
 decides everything else: hooks, checkpoints, stops, mid-stage evaluations.
@@ -46,7 +46,7 @@ class StepRecord:
     step: int  # steps done in this stage (1-based)
     phase: str  # "recover", "distill", "warmup" or "train" (config.schedule.phases)
     final: bool  # the stage's last step
-    compiled: bool  # this step's program was compiled right before it (a phase's first step here)
+    compiled: bool  # this step's program was compiled right before it (the stage's first step here)
     state: "TrainState"
     metrics: Any
 
@@ -142,7 +142,7 @@ def stage_steps(programs: "Programs", index: int, stage_phases: list[Phase], spe
         if host["tokens"].max(initial=0) >= vocab or host["tokens"].min(initial=0) < 0:
             raise RunError(f"stage {stage_number(index)} step {s + 1}: the data holds token ids outside "
                            f"[0, {vocab}); the prepared data does not match this model's vocabulary")
-        args = (state, to_global_batch(host, programs.mesh, BATCH_AXES), teacher_params if phase.distill else ())
+        args = (state, to_global_batch(host, programs.mesh, BATCH_AXES), teacher_params if spec.teachers else ())
         compiled = not programs.has_step(index, spec)
         if compiled:
             metrics.flush()  # the previous phase's last step: timed before compiling

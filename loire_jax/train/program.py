@@ -1,8 +1,8 @@
 """The programs a run executes: every stage's layout, train steps and evaluation step, built,
 sharded and compiled ahead of time, once per session.
 
-A stage compiles one train step per distinct ``StepSpec`` (phases with the same step, warmup
-and train without distillation, share one) and one evaluation step; each compilation is
+A stage compiles one train step, shared by all of its phases (the distillation phase turns
+its teachers on inside it, ``StepSpec.distill_window``), and one evaluation step; each compilation is
 checked against the device's memory before it runs and logged as a "compile" record. A
 compiled executable refuses inputs it was not compiled for, so a phase runs exactly the one
 program compiled here, and nothing recompiles inside a phase.
@@ -52,7 +52,7 @@ class Programs:
         self.plans = growth_plans(run_config)
         self._emit, self._stop_point = emit, stop_point
         self._layouts: dict[int, StageLayout] = {}
-        self._steps: dict[tuple[int, StepSpec], Any] = {}  # compiled once per distinct step of a stage
+        self._steps: dict[tuple[int, StepSpec], Any] = {}  # one per stage: its phases share it
         self._evals: dict[int, Any] = {}
         self.masking: MaskingSpec | None = None  # encoders: set from the tokenizer (``set_masking``)
 
@@ -101,17 +101,20 @@ class Programs:
 
     # ------------------------------------------------------------------ the steps
     def specs(self, index: int, stage_phases: list[Phase]) -> dict[str, StepSpec]:
-        """Each phase's step: the student, its frozen teachers and their betas when the phase
-        distils (eq. 15), the gate ramp of the layers grown into this stage."""
+        """Each phase's step, one for the whole stage: the student, its frozen teachers and their
+        betas (eq. 15) on over the distill phase's steps (``StepSpec.distill_window``), the
+        gate ramp of the layers grown into this stage. One program per stage, not per phase:
+        a stage boundary compiles what the new shape needs and nothing more."""
         run, stage, teachers = self.run_config, self.run_config.stages[index], self.teacher_models(index)
-        ramp = ramp_layers(self.plans[index])
-        return {p.name: StepSpec(self.exec(self.models[index]),
-                                 teachers=tuple(frozen_teacher(self.exec(t)) for t in teachers) if p.distill else (),
-                                 betas=(stage.beta,) * len(teachers) if p.distill else (),
-                                 ramp_layers=ramp, ramp_steps=stage.gate_ramp_steps,
-                                 microbatches=run.microbatches, loss_chunk=self.loss_chunk,
-                                 masking=self._stage_masking(index))
-                for p in stage_phases}
+        distill = [p for p in stage_phases if p.distill]
+        window = (distill[0].start, distill[0].end) if distill and teachers else None
+        spec = StepSpec(self.exec(self.models[index]),
+                        teachers=tuple(frozen_teacher(self.exec(t)) for t in teachers) if window else (),
+                        betas=(stage.beta,) * len(teachers) if window else (), distill_window=window,
+                        ramp_layers=ramp_layers(self.plans[index]), ramp_steps=stage.gate_ramp_steps,
+                        microbatches=run.microbatches, loss_chunk=self.loss_chunk,
+                        masking=self._stage_masking(index))
+        return {p.name: spec for p in stage_phases}
 
     def _stage_masking(self, index: int) -> MaskingSpec | None:
         """Each stage draws its own masks (its index salts the key), as it draws its own data."""
@@ -129,7 +132,7 @@ class Programs:
         if (index, spec) not in self._steps:
             opt, shardings, _ = self.layout(index)
             teacher_sh = tuple(param_shardings(t, self.mesh) for t in self.teacher_models(index)) \
-                if phase.distill else ()
+                if spec.teachers else ()
             fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
                          in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
                          out_shardings=(shardings, None))
@@ -151,11 +154,14 @@ class Programs:
         """Compile ahead of time, check that it fits the device before it runs, log the cost."""
         t = time.perf_counter()
         with jax.set_mesh(self.mesh), jax.default_matmul_precision(precision) if precision else contextlib.nullcontext():
-            compiled = fn.lower(*args).compile()
+            lowered = fn.lower(*args)
+            traced = time.perf_counter()
+            compiled = lowered.compile()
         seconds = time.perf_counter() - t
         self._stop_point(f"compiling {what}")
         need = memory.step_memory(compiled)
         self._emit({"kind": "compile", "stage": stage_number(index), "phase": phase, "seconds": seconds,
+                    "lower_seconds": traced - t,
                     **({"peak_bytes": need.peak, "temp_bytes": need.temporaries} if need else {})})
         try:
             memory.check_fits(what, need, memory.device_memory(list(self.mesh.devices.flat)), self.knobs(index))

@@ -3,8 +3,12 @@
 
 The step is a pure function of (``TrainState``, batch, teacher params), in the manner of
 optax's init/update; the trainer jits it with shardings and donation. Its static parts (configs, which teachers,
-beta, the ramp) form a hashable ``StepSpec``, so each distinct step of a stage compiles
-once, never per step; phases with equal specs (warmup and train) share one program.
+beta, the ramp) form a hashable ``StepSpec``, so a stage's step compiles once, never per
+step. A stage's phases share that one program: where the teachers are on only for some
+steps (the distillation window, ``StepSpec.distill_window``), the step reads its own step
+counter and a ``lax.cond`` runs the teachers' forwards and the distillation loss there and
+the plain loss elsewhere. A stage boundary thus compiles what the new shape needs, not one
+program per phase.
 
 The gates are not trained. They are kept out of the optimizer, and every step writes the
 ramping layers' gates as alpha = clip(step / ramp_steps, 0, 1): the
@@ -45,11 +49,15 @@ def objective(spec: "StepSpec", tokens: jax.Array, weights: jax.Array | None = N
 
 def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array | Objective,
               teacher_params: Sequence[Any] = (), weights: jax.Array | None = None, keys: jax.Array | None = None,
-              ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+              distill: jax.Array | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
     """(objective, (lm sum, kd sum, weight sum)) for tokens [B, S+1] (or a prepared
     ``Objective``): the LM loss plus beta x KL from every teacher (eq. 15), summed over the
     weighted tokens (an encoder's masked positions), through the chunked losses. Teachers
-    read the same inputs as the student, masks included."""
+    read the same inputs as the student, masks included.
+
+    ``distill``: a boolean scalar computed on the device, or None for "always". Where it is
+    false, the teachers' forwards are skipped (``lax.cond``) and the loss is the plain one,
+    exactly as a step without teachers computes it."""
     cfg = spec.model
     obj = tokens if isinstance(tokens, Objective) else objective(spec, tokens, weights, keys)
 
@@ -60,13 +68,28 @@ def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array | Obje
 
     x = states(cfg, params)
     n = x.shape[0] * x.shape[1]
-    teachers = []
-    for t_cfg, t_params in zip(spec.teachers, teacher_params):
-        t_params = jax.lax.stop_gradient(t_params)
-        teachers.append((states(t_cfg, t_params).reshape(n, -1), head_matrix(t_cfg, t_params)))
+    x, head = x.reshape(n, -1), head_matrix(cfg, params)
     w, targets = obj.weights.reshape(-1), obj.targets.reshape(-1)
-    total, nll, kl = fused_losses(x.reshape(n, -1), head_matrix(cfg, params), targets, vocab=cfg.vocab_size,
-                                  weights=w, teachers=teachers, betas=spec.betas, chunk=spec.loss_chunk)
+
+    def with_teachers(x, head, teacher_params):
+        teachers = []
+        for t_cfg, t_params in zip(spec.teachers, teacher_params):
+            t_params = jax.lax.stop_gradient(t_params)
+            teachers.append((states(t_cfg, t_params).reshape(n, -1), head_matrix(t_cfg, t_params)))
+        return fused_losses(x, head, targets, vocab=cfg.vocab_size, weights=w, teachers=teachers,
+                            betas=spec.betas, chunk=spec.loss_chunk)
+
+    def plain(x, head, teacher_params):
+        total, nll, kl = fused_losses(x, head, targets, vocab=cfg.vocab_size, weights=w, chunk=spec.loss_chunk)
+        return total, nll, jnp.zeros((len(spec.teachers),), kl.dtype)
+
+    teacher_params = tuple(teacher_params)
+    if not spec.teachers:
+        total, nll, kl = plain(x, head, teacher_params)
+    elif distill is None:
+        total, nll, kl = with_teachers(x, head, teacher_params)
+    else:
+        total, nll, kl = jax.lax.cond(distill, with_teachers, plain, x, head, teacher_params)
     kd = jnp.sum(jnp.asarray(spec.betas, kl.dtype) * kl) if spec.teachers else jnp.zeros((), kl.dtype)
     return total, (nll, kd, jnp.sum(w))
 
@@ -86,6 +109,8 @@ class StepSpec:
     model: ModelConfig
     teachers: tuple[ModelConfig, ...] = ()
     betas: tuple[float, ...] = ()  # one per teacher, constant within the phase
+    # steps [start, end) of the stage (``TrainState.step``) where the teachers are on; None: every step
+    distill_window: tuple[int, int] | None = None
     ramp_layers: tuple[int, ...] = ()  # layer indices whose gate ramps in this stage
     ramp_steps: int = 0
     microbatches: int = 1  # gradient accumulation: the batch is split into this many parts
@@ -101,6 +126,11 @@ class StepSpec:
                              "same inputs and predict the same targets")
         if len(self.betas) != len(self.teachers):
             raise ValueError(f"{len(self.teachers)} teachers need as many betas, got {len(self.betas)}")
+        if self.distill_window is not None:
+            start, end = self.distill_window
+            if not self.teachers or not 0 <= start < end:
+                raise ValueError(f"a distillation window needs teachers and 0 <= start < end, got "
+                                 f"{self.distill_window} with {len(self.teachers)} teachers")
         for name in ("microbatches", "loss_chunk"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -126,8 +156,8 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
     if spec.ramp_layers:
         mask = jnp.zeros((cfg.layers,), bool).at[jnp.asarray(spec.ramp_layers)].set(True)
 
-    def loss_fn(train_params, gates, obj, teacher_params):
-        total, aux = lm_and_kd(spec, {**train_params, GATES: gates}, obj, teacher_params)
+    def loss_fn(train_params, gates, obj, teacher_params, distill):
+        total, aux = lm_and_kd(spec, {**train_params, GATES: gates}, obj, teacher_params, distill=distill)
         return total, aux
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
@@ -140,9 +170,13 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
         if cfg.encoder:  # masks of the whole global batch, before any microbatch split
             keys = row_keys(spec.masking, state.step, jnp.arange(tokens.shape[0]))
         obj = objective(spec, tokens, keys=keys)
+        distill = None
+        if spec.distill_window is not None:
+            start, end = spec.distill_window
+            distill = (state.step >= start) & (state.step < end)
         n = spec.microbatches
         if n == 1:
-            grads, (lm, kd, count) = grad_fn(trainable(params), gates, obj, teacher_params)
+            grads, (lm, kd, count) = grad_fn(trainable(params), gates, obj, teacher_params, distill)
         else:
             if tokens.shape[0] % n:
                 raise ValueError(f"batch of {tokens.shape[0]} sequences does not split into {n} microbatches")
@@ -150,7 +184,7 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
                                            obj)
 
             def accumulate(acc, part):
-                g, aux = grad_fn(trainable(params), gates, part, teacher_params)
+                g, aux = grad_fn(trainable(params), gates, part, teacher_params, distill)
                 return jax.tree_util.tree_map(jnp.add, acc, (g, aux)), None
 
             zero = jax.tree_util.tree_map(jnp.zeros_like, trainable(params))

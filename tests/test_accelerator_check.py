@@ -1,0 +1,327 @@
+"""``benchmarks/accelerator_check.py``: one command for every accelerator figure (issue 26).
+
+The dry run goes through the whole plan at toy shapes on the CPU and must leave every part's
+figures, finite, in results.json and the tables in results.md. Bad arguments are one line
+and touch nothing; the real plan's configs (which only a GPU runs) load at the paper's
+shapes; a child that outlives its allowance is killed with its own children; a failing
+part is recorded and the plan goes on, the results rewritten after every part."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "accelerator_check.py"
+
+
+def script(path: Path):
+    """A script that is no package module (benchmarks/*.py), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod  # its dataclasses look their module up while they are made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def check():
+    return script(SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return script(SCRIPT.with_name("torch_reference.py"))
+
+
+def one_line(capsys, main, argv: list[str]) -> str:
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- arguments
+def test_an_out_that_is_a_file_is_refused_and_left_alone(check, capsys, tmp_path):
+    target = tmp_path / "results"
+    target.write_text("mine")
+    assert "is a file" in one_line(capsys, check.main, ["--out", str(target), "--dry-run"])
+    assert target.read_text() == "mine"
+
+
+def test_a_non_empty_directory_no_check_made_is_refused_and_left_alone(check, capsys, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert "non-empty directory" in one_line(capsys, check.main, ["--out", str(tmp_path), "--dry-run"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_earlier_checks_directory_is_taken_again(check, tmp_path):
+    first = check.open_out(str(tmp_path / "out"))
+    (first / "results.json").write_text("{}")
+    assert check.open_out(str(tmp_path / "out")) == first
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--budget-min", "0"], "--budget-min must be a positive number"),
+    (["--budget-min", "-3"], "--budget-min must be a positive number"),
+    (["--budget-min", "nan"], "--budget-min must be a positive number"),
+    (["--parts", "step,bogus"], "--parts takes comma-separated names"),
+    (["--parts", "step,"], "--parts takes comma-separated names"),
+])
+def test_bad_arguments_are_one_line_and_create_nothing(check, capsys, tmp_path, argv, says):
+    out = tmp_path / "out"
+    assert says in one_line(capsys, check.main, ["--out", str(out), *argv])
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- the accelerator's plan
+PAPER_SHAPES = [(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6), (768, 2048, 12, 12)]
+
+
+def shapes(run) -> list[tuple[int, int, int, int]]:
+    from loire_jax.config.schedule import stage_models
+
+    return [(m.hidden, m.ffn, m.heads, m.layers) for m in stage_models(run)]
+
+
+def test_the_accelerator_plans_runs_are_valid_configs_at_the_papers_shapes(check, tmp_path):
+    """What only the GPU runs is checked here: every config the real plan writes loads,
+    at the issue's shapes and batches."""
+    import yaml
+
+    from loire_jax import load_run_config
+    from loire_jax.experiments import suite as suites
+
+    data = str(ROOT / "configs" / "domains" / "default.yaml")
+    paper = check.paper_config(check.REAL, data, check.REAL.paper_steps)
+    (tmp_path / "paper.yaml").write_text(yaml.safe_dump(paper))
+    run = load_run_config(tmp_path / "paper.yaml")
+    assert (run.batch_size, run.seq_len, run.precision, run.model.vocab_size) == (64, 1024, "bf16", 50257)
+    assert shapes(run) == PAPER_SHAPES and all(st.steps == check.REAL.paper_steps for st in run.stages)
+
+    engine, case = check.engine_config(check.REAL, data)
+    (tmp_path / "engine.yaml").write_text(yaml.safe_dump(engine))
+    run = load_run_config(tmp_path / "engine.yaml")
+    assert shapes(run) == PAPER_SHAPES[-1:] and (run.batch_size, run.seq_len, run.precision) == (32, 1024, "bf16")
+    assert (case["shape"], case["batch"], case["seq"], case["teachers"]) == ("m5", 32, 1024, 0)
+
+    base = check.suite_config(check.REAL, data)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    compile_bench = check._script("bench_compile")
+    compile_bench.write_suite(tmp_path, tmp_path / "base.yaml", [])
+    runs = suites.main_runs(suites.load_suite(str(tmp_path / "suite.yaml")), ())
+    assert sorted(r.system for r in runs) == ["GPT_L", "LOIRE"]
+    for r in runs:
+        assert (r.config.batch_size, r.config.seq_len, len(r.config.stages)) == (32, 1024, 5)
+    assert shapes(next(r.config for r in runs if r.system == "LOIRE")) == PAPER_SHAPES
+
+    table = [(c["shape"], c["batch"], c["seq"], c["teachers"], c["dtype"], c["torch"], c["torch_compile"])
+             for c in check.step_cases(check.REAL)]
+    assert table == [("m5", 32, 1024, 0, "bfloat16", True, True), ("m5", 32, 1024, 1, "bfloat16", False, True),
+                     ("m5", 32, 1024, 4, "bfloat16", False, False), ("1b", 8, 1024, 0, "bfloat16", False, True),
+                     ("1b", 8, 1024, 1, "bfloat16", False, False), ("1b", 8, 1024, 4, "bfloat16", False, False),
+                     ("m5", 64, 1024, 4, "bfloat16", False, False)]
+
+
+def test_list_prints_the_plan_and_creates_nothing(check, capsys, tmp_path):
+    assert check.main(["--out", str(tmp_path / "out"), "--list", "--budget-min", "14"]) == 0
+    printed = capsys.readouterr().out
+    assert "1.1B final stage (2048, 6144, 32, 24) V50257 8x1024 bfloat16 teachers 0; torch compile" in printed
+    assert "(384, 1024, 6, 6) -> (768, 1024, 6, 6)" in printed and not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- time and failures
+@pytest.mark.slow  # it starts several processes
+def test_a_child_past_its_allowance_is_killed_with_its_own_children(check, tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    code = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    start = time.monotonic()
+    child = check.bench.run_child([sys.executable, "-c", code], timeout=3)
+    assert child.timed_out and time.monotonic() - start < 20
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):  # reaped by init shortly after the kill
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the grandchild {grandchild} outlived the allowance")
+
+
+@pytest.mark.slow  # it starts several processes
+def test_a_failing_part_is_recorded_and_the_plan_goes_on(check, tmp_path, monkeypatch):
+    out = check.open_out(str(tmp_path / "out"))
+    (out / "run" / "logs").mkdir(parents=True)
+    seen = []
+
+    def fails(chk, budget):
+        seen.append("growth")
+        written = {p["name"]: p for p in json.loads((out / "results.json").read_text())["parts"]}
+        assert written["data"]["status"] == "ok" and written["growth"]["status"] == "running"  # as it goes
+        chk.run("growth", [sys.executable, "-c", "import sys; sys.exit('RuntimeError: the demo broke')"], budget.left())
+
+    def slow(chk, budget):
+        seen.append("engine")
+        chk.run("engine", [sys.executable, "-c", "import time; time.sleep(60)"], 1.5)
+
+    monkeypatch.setitem(check.PART_FUNCS, "data", lambda chk, budget: {"prepared": {}})
+    monkeypatch.setitem(check.PART_FUNCS, "growth", fails)
+    monkeypatch.setitem(check.PART_FUNCS, "engine", slow)
+    monkeypatch.setitem(check.PART_FUNCS, "gpt_paper", lambda chk, budget: seen.append("gpt_paper") or {})
+    head = {"command": ["python", "x"], "started": "now", "dry_run": True, "budget_min": 1, "versions": {}}
+    chk = check.Check(out, out / "run", check.DRY, check.Budget(60), check.Results(out, head), torch=False)
+    assert check.run_plan(chk, ["data", "growth", "engine", "gpt_paper"]) == 1
+    assert seen == ["growth", "engine", "gpt_paper"]
+    parts = {p["name"]: p for p in json.loads((out / "results.json").read_text())["parts"]}
+    assert parts["data"]["status"] == "ok" and parts["gpt_paper"]["status"] == "ok"
+    assert parts["growth"]["status"] == "failed" and "RuntimeError: the demo broke" in parts["growth"]["error"]
+    assert parts["engine"]["status"] == "out of time"
+    assert parts["step"]["status"] == "not selected"
+    md = (out / "results.md").read_text()
+    assert "| growth | failed |" in md and "| engine | out of time |" in md
+
+
+# --------------------------------------------------------------------------- the PyTorch reference
+def finite(*values) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def torch_case(mode: str, backend: str = "inductor") -> dict:
+    small = dict(vocab_size=64, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=2)
+    return {"student": small, "teachers": [dict(small, layers=1)], "batch": 2, "seq": 8, "dtype": "float32",
+            "steps": 2, "repeats": 1, "mode": mode, "backend": backend}
+
+
+def test_the_torch_reference_says_torch_is_missing_in_its_record(reference, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    record = reference.run_case(torch_case("eager"))
+    assert record["error"].startswith("torch is not importable") and "tokens_per_s" not in record
+
+
+@pytest.mark.parametrize("mode,backend", [("eager", "inductor"), ("compile", "aot_eager")])
+def test_the_torch_reference_times_both_modes_with_a_teacher(reference, mode, backend):
+    pytest.importorskip("torch")
+    record = reference.run_case(torch_case(mode, backend))
+    assert "error" not in record, record
+    assert record["mode"] == mode and finite(record["tokens_per_s"], record["warmup_s"], record["loss"])
+
+
+# --------------------------------------------------------------------------- the dry run
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("accelerator") / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    return out, result
+
+
+# In the "engine" group, one after another with the two-process tests, as tests/test_experiment.py
+# is: the dry run starts a suite subprocess too, and on a 2-core machine beside them it overloads it.
+ENGINE = pytest.mark.xdist_group("engine")
+
+
+@pytest.mark.slow
+@ENGINE
+def test_the_dry_run_measures_every_part(check, dry_run):
+    out, result = dry_run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    parts = {p["name"]: p for p in data["parts"]}
+    assert list(parts) == list(check.PARTS)
+    assert {n: p["status"] for n, p in parts.items()} == {n: "ok" for n in check.PARTS}, parts
+    assert data["dry_run"] and data["device"]["platform"] == "cpu" and data["versions"]["jax"]
+    assert data["command"][-3:] == ["--dry-run", "--out", str(out)] and data["seconds"] > 0
+
+    step = parts["step"]["records"]
+    assert len(step) == len(check.step_cases(check.DRY))
+    for r in step:
+        assert "error" not in r, r
+        assert finite(r["tokens_per_s"], r["mfu"], r["compiled_peak_gib"], r["compile_s"]) and r["tokens_per_s"] > 0
+    kd = parts["step"]["figures"]["kd_cost"]
+    assert kd and all(finite(k["ratio"]["1"], k["ratio"]["4"]) for k in kd[:1])
+    memory = parts["step"]["figures"]["memory_1b"]
+    assert memory and all(finite(m["compiled_peak_gib"]) for m in memory)
+
+    growth = parts["growth"]
+    assert [r["operator"] for r in growth["records"]] == ["-", "hidden", "ffn", "heads", "layers"]
+    assert finite(growth["figures"]["max_abs_dlogits"]) and growth["figures"]["preserved"]
+
+    engine = parts["engine"]["figures"]
+    assert finite(engine["engine_tokens_per_s"], engine["bench_tokens_per_s"], engine["ratio"])
+
+    paper = parts["gpt_paper"]
+    assert paper["figures"]["batch"] == 64 and paper["figures"]["stages"] == 2
+    trained = [r for r in paper["records"] if r["phase"] == "train"]
+    assert {r["stage"] for r in trained} == {1, 2} and all(finite(r["tokens_per_s"], r["mfu"]) for r in trained)
+    for stage in (1, 2):  # one training program a stage, compiled before its first phase and shared by the rest
+        rows = [r for r in paper["records"] if r["stage"] == stage]
+        assert finite(rows[0]["compile_s"], rows[0]["compiled_peak_gib"]), rows
+        assert all(r["compile_s"] is None for r in rows[1:]), rows
+
+    suite = parts["gptl_vs_loire"]
+    split = [r for r in suite["records"] if "breakdown" in r]
+    assert sorted(r["system"] for r in split) == ["GPT_L", "LOIRE"]
+    for r in split:
+        assert finite(r["flops"], *r["breakdown"].values()) and r["breakdown"]["compile"] > 0
+    # every pass of both systems: one training step and one evaluation per stage (two stages here)
+    passes = [(r["system"], r["pass"], r["programs"]) for r in suite["records"] if "pass" in r]
+    assert sorted(passes) == [(s, p, 4) for s in ("GPT_L", "LOIRE") for p in ("cold", "warm")]
+    fig = suite["figures"]
+    assert 0 < fig["flops_ratio"] < 1  # LOIRE's first stage is the smaller model
+    assert finite(fig["steps_ratio"], fig["wall_ratio"], fig["compile_ratio_cold"],
+                  fig["compile_ratio_warm"], fig["warm_over_cold_LOIRE"], fig["warm_over_cold_GPT_L"])
+
+
+@pytest.mark.slow
+@ENGINE
+def test_the_dry_runs_markdown_has_every_table(dry_run):
+    out, _ = dry_run
+    md = (out / "results.md").read_text()
+    for heading in ("## Parts", "## Train step", "### KD cost", "### 1.1B memory", "## Growth demo",
+                    "## Engine vs benchmark", "## gpt_paper.yaml", "## GPT_L vs LOIRE"):
+        assert heading in md, heading
+    assert "| shape (h, f, heads, L), V | batch × seq | teachers | loire_jax tokens/s (MFU) |" in md
+    assert "error" not in md and "–% " not in md, md
+    assert "LOIRE / GPT_L: FLOPs" in md and "| LOIRE | warm cache | 4 |" in md
+
+
+@pytest.mark.slow
+@ENGINE
+def test_the_readme_renders_a_recorded_check_s_step_table_with_its_date_device_and_command(dry_run, tmp_path,
+                                                                                         monkeypatch):
+    """README's Performance section shows the GPU table of the check copied to
+    benchmarks/results/accelerator: here the dry run's results, relabelled as a real check's
+    (the renderer refuses a dry run's, whose toy figures are no GPU's)."""
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "tools" / "docs_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = figures
+    spec.loader.exec_module(figures)
+    out, _ = dry_run
+    data = json.loads((out / "results.json").read_text())
+    monkeypatch.setattr(figures, "ACCELERATOR", tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="dry run"):
+        figures.render("readme-performance")
+    data["dry_run"] = False
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    text = figures.render("readme-performance")
+    gpu = text[text.index("**GPU**"):]
+    prose = " ".join(gpu.split())  # the paragraph is wrapped
+    assert data["started"][:10] in prose and data["device"]["kind"] in prose and " ".join(data["command"]) in prose
+    step = next(p for p in data["parts"] if p["name"] == "step")
+    rows = [ln for ln in gpu.splitlines() if ln.startswith("| toy") and ", V " in ln]  # the step table's
+    assert len(rows) == len(step["records"]) and all(f"{round(r['tokens_per_s']):,}" in row
+                                                       for r, row in zip(step["records"], rows))
