@@ -476,8 +476,8 @@ SHELL = {
     "python tools/docs_figures.py --check": "run",
     # docs/performance.md
     "python benchmarks/bench_compile.py":
-        "not run here: minutes (six five-stage runs); it made docs/results/bench-compile, and "
-        "tests/test_bench_compile.py runs it on a two-stage micro config",
+        "not run here: minutes (six five-stage runs); it made docs/results/bench-compile, and the accelerator "
+        "check's dry run (tests/test_accelerator_check.py) runs it on a two-stage toy config",
     "python benchmarks/accelerator_check.py --out DIR --list": "run",
     "python benchmarks/accelerator_check.py --out DIR --budget-min 25":
         "not run here: it is for a GPU node (about 25 minutes); tests/test_accelerator_check.py runs the same plan "

@@ -86,12 +86,13 @@ def test_two_processes_train_the_run_one_process_trains(run_config, reference, t
 
 
 def test_sigterm_to_one_process_stops_both_and_one_process_resumes(run_config, reference, tmp_path, capsys):
-    """SIGTERM reaches process 1 only (after its 9th step: stage 2, step 3); both save that
-    step and exit 75 (resume me). One process then resumes the two-process checkpoint on 8 devices."""
+    """SIGTERM reaches process 1 only (after its 9th step: stage 2, step 3); both stop at the
+    next point where they agree on stopping, step 4's save (checkpoint.save_every 2), and exit
+    75 (resume me). One process then resumes the two-process checkpoint on 8 devices."""
     (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term:9"))
     assert rc0 == 75 and rc1 == 75, tails(err0, err1)
-    assert "in stage 2 at step 3: checkpoint saved" in out0
-    assert steps_saved(tmp_path / "stage_2") == [2, 3]
+    assert "in stage 2 at step 4: checkpoint saved" in out0
+    assert steps_saved(tmp_path / "stage_2") == [2, 4]
     assert in_process(run_config, tmp_path).complete
     assert "saved by 2 process(es), resumed by 1" in capsys.readouterr().out
     assert_close_to(final_losses(tmp_path), final_losses(reference))
