@@ -57,7 +57,9 @@ from typing import Any, Callable
 
 import yaml
 
+from loire_jax.analysis.tables import markdown_table
 from loire_jax.errors import fail
+from loire_jax.paths import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = ".accelerator_check"  # in --out: this tool made the directory
@@ -76,6 +78,7 @@ def _script(name: str):
 
 
 bench = _script("bench_step")
+compile_bench = _script("bench_compile")  # the GPT_L vs LOIRE part runs it; its labels and summary are reused
 
 
 # --------------------------------------------------------------------------- the plan's scale
@@ -191,14 +194,8 @@ class Results:
         self.head["seconds"] = round(time.monotonic() - self.start, 1)
         self.head["device"] = _device(self.parts)
         data = dict(self.head, parts=[self.parts[n] for n in PARTS if n in self.parts])
-        _write_atomic(self.out / "results.json", json.dumps(data, indent=1, default=str) + "\n")
-        _write_atomic(self.out / "results.md", markdown(data))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        write_atomic(self.out / "results.json", json.dumps(data, indent=1, default=str) + "\n")
+        write_atomic(self.out / "results.md", markdown(data))
 
 
 def _now() -> str:
@@ -610,12 +607,11 @@ def gptl_vs_loire_part(check: Check, budget: Budget) -> dict[str, Any]:
     g, lo = first["GPT_L"], first["LOIRE"]
     ratio = lambda a, b: a / b if b else None  # noqa: E731
     return {"data": note, "batch": base["batch_size"], "seq": base["seq_len"], "steps_per_stage": check.scale.suite_steps,
-            "stages": len(base["stages"]), "first_pass": next(iter(passes)), "flops_ratio": ratio(lo["flops"], g["flops"]),
+            "stages": len(base["stages"]), "first_pass": next(iter(passes)),
+            "flops_ratio": got["ratios"]["flops_loire_over_gpt_l"],
             "steps_ratio": ratio(lo["breakdown"]["steps"], g["breakdown"]["steps"]),
             "wall_ratio": ratio(lo["breakdown"]["total"], g["breakdown"]["total"]),
-            **{f"compile_ratio_{key}": v for key, v in ((k[len("loire_over_gpt_l_"):], v) for k, v in got["ratios"].items()
-                                                         if k.startswith("loire_over_gpt_l_"))},
-            **{f"warm_over_cold_{k.split('_warm')[0]}": v for k, v in got["ratios"].items() if "_warm_over_cold" in k}}
+            "compile": got["ratios"]}  # bench_compile.ratios: LOIRE / GPT_L per pass, warm / cold per system
 
 
 def suite_config(scale: Scale, data: str) -> dict[str, Any]:
@@ -719,12 +715,10 @@ def markdown(data: dict[str, Any]) -> str:
              f"- device: {dev.get('kind', 'unknown')} ({dev.get('devices') or data.get('devices_seen', '-')}); MFU peak: "
              + (f"{dev['peak_flops'] / 1e12:,.1f} TFLOP/s ({dev.get('peak_source')})" if dev.get("peak_flops") else "–"),
              "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val),
-             f"- command: `{' '.join(data['command'])}`; budget {data['budget_min']:g} min", "",
-             "## Parts", "", "| part | status | seconds | allowance s | note |", "|---|---|---|---|---|"]
-    for p in data["parts"]:
-        note = p.get("error") or p.get("reason") or ""
-        lines.append(f"| {p['name']} | {p['status']} | {_f(p.get('seconds'), '.0f')} | "
-                     f"{_f(p.get('allowance_s'), '.0f')} | {note.replace('|', '/')} |")
+             f"- command: `{' '.join(data['command'])}`; budget {data['budget_min']:g} min", "", "## Parts", ""]
+    lines += markdown_table(("part", "status", "seconds", "allowance s", "note"),
+                            [(p["name"], p["status"], _f(p.get("seconds"), ".0f"), _f(p.get("allowance_s"), ".0f"),
+                              (p.get("error") or p.get("reason") or "").replace("|", "/")) for p in data["parts"]])
     for name, render in (("data", _md_data), ("step", _md_step), ("growth", _md_growth), ("engine", _md_engine),
                          ("gpt_paper", _md_gpt_paper), ("gptl_vs_loire", _md_suite)):
         if name in parts and (parts[name]["records"] or parts[name]["figures"]):
@@ -733,12 +727,12 @@ def markdown(data: dict[str, Any]) -> str:
 
 
 def _md_data(part: dict) -> list[str]:
-    lines = ["## Data", "", "| corpus | config | prepared |", "|---|---|---|"]
-    for name, found in part["figures"]["prepared"].items():
+    def state(found: dict) -> str:
         why = found["missing"]
-        state = "yes" if not why else f"no: {why}; prepare: {found.get('prepare')}".replace("|", "/")
-        lines.append(f"| {name} | {found['config']} | {state} |")
-    return lines
+        return "yes" if not why else f"no: {why}; prepare: {found.get('prepare')}".replace("|", "/")
+
+    return ["## Data", ""] + markdown_table(("corpus", "config", "prepared"), [
+        (name, found["config"], state(found)) for name, found in part["figures"]["prepared"].items()])
 
 
 def _rate(r: dict, prefix: str = "") -> str:
@@ -752,47 +746,44 @@ def _rate(r: dict, prefix: str = "") -> str:
 def _md_step(part: dict) -> list[str]:
     lines = ["## Train step", "",
              "tokens/s: median of the repeats, compilation excluded; MFU of the device's peak. PyTorch: the same "
-             "architecture and step (torch_reference.py), eager and torch.compile.", "",
-             "| shape (h, f, heads, L), V | batch × seq | teachers | loire_jax tokens/s (MFU) | compiled peak GiB | "
-             "device peak GiB | torch eager (MFU) | torch.compile (MFU) | loire_jax / torch.compile |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "architecture and step (torch_reference.py), eager and torch.compile.", ""]
+    rows = []
     for r in part["records"]:
         student, _ = bench._configs(r)
         dims = f" ({student.hidden}, {student.ffn}, {student.heads}, {student.layers}), V {student.vocab_size:,}"
         vs = (f"{r['tokens_per_s'] / r['torch_compile_tokens_per_s']:.2f}×"
               if r.get("tokens_per_s") and r.get("torch_compile_tokens_per_s") else "–")
-        eager = _rate(r, "torch_") if r.get("torch") else "–"
-        compiled = _rate(r, "torch_compile_") if r.get("torch_compile") else "–"
-        lines.append(f"| {r['label']}{dims} | {r['batch']} × {r['seq']} | {r['teachers']} | {_rate(r)} | "
-                     f"{_f(r.get('compiled_peak_gib'), '.2f')} | {_f(r.get('device_peak_gib'), '.2f')} | "
-                     f"{eager} | {compiled} | {vs} |")
+        rows.append((f"{r['label']}{dims}", f"{r['batch']} × {r['seq']}", str(r["teachers"]), _rate(r),
+                     _f(r.get("compiled_peak_gib"), ".2f"), _f(r.get("device_peak_gib"), ".2f"),
+                     _rate(r, "torch_") if r.get("torch") else "–",
+                     _rate(r, "torch_compile_") if r.get("torch_compile") else "–", vs))
+    lines += markdown_table(("shape (h, f, heads, L), V", "batch × seq", "teachers", "loire_jax tokens/s (MFU)",
+                             "compiled peak GiB", "device peak GiB", "torch eager (MFU)", "torch.compile (MFU)",
+                             "loire_jax / torch.compile"), rows)
     skipped = {r.get("torch_skipped") for r in part["records"] if r.get("torch_skipped")}
     if skipped:
         lines += ["", "PyTorch columns: " + "; ".join(sorted(skipped)) + "."]
     kd = part["figures"].get("kd_cost") or []
     if kd:
-        lines += ["", "### KD cost: step time with k teachers over without", "",
-                  "| shape | batch × seq | 1 teacher | 4 teachers |", "|---|---|---|---|"]
-        for k in kd:
-            lines.append(f"| {k['label']} | {k['batch']} × {k['seq']} | {_f(k['ratio'].get('1'), '.2f')}× | "
-                         f"{_f(k['ratio'].get('4'), '.2f')}× |")
+        lines += ["", "### KD cost: step time with k teachers over without", ""] + markdown_table(
+            ("shape", "batch × seq", "1 teacher", "4 teachers"),
+            [(k["label"], f"{k['batch']} × {k['seq']}", _f(k["ratio"].get("1"), ".2f", suffix="×"),
+              _f(k["ratio"].get("4"), ".2f", suffix="×")) for k in kd])
     memory = part["figures"].get("memory_1b") or []
     if memory:
-        lines += ["", "### 1.1B memory (its final stage)", "",
-                  "| teachers | compiled peak GiB | device peak GiB | torch.compile peak GiB |", "|---|---|---|---|"]
-        for m in memory:
-            lines.append(f"| {m['teachers']} | {_f(m['compiled_peak_gib'], '.2f')} | {_f(m['device_peak_gib'], '.2f')} | "
-                         f"{_f(m['torch_compile_peak_gib'], '.2f')} |")
+        lines += ["", "### 1.1B memory (its final stage)", ""] + markdown_table(
+            ("teachers", "compiled peak GiB", "device peak GiB", "torch.compile peak GiB"),
+            [(str(m["teachers"]), _f(m["compiled_peak_gib"], ".2f"), _f(m["device_peak_gib"], ".2f"),
+              _f(m["torch_compile_peak_gib"], ".2f")) for m in memory])
     return lines
 
 
 def _md_growth(part: dict) -> list[str]:
     fig = part["figures"]
-    lines = ["## Growth demo", "", "| model | operator | (h, f, heads, L) | params | max \\|Δlogits\\| |",
-             "|---|---|---|---|---|"]
-    for r in part["records"]:
-        lines.append(f"| {r['model']} | {r['operator']} | {tuple(r['shape'])} | {r['params']:,} | "
-                     f"{r['max_abs_dlogits']:.2e} |")
+    lines = ["## Growth demo", ""] + markdown_table(
+        ("model", "operator", "(h, f, heads, L)", "params", "max \\|Δlogits\\|"),
+        [(r["model"], r["operator"], str(tuple(r["shape"])), f"{r['params']:,}", f"{r['max_abs_dlogits']:.2e}")
+         for r in part["records"]])
     if fig:
         lines += ["", f"Max over the schedule: {fig['max_abs_dlogits']:.2e}; function "
                       f"{'preserved at every step' if fig['preserved'] else 'NOT preserved'}."]
@@ -801,12 +792,12 @@ def _md_growth(part: dict) -> list[str]:
 
 def _md_engine(part: dict) -> list[str]:
     e = part["figures"]
-    return ["## Engine vs benchmark", "",
-            "| shape (h, f, heads, L), V | batch × seq | dtype | engine tokens/s | benchmark tokens/s | "
-            "engine / benchmark |", "|---|---|---|---|---|---|",
-            f"| {tuple(e['shape'])}, V {e['vocab']:,} | {e['batch']} × {e['seq']} | {e['dtype']} | "
-            f"{e['engine_tokens_per_s']:,.0f} | {e['bench_tokens_per_s']:,.0f} | {e['ratio']:.2f}× |", "",
-            f"Engine: launch/train.py, median of its logged tokens/s over {e['engine_steps']} steps after the first; "
+    return ["## Engine vs benchmark", ""] + markdown_table(
+        ("shape (h, f, heads, L), V", "batch × seq", "dtype", "engine tokens/s", "benchmark tokens/s",
+         "engine / benchmark"),
+        [(f"{tuple(e['shape'])}, V {e['vocab']:,}", f"{e['batch']} × {e['seq']}", e["dtype"],
+          f"{e['engine_tokens_per_s']:,.0f}", f"{e['bench_tokens_per_s']:,.0f}", f"{e['ratio']:.2f}×")]) + [
+        "", f"Engine: launch/train.py, median of its logged tokens/s over {e['engine_steps']} steps after the first; "
             f"benchmark: {e['bench_source']}."]
 
 
@@ -814,13 +805,12 @@ def _md_gpt_paper(part: dict) -> list[str]:
     fig = part["figures"]
     lines = ["## gpt_paper.yaml", "",
              (f"Batch {fig['batch']} × {fig['seq']}, {fig['steps_per_stage']} steps a stage, {fig['stages']} stages; "
-              f"data: {fig['data']}.") if fig else "", "",
-             "| stage | (h, f, heads, L) | phase | steps (timed) | tokens/s | MFU | compile s | compiled peak GiB |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in part["records"]:
-        lines.append(f"| {r['stage']} | {tuple(r['shape'])} | {r['phase']} | {r['steps']} ({r['timed_steps']}) | "
-                     f"{_f(r['tokens_per_s'], ',.0f')} | {_f(r['mfu'] and 100 * r['mfu'], '.1f', suffix='%')} | "
-                     f"{_f(r['compile_s'], '.1f')} | {_f(r['compiled_peak_gib'], '.2f')} |")
+              f"data: {fig['data']}.") if fig else "", ""]
+    lines += markdown_table(
+        ("stage", "(h, f, heads, L)", "phase", "steps (timed)", "tokens/s", "MFU", "compile s", "compiled peak GiB"),
+        [(str(r["stage"]), str(tuple(r["shape"])), r["phase"], f"{r['steps']} ({r['timed_steps']})",
+          _f(r["tokens_per_s"], ",.0f"), _f(r["mfu"] and 100 * r["mfu"], ".1f", suffix="%"), _f(r["compile_s"], ".1f"),
+          _f(r["compiled_peak_gib"], ".2f")) for r in part["records"]])
     return lines + ["", "Timed steps: a phase's steps after its first. Compile – : the phase runs the stage's one "
                         "training program, compiled before its first phase."]
 
@@ -832,25 +822,18 @@ def _md_suite(part: dict) -> list[str]:
     compiles = [r for r in part["records"] if "pass" in r]
     lines = ["## GPT_L vs LOIRE", "",
              (f"Batch {fig['batch']} × {fig['seq']}, {fig['steps_per_stage']} steps a stage, {fig['stages']} stages, "
-              f"one seed; data: {fig['data']}. Seconds of wall time ({fig['first_pass']} pass).") if fig else "", "",
-             "| system | " + " | ".join(keys) + " | training FLOPs |", "|---" * (len(keys) + 2) + "|"]
-    for r in split:
-        lines.append(f"| {r['system']} | " + " | ".join(f"{r['breakdown'][k]:.1f}" for k in keys)
-                     + f" | {r['flops']:.3e} |")
+              f"one seed; data: {fig['data']}. Seconds of wall time ({fig['first_pass']} pass).") if fig else "", ""]
+    lines += markdown_table(("system", *keys, "training FLOPs"),
+                            [(r["system"], *(f"{r['breakdown'][k]:.1f}" for k in keys), f"{r['flops']:.3e}")
+                             for r in split])
     if compiles:
-        labels = {"off": "cache off", "cold": "empty cache", "warm": "warm cache"}
-        lines += ["", "| system | pass | programs | compile s | of which tracing s |", "|---|---|---|---|---|"]
-        lines += [f"| {r['system']} | {labels[r['pass']]} | {r['programs']} | {r['compile_s']:.1f} | {r['lower_s']:.1f} |"
-                  for r in compiles]
+        lines += [""] + markdown_table(
+            ("system", "pass", "programs", "compile s", "of which tracing s"),
+            [(r["system"], compile_bench.LABELS[r["pass"]], str(r["programs"]), f"{r['compile_s']:.1f}",
+              f"{r['lower_s']:.1f}") for r in compiles])
     if fig:
-        compile_text = ", ".join(f"{_f(fig[f'compile_ratio_{k}'], '.2f')}× {label}" for k, label in
-                                 (("off", "cache off"), ("cold", "empty cache"), ("warm", "warm"))
-                                 if f"compile_ratio_{k}" in fig)
         lines += ["", f"LOIRE / GPT_L: FLOPs {_f(fig['flops_ratio'], '.1%')}, step time {_f(fig['steps_ratio'], '.1%')}, "
-                      f"wall {_f(fig['wall_ratio'], '.1%')}, compile {compile_text}."]
-        if "warm_over_cold_LOIRE" in fig:
-            lines.append(f"A warm rerun's compile time over a cold one: LOIRE {_f(fig['warm_over_cold_LOIRE'], '.0%')}, "
-                         f"GPT_L {_f(fig['warm_over_cold_GPT_L'], '.0%')}.")
+                      f"wall {_f(fig['wall_ratio'], '.1%')}.", "", compile_bench.summary(fig["compile"]) + "."]
     return lines
 
 

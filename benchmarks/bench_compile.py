@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from loire_jax.analysis.tables import markdown_table
 from loire_jax.errors import fail
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,14 +84,10 @@ def system_figures(workdir: Path, system: str) -> dict[str, Any]:
 
 
 def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
-    lines = ["| system | pass | programs | compile s | of which tracing s | wall s | training FLOPs |",
-             "|---|---|---|---|---|---|---|"]
-    for system in SYSTEMS:
-        for key in results:
-            r = results[key][system]
-            lines.append(f"| {system} | {LABELS[key]} | {r['programs']} | {r['compile_s']:.1f} | {r['lower_s']:.1f} | "
-                         f"{r['wall_s']:.1f} | {r['flops']:.3g} |")
-    return "\n".join(lines)
+    return "\n".join(markdown_table(
+        ("system", "pass", "programs", "compile s", "of which tracing s", "wall s", "training FLOPs"),
+        [(system, LABELS[key], str(r["programs"]), f"{r['compile_s']:.1f}", f"{r['lower_s']:.1f}", f"{r['wall_s']:.1f}",
+          f"{r['flops']:.3g}") for system in SYSTEMS for key in results for r in [results[key][system]]]))
 
 
 def ratios(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float]:

@@ -26,7 +26,6 @@ StepSpec, state shardings, donation, ahead-of-time compilation and execution cho
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import os
@@ -180,17 +179,9 @@ def _peak(case, devs, platform) -> dict:
     if case.get("peak_tflops"):
         return {"peak_flops": case["peak_tflops"] * 1e12 * len(devs), "peak_source": "given"}
     if platform == "cpu":
-        return {"peak_flops": _cpu_peak(), "peak_source": "measured 2048^2 fp32 matmul, this run"}
+        return {"peak_flops": flops.measured_matmul_flops(), "peak_source": "measured 2048^2 fp32 matmul, this run"}
     peak, source = flops.peak_flops(devs)
     return {"peak_flops": peak, "peak_source": source}
-
-
-@functools.cache
-def _cpu_peak() -> float:
-    """Measured once per process: the cases a process times one after another share it."""
-    from loire_jax.analysis import flops
-
-    return flops.measured_matmul_flops()
 
 
 # --------------------------------------------------------------------------- child processes
@@ -210,6 +201,12 @@ class Child:
         """The child's last stderr line that is not blank: a Python error's message line."""
         lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
         return lines[-1][:300] if lines else f"exit code {self.code}, no output on stderr"
+
+    def unfinished(self, what: str) -> str:
+        """Why the records it was asked for are not all there."""
+        if self.timed_out:
+            return f"out of time: stopped after {self.seconds:.0f} s"
+        return self.last_error_line() if self.code else f"the {what} process ended without a record"
 
     def records(self) -> list[dict]:
         """Every ``RECORD {json}`` line it printed, in order (those of a killed child too)."""
@@ -249,11 +246,7 @@ def jax_records(cases: list[dict], timeout: float | None = None, env: dict[str, 
     not finish (it ran out of time or crashed) gets ``error`` with the reason."""
     child = run_child([sys.executable, __file__, "--cases", json.dumps(cases)], timeout, env)
     done = child.records()
-    if child.timed_out:
-        why = f"out of time: stopped after {child.seconds:.0f} s"
-    else:
-        why = child.last_error_line() if child.code else "the case process ended without a record"
-    return done + [dict(c, error=why) for c in cases[len(done):]]
+    return done + [dict(c, error=child.unfinished("case")) for c in cases[len(done):]]
 
 
 def torch_dims(case: dict) -> dict[str, Any]:
@@ -277,11 +270,7 @@ def torch_records(jobs: list[dict], timeout: float | None = None, env: dict[str,
     child = run_child([sys.executable, str(Path(__file__).with_name("torch_reference.py")), "--cases",
                        json.dumps(jobs)], timeout, env)
     done = child.records()
-    if child.timed_out:
-        why = f"out of time: stopped after {child.seconds:.0f} s"
-    else:
-        why = child.last_error_line() if child.code else "the torch process ended without a record"
-    return done + [{"mode": j["mode"], "error": why} for j in jobs[len(done):]]
+    return done + [{"mode": j["mode"], "error": child.unfinished("torch")} for j in jobs[len(done):]]
 
 
 def add_torch(record: dict, found: dict) -> dict:

@@ -210,7 +210,8 @@ def test_the_torch_reference_says_torch_is_missing_in_its_record(reference, monk
 
 @pytest.mark.parametrize("mode,backend", [("eager", "inductor"), ("compile", "aot_eager")])
 def test_the_torch_reference_times_both_modes_with_a_teacher(reference, mode, backend):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not a dependency: the PyTorch reference is timed only where it is "
+                                        "installed (a GPU image has it; the test without torch is above)")
     record = reference.run_case(torch_case(mode, backend))
     assert "error" not in record, record
     assert record["mode"] == mode and finite(record["tokens_per_s"], record["warmup_s"], record["loss"])
@@ -281,8 +282,9 @@ def test_the_dry_run_measures_every_part(check, dry_run):
     assert sorted(passes) == [(s, p, 4) for s in ("GPT_L", "LOIRE") for p in ("cold", "warm")]
     fig = suite["figures"]
     assert 0 < fig["flops_ratio"] < 1  # LOIRE's first stage is the smaller model
-    assert finite(fig["steps_ratio"], fig["wall_ratio"], fig["compile_ratio_cold"],
-                  fig["compile_ratio_warm"], fig["warm_over_cold_LOIRE"], fig["warm_over_cold_GPT_L"])
+    assert finite(fig["steps_ratio"], fig["wall_ratio"], fig["compile"]["loire_over_gpt_l_cold"],
+                  fig["compile"]["loire_over_gpt_l_warm"], fig["compile"]["LOIRE_warm_over_cold"],
+                  fig["compile"]["GPT_L_warm_over_cold"])
 
 
 @pytest.mark.slow
