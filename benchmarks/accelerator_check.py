@@ -1,4 +1,5 @@
-"""Every accelerator figure of issue 26 in one command, inside a time budget, offline.
+"""On an accelerator, the figures README's Performance section quotes for the CPU, and more, in
+one command, inside a time budget, offline.
 
     python benchmarks/accelerator_check.py --out DIR [--budget-min 25] [--parts step,growth,...]
     python benchmarks/accelerator_check.py --out DIR --dry-run     # the same plan at toy shapes, on CPU

@@ -44,7 +44,7 @@ install() {
   rm -f "$archive"
   on_all "mkdir -p ~/loire_jax && tar xzf /tmp/loire_jax.tgz -C ~/loire_jax && cd ~/loire_jax && \
           { [ -x .venv/bin/python ] || python3 -m venv .venv; } && . .venv/bin/activate && \
-          pip install -q -e '.[gcs]' 'jax[tpu]'"
+          pip install -q -e '.[gcs,tpu]'"
 }
 
 start() {

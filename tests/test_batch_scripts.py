@@ -69,11 +69,18 @@ def _exe(path: Path, text: str) -> Path:
 
 @pytest.fixture
 def cluster(tmp_path):
-    """A directory of stand-ins on PATH, a submit directory, and a log of what they saw."""
+    """A directory of stand-ins on PATH, a submit directory, and a log of what they saw.
+
+    The job's script is submitted from a checkout of its own (what ``scontrol`` names), not
+    this one: the script falls back to its checkout's ``.venv``, and this checkout may have
+    one (the README's layout) or not (CI's), which no test may depend on."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _exe(bin_dir / "srun", SRUN)
     _exe(bin_dir / "scontrol", SCONTROL)
+    checkout = tmp_path / "checkout"
+    (checkout / "launch").mkdir(parents=True)
+    submitted = _exe(checkout / "launch" / "slurm.sbatch", SBATCH.read_text())
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     _exe(venv / "bin" / "python", PYTHON)
@@ -83,8 +90,8 @@ def cluster(tmp_path):
     log.touch()
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "VIRTUAL_ENV": str(venv),
            "SLURM_JOB_ID": "4711", "SLURM_NTASKS": "2", "SLURM_SUBMIT_DIR": str(submit),
-           "WORKDIR": "runs/paper", "FAKE_LOG": str(log), "FAKE_SUBMITTED": str(SBATCH)}
-    return {"env": env, "log": log, "submit": submit, "venv": venv, "tmp": tmp_path}
+           "WORKDIR": "runs/paper", "FAKE_LOG": str(log), "FAKE_SUBMITTED": str(submitted)}
+    return {"env": env, "log": log, "submit": submit, "venv": venv, "tmp": tmp_path, "checkout": checkout}
 
 
 def batch(cluster, *args: str, wait: bool = True, **env: str):
@@ -190,6 +197,17 @@ def test_the_run_s_arguments(cluster, tmp_path):
                     f"{cluster['submit']}/runs/paper", "--no-progress", "--mesh", "2", "--config", "tiny",
                     "stages.0.steps=3"]
     assert not (cluster["submit"] / "runs" / "paper" / ".slurm").exists()  # not a run's workdir: nothing written
+
+
+@pytest.mark.parametrize("folder", [".venv", "venv"])
+def test_without_an_active_environment_the_job_runs_its_checkout_s_venv(cluster, folder):
+    """Nothing active at sbatch: the venv the README makes in the checkout the job came from."""
+    (cluster["checkout"] / folder / "bin").mkdir(parents=True)
+    python = _exe(cluster["checkout"] / folder / "bin" / "python", PYTHON)
+    code, _, err = batch(cluster, VIRTUAL_ENV="")
+    assert code == 0, err
+    ran = [ln for ln in cluster["log"].read_text().splitlines() if ln.startswith("process")]
+    assert sorted(ran) == [f"process {i}: {python}" for i in (0, 1)]
 
 
 @pytest.mark.parametrize("how", ["no venv", "venv without loire_jax"])

@@ -446,6 +446,14 @@ SHELL = {
         "runs the object-store code paths on local paths",
     "WORKDIR=/shared/runs/paper sbatch launch/slurm.sbatch --config configs/gpt_paper.yaml":
         "not run here: no SLURM; tests/test_multiprocess.py gives two local processes SLURM's variables",
+    "pip install -e '.[cuda12]'":
+        "not run here: the install is the environment's, and this machine has no GPU; test_install.py checks that "
+        "the extra is jax[cuda12] within the base jax bound",
+    'python -c "import jax; print(jax.devices())"': "run",
+    "WORKDIR=/shared/runs/paper MESH=16 sbatch --partition=gpu --nodes=2 --gpus-per-node=8 launch/slurm.sbatch "
+    "--config gpt_paper":
+        "not run here: no SLURM and no GPU; tests/test_batch_scripts.py runs the script with stand-ins for srun and "
+        "scontrol",
     "launch/tpu_pod.sh TPU_NAME ZONE gs://BUCKET/runs/paper --config configs/gpt_paper.yaml "
     "data.data_dir=gs://BUCKET/loire_data":
         "not run here: no Cloud TPU (it has not run on a real one yet)",
@@ -564,7 +572,12 @@ def test_a_shell_command_not_run_names_scripts_and_flags_that_exist(command):
             assert (ROOT / words[1]).exists(), words[1]
             assert all(flag in _help(words[1]) for flag in flags), (flags, _help(words[1])[-2000:])
             continue
-        script = words[1] if words[0] == "sbatch" else words[0]
+        if words[0] == "sbatch":  # sbatch's own options (--opt=value) come before the script, the run's after it
+            words = words[1:]
+            while words and words[0].startswith("-"):
+                words = words[1:]
+            flags = [w for w in words if w.startswith("--")]
+        script = words[0]
         if script in LAUNCHERS:
             assert (ROOT / script).exists(), script
             assert all(flag in _help("launch/train.py") for flag in flags), flags

@@ -1,10 +1,11 @@
 """Specification: a plain (non-editable) ``pip install`` is the whole product. From a
 directory that is not the checkout, with only the wheel's files importable, the console
 scripts train, prepare data, run a suite and write reports, and the shipped presets are
-found by name."""
+found by name. An accelerator's JAX is one extra away (``.[cuda12]``, ``.[tpu]``)."""
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import shutil
@@ -16,13 +17,33 @@ from pathlib import Path
 import pytest
 import yaml
 from data_helpers import tiny_config_dict
+from packaging.requirements import Requirement
 from runs import ROOT, tiny_run
 
 # One after another with the other CLI-heavy tests (see test_experiment.py): on the 2-core CI
-# machine, subprocess runs beside the two-process tests overloaded it.
-pytestmark = [pytest.mark.xdist_group("engine"), pytest.mark.slow]
+# machine, subprocess runs beside the two-process tests overloaded it. The tests that install
+# the wheel are slow; reading setup.cfg is fast.
+pytestmark = pytest.mark.xdist_group("engine")
 
 SCRIPTS = ("loire-train", "loire-experiment", "loire-report", "loire-grow-demo", "loire-export-hf", "loire-data")
+
+
+def _requirements(lines: str) -> list[Requirement]:
+    return [Requirement(line) for line in lines.split("\n") if line.strip()]
+
+
+@pytest.mark.parametrize("extra,backend", [("cuda12", "cuda12"), ("cuda", "cuda12"), ("cuda13", "cuda13"),
+                                           ("tpu", "tpu")])
+def test_an_accelerator_s_extra_installs_jax_for_it_within_the_base_jax_bound(extra, backend):
+    """The plain install's jaxlib runs on the CPU only: ``pip install -e '.[cuda12]'`` must bring
+    JAX's CUDA plugin, for the same jax versions as the plain install allows."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    (jax,) = [r for r in _requirements(cfg["options"]["install_requires"]) if r.name == "jax"]
+    extras = cfg["options.extras_require"]
+    assert extra in extras, f"setup.cfg has no extra {extra!r}"
+    assert [(r.name, r.extras, r.specifier, r.marker) for r in _requirements(extras[extra])] == [
+        ("jax", {backend}, jax.specifier, None)]
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +78,7 @@ def script(env: dict[str, str], cwd: Path, *args: str, timeout: int = 600) -> su
     return result
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_presets_and_the_scripts(installed):
     names = zipfile.ZipFile(installed["_WHEEL"]).namelist()
     for preset in ("tiny.yaml", "gpt_paper.yaml", "domains/default.yaml", "suites/paper-mini.yaml"):
@@ -66,6 +88,7 @@ def test_the_wheel_ships_the_presets_and_the_scripts(installed):
         assert (Path(installed["_SITE"]) / "bin" / name).exists(), name
 
 
+@pytest.mark.slow
 def test_presets_are_found_by_name_outside_the_checkout(installed, tmp_path):
     code = ("import loire_jax, json; from loire_jax import load_run_config; r = load_run_config('tiny'); "
             "print(json.dumps([loire_jax.__file__, r.name, [d.name for d in r.data.domains]]))")
@@ -77,6 +100,7 @@ def test_presets_are_found_by_name_outside_the_checkout(installed, tmp_path):
     assert "LOIRE" in listed.stdout and "GPT_L" in listed.stdout
 
 
+@pytest.mark.slow
 def test_the_console_scripts_prepare_train_run_a_suite_and_report(installed, tmp_path):
     """Every user command of the installed package, from a directory that is not the checkout,
     on the tests' small corpus (the default corpus is the same code on more text)."""

@@ -2,7 +2,8 @@
 
 A table of cells (architectures x operators, ...) runs whole in the slow tier; the fast
 tier keeps a subset that still reaches every operator and construction, so that
-``pytest -m "not slow"`` checks every exactness property in about two minutes.
+``pytest -m "not slow"`` checks every exactness property within the fast tier's target
+(CONTRIBUTING.md, "Tests").
 """
 
 from __future__ import annotations
