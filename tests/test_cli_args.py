@@ -80,6 +80,19 @@ def test_a_bad_value_is_one_line_and_a_nonzero_exit(script, capsys, tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_stage_by_number_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
+    """Overrides name stages from 1, as the logs do (stages.M2); stages.1 once meant M2, so a
+    number is refused, not read either way, before anything is created."""
+    from loire_jax.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["stages.1.steps=5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: override 'stages.1.steps=5': stages.1 is ambiguous") and "\n" not in err, err
+    assert "stages.M1 for stage 1 or stages.M2 for stage 2" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 # ----------------------------------------------------------------------------- --help
 # Libraries a command must not load before it has parsed its arguments: --help and a usage
 # error answer at once, without starting JAX or the training and data stacks.
