@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="persistent XLA compilation cache (auto: $JAX_COMPILATION_CACHE_DIR or "
                              "~/.cache/loire_jax/xla), so a resumed or repeated run does not recompile")
     devices.add_process_flags(parser)
-    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.M2.steps=50 (a stage by its name in the logs, M1..M5)")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.M2.steps=50 "
+                                                     "(a stage as the logs name it, counted from 1)")
     return parser
 
 
