@@ -177,7 +177,7 @@ def test_a_job_slurm_requeued_itself_is_said_so(cluster):
 
 
 def test_the_job_runs_the_python_it_was_submitted_with_and_the_checkout_s_arguments(cluster):
-    code, _, err = batch(cluster, "--config", "tiny", "stages.0.steps=3", MESH="2")
+    code, _, err = batch(cluster, "--config", "tiny", "stages.M1.steps=3", MESH="2")
     assert code == 0, err
     ran = [ln for ln in cluster["log"].read_text().splitlines() if ln.startswith("process")]
     assert sorted(ran) == [f"process {i}: {cluster['venv']}/bin/python" for i in (0, 1)]
@@ -189,13 +189,13 @@ def test_the_run_s_arguments(cluster, tmp_path):
     _exe(cluster["venv"] / "bin" / "python", "#!/bin/bash\n[ \"$1\" = -c ] && exit 0\n"
          "printf '%s\\n' \"$@\" > \"$FAKE_LOG.args.$SLURM_PROCID\"\n")
     python = str(cluster["venv"] / "bin" / "python")
-    code, _, err = batch(cluster, "--config", "tiny", "stages.0.steps=3", MESH="2")
+    code, _, err = batch(cluster, "--config", "tiny", "stages.M1.steps=3", MESH="2")
     assert code == 0, err
     args = Path(f"{cluster['log']}.args.0").read_text().split("\n")[:-1]
     assert args == ["-m", "loire_jax.cli.supervise", "--log", f"{cluster['submit']}/runs/paper/python.log", "--",
                     python, "-m", "loire_jax.cli.train", "--distributed", "auto", "--workdir",
                     f"{cluster['submit']}/runs/paper", "--no-progress", "--mesh", "2", "--config", "tiny",
-                    "stages.0.steps=3"]
+                    "stages.M1.steps=3"]
     assert not (cluster["submit"] / "runs" / "paper" / ".slurm").exists()  # not a run's workdir: nothing written
 
 

@@ -19,14 +19,18 @@ SCRIPTS = {
 }
 
 
-def test_the_table_is_every_console_script():
+def _entry_points() -> dict[str, str]:
+    """setup.cfg's console scripts: name -> module:function."""
     import configparser
     from pathlib import Path
 
     cfg = configparser.ConfigParser()
     cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
-    declared = dict(line.split(" = ") for line in cfg["options.entry_points"]["console_scripts"].strip().splitlines())
-    assert {name: target.split(":")[0] for name, target in declared.items()} == SCRIPTS
+    return dict(line.split(" = ") for line in cfg["options.entry_points"]["console_scripts"].strip().splitlines())
+
+
+def test_the_table_is_every_console_script():
+    assert {name: target.split(":")[0] for name, target in _entry_points().items()} == SCRIPTS
 
 
 # The positional arguments each script requires, so that the unknown flag is what is refused.
@@ -74,3 +78,117 @@ def test_a_bad_value_is_one_line_and_a_nonzero_exit(script, capsys, tmp_path, mo
     assert says in err
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stage_by_number_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
+    """Overrides name stages from 1, as the logs do (stages.M2); stages.1 once meant M2, so a
+    number is refused, not read either way, before anything is created."""
+    from loire_jax.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["stages.1.steps=5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: override 'stages.1.steps=5': stages.1 is ambiguous") and "\n" not in err, err
+    assert "stages.M1 for stage 1 or stages.M2 for stage 2" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- --help
+# Libraries a command must not load before it has parsed its arguments: --help and a usage
+# error answer at once, without starting JAX or the training and data stacks.
+HEAVY = ("jax", "jaxlib", "flax", "optax", "orbax", "grain", "tensorflow", "tensorflow_datasets", "numpy",
+         "matplotlib", "transformers", "torch")
+
+# Run in a fresh interpreter (this one has loaded JAX already): each console script's entry
+# point and each launch/*.py shim, with argv; prints, per run, its exit code and the heavy
+# modules it loaded first.
+_QUIET_RUNS = """
+import contextlib, importlib, io, json, runpy, sys
+heavy, out = HEAVY, []
+for kind, target, argv in json.loads(sys.argv[1]):
+    sys.argv = [target, *argv]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            if kind == "script":
+                module, _, function = target.partition(":")
+                getattr(importlib.import_module(module), function)()
+            else:
+                runpy.run_path(target, run_name="__main__")
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code
+    out.append([target, argv, code, [m for m in heavy if m in sys.modules]])
+print(json.dumps(out))
+"""
+
+
+def test_help_and_usage_errors_load_no_heavy_library():
+    """``--help`` of every console script and every ``launch/*.py`` answers, and an unknown flag
+    is refused with exit 2, before JAX (or flax, optax, orbax, grain, TFDS, numpy) is imported.
+    One child interpreter for all of them: well under a second."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    runs = []
+    for script, target in sorted(_entry_points().items()):
+        runs.append(["script", target, [*POSITIONALS.get(script, [])[:1], "--help"]])
+        runs.append(["script", target, [*POSITIONALS.get(script, []), "--no-such-flag"]])
+    runs.append(["script", "loire_jax.data.__main__:entry", ["--help"]])
+    launchers = sorted(p for p in (root / "launch").glob("*.py") if p.name != "__init__.py")
+    assert len(launchers) == 6
+    runs += [["launch", str(p), ["--help"]] for p in launchers]
+    child = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_QUIET_RUNS}", json.dumps(runs)],
+                           capture_output=True, text=True, timeout=120, cwd=root)
+    assert child.returncode == 0, child.stderr
+    results = json.loads(child.stdout)
+    assert [(t, a, code) for t, a, code, _ in results] == [(t, a, 2 if "--no-such-flag" in a else 0) for _, t, a in runs]
+    loaded = {f"{t} {' '.join(a)}": heavy for t, a, _, heavy in results if heavy}
+    assert not loaded, f"loaded before parsing (the first run to show a module loaded it): {loaded}"
+
+
+class _Parsed(Exception):
+    """Raised in place of parsing: the parser a command built, and nothing run."""
+
+
+def _parsers(script: str, monkeypatch) -> list:
+    """Every parser of a console script (its subcommands' too), as its ``main`` builds them."""
+    import argparse
+
+    built = []
+
+    def catch(self, args=None, namespace=None):
+        built.append(self)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catch)
+    with pytest.raises(_Parsed):
+        importlib.import_module(SCRIPTS[script]).main([])
+    parsers, todo = [], built[:1]
+    while todo:
+        parser = todo.pop()
+        parsers.append(parser)
+        todo += [sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+                 for sub in action.choices.values()]
+    return parsers
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_every_argument_has_help(script, monkeypatch):
+    import argparse
+
+    missing = [f"{script}: {'/'.join(action.option_strings) or action.dest}"
+               for parser in _parsers(script, monkeypatch) for action in parser._actions
+               if not isinstance(action, argparse._HelpAction)
+               and (not (action.help or "").strip() or action.help == argparse.SUPPRESS)]
+    assert not missing, f"arguments without help text: {missing}"
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_help_is_plain_text(script, monkeypatch):
+    """The help shows no reStructuredText marks: the docstrings' ``x`` reads as x."""
+    for parser in _parsers(script, monkeypatch):
+        text = parser.format_help()
+        assert "``" not in text, f"{script} --help:\n{text}"

@@ -81,6 +81,6 @@ def test_stage_one_of_an_encoder_run_starts_from_an_encoder_checkpoint(encoder_c
 def test_a_decoder_checkpoint_cannot_start_an_encoder_run(encoder_config, tmp_path):
     from runs import ROOT
 
-    result = cli(encoder_config, tmp_path / "w", f"stages.0.init_from={ROOT / 'tests/fixtures/hf/gpt2'}")
+    result = cli(encoder_config, tmp_path / "w", f"stages.M1.init_from={ROOT / 'tests/fixtures/hf/gpt2'}")
     one_line_error(result)
     assert "kind: checkpoint 'decoder', run 'encoder'" in result.stderr

@@ -144,7 +144,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(report, "write_report", broken)
+    monkeypatch.setattr("loire_jax.analysis.reports.write_report", broken)  # report.main imports it when run
     with pytest.raises(KeyError):
         report.main(["somewhere"])
 

@@ -15,6 +15,7 @@ from loire_jax.config.loader import apply_overrides, load_run_config, run_config
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.run import GrowthSpec, OptimizerConfig, RunConfig, StageConfig
 from loire_jax.config.schedule import (
+    model_name,
     replay_domains,
     seen_domains,
     seen_domains_at,
@@ -69,7 +70,7 @@ def test_loire_gpt2_starts_from_the_general_runs_model_in_gpt2_layout():
 
 def test_only_the_first_stage_may_start_from_a_checkpoint():
     assert "stage 'M3-REV' is not the first stage: only M1 starts from init_from weights" in refusal(
-        "stages.2.init_from=runs/x/stage_1")
+        "stages.M3.init_from=runs/x/stage_1")
 
 
 def test_gpt_paper_is_table_1_with_app_d1_schedule():
@@ -137,9 +138,9 @@ def test_precision_sets_model_dtypes():
 
 # --------------------------------------------------------------------------- overrides
 def test_overrides_are_typed_dotted_and_indexed():
-    run = tiny("optimizer.lr=1e-3", "stages.2.steps=50", "seed=3", "batch_size=32", "optimizer.clip_norm=null",
-               "stages.1.growth.0.size=256", "stages.4.domains=[CS, WB]", "model.layers=4",
-               "stages.4.growth.0.size=8")
+    run = tiny("optimizer.lr=1e-3", "stages.M3.steps=50", "seed=3", "batch_size=32", "optimizer.clip_norm=null",
+               "stages.M2.growth.0.size=256", "stages.M5.domains=[CS, WB]", "model.layers=4",
+               "stages.M5.growth.0.size=8")
     assert run.optimizer.lr == 1e-3 and isinstance(run.optimizer.lr, float)
     assert run.stages[2].steps == 50 and run.stages[1].steps == 40
     assert (run.seed, run.batch_size, run.optimizer.clip_norm) == (3, 32, None)
@@ -156,8 +157,8 @@ def test_overrides_reach_inlined_data_and_stage_defaults():
 @pytest.mark.parametrize("override,needle", [
     ("optimizer.lrr=1", "unknown key 'lrr' in optimizer; valid keys are"),
     ("bogus=1", "unknown key 'bogus' in the top level"),
-    ("stages.9.steps=1", "which has 5 entries (0..4)"),
-    ("stages.1.stepz=1", "unknown key 'stepz' in stages.1"),
+    ("stages.M6.steps=1", "which has M1..M5"),
+    ("stages.M2.stepz=1", "unknown key 'stepz' in stages.M2"),
     ("model.hiden=8", "'hidden'"),
     ("seed", "expected key=value"),
 ])
@@ -174,8 +175,8 @@ def keys(cls: type, *extra: str, drop: tuple[str, ...] = ()) -> list[str]:
     ("model.hiden=8", "model", keys(ModelConfig, "preset")),
     ("optimizer.lrr=1", "optimizer", keys(OptimizerConfig)),
     ("stage_defaults.stepz=1", "stage_defaults", keys(StageConfig)),
-    ("stages.1.stepz=1", "stages.1", keys(StageConfig)),
-    ("stages.1.growth.0.sze=3", "stages.1.growth.0", keys(GrowthSpec)),
+    ("stages.M2.stepz=1", "stages.M2", keys(StageConfig)),
+    ("stages.M2.growth.0.sze=3", "stages.M2.growth.0", keys(GrowthSpec)),
     ("data.typo=1", "data", keys(DataConfig)),
     ("data.tokenizer.kindd=gpt2", "data.tokenizer", keys(TokenizerSpec)),
     ("data.domains.2.sourc=x", "data.domains.2", keys(DomainSpec)),
@@ -201,7 +202,7 @@ def test_an_unknown_yaml_key_at_any_depth_lists_the_valid_keys(tmp_path):
     assert growth in text
     with pytest.raises(ValueError) as err:
         load_run_config(write_run(tmp_path, text.replace(growth, "growth: [{op: hidden, sze: 128}]")))
-    assert f"unknown key 'sze' in stages.1.growth.0; valid keys are {keys(GrowthSpec)}" in str(err.value)
+    assert f"unknown key 'sze' in stages.M2.growth.0; valid keys are {keys(GrowthSpec)}" in str(err.value)
     # in the domains YAML the run config names, reported at its place in the run config
     domains = (CONFIGS / "domains" / "default.yaml").read_text().replace("corpus: news}", "corpus: news, pathz: x}")
     with pytest.raises(ValueError) as err:
@@ -221,21 +222,45 @@ def test_numbers_are_typed_in_yaml_and_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("override,needle", [
-    ("stages.5.steps=1", "stages.5 is not an index of stages, which has 5 entries (0..4)"),
-    ("stages.1.growth.1.size=3", "stages.1.growth.1 is not an index of stages.1.growth, which has 1 entry (0)"),
-    ("stages.first.steps=1", "stages.first is not an index of stages, which has 5 entries (0..4)"),
-    ("stages.0.growth.0.size=3", "stages.0.growth is not set, so it has no entry 0"),
+    ("stages.M6.steps=1", "stages.M6 is not a stage of this run, which has M1..M5 (counted from 1, as in the logs)"),
+    ("stages.M2.growth.1.size=3", "stages.M2.growth.1 is not an index of stages.M2.growth, which has 1 entry (0)"),
+    ("stages.first.steps=1", "stages.first is not a stage of this run, which has M1..M5"),
+    ("stages.M0.steps=1", "stages.M0 is not a stage of this run, which has M1..M5"),
+    ("stages.M1.growth.0.size=3", "stages.M1.growth is not set, so it has no entry 0"),
 ])
 def test_an_index_out_of_range_names_the_valid_range(override, needle):
     assert needle in refusal(override)
 
 
+def test_a_stage_is_named_as_the_logs_count_it():
+    """``stages.M2`` is stage 2, which the logs call ``stage 2 (M2-NEWS)`` and whose
+    checkpoints are in ``stage_2``: counted from 1, through the same ``model_name``."""
+    run = tiny("stages.M2.steps=17", "stages.M5.teachers=last")
+    assert [s.steps for s in run.stages] == [40, 17, 40, 40, 40]
+    assert run.stages[1].name == "M2-NEWS" and model_name(1) == "M2"
+    assert [s.teachers for s in run.stages][-2:] == ["all", "last"]
+
+
 @pytest.mark.parametrize("override,needle", [
-    ("stages.1.steps=abc", "stages.1.steps: Input should be a valid integer"),
+    ("stages.1.steps=7", "stages.1 is ambiguous: overrides name a stage as the logs do (this run has M1..M5), not by a "
+                         "number, which once counted from 0; write stages.M1 for stage 1 or stages.M2 for stage 2"),
+    ("stages.0.steps=7", "write stages.M1 for stage 1"),
+    ("stages.5.growth.0.size=8", "write stages.M5 for stage 5"),
+    ("stages.9.steps=7", "stages.9 is ambiguous"),
+    ("stages.-1.steps=7", "stages.-1 is not a stage of this run, which has M1..M5"),
+])
+def test_a_stage_by_number_is_refused_not_read_either_way(override, needle):
+    """Overrides counted stages from 0 before (stages.1 was M2): a number is refused in one
+    line naming both readings, so an old command never silently changes another stage."""
+    assert needle in refusal(override)  # one line: refusal checks it
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("stages.M2.steps=abc", "stages.M2.steps: Input should be a valid integer"),
     ("data.domains.0.source.max_documents=many",
      "data.domains.0.source.max_documents: Input should be a valid integer"),
     ("optimizer.clip_norm=[1]", "optimizer.clip_norm: Input should be a valid number"),
-    ("stages.1.growth.0=7", "stages.1.growth.0: Input should be a dictionary"),
+    ("stages.M2.growth.0=7", "stages.M2.growth.0: Input should be a dictionary"),
     ("precision=fp8", "precision: Input should be 'float32', 'bf16' or 'float64'"),
 ])
 def test_a_wrong_type_names_the_field_path(override, needle):
@@ -259,7 +284,7 @@ def test_importing_the_run_config_and_loader_pulls_in_no_data_library():
 
 
 def test_stage_domains_teachers_and_replay_follow_one_seen_order():
-    run = tiny("stages.1.domains=[NEWS, WB]", "stages.2.domains=[REV, BIO]", "stages.3.teachers=last")
+    run = tiny("stages.M2.domains=[NEWS, WB]", "stages.M3.domains=[REV, BIO]", "stages.M4.teachers=last")
     seen = seen_domains([s.domains for s in run.stages])
     assert [seen_domains_at(run, k) for k in range(5)] == [tuple(d) for d in seen]
     assert seen_domains_at(run, 2) == ("WB", "NEWS", "REV", "BIO")
@@ -278,22 +303,22 @@ def test_apply_overrides_leaves_the_input_alone():
 
 # --------------------------------------------------------------------------- rejection
 def test_shrinking_growth_is_rejected_naming_the_stage():
-    with pytest.raises(ValueError, match=r"stages\.2 \('M3-REV'\).*cannot shrink or keep ffn"):
-        tiny("stages.2.growth.0.size=128")
+    with pytest.raises(ValueError, match=r"stages\.M3 \('M3-REV'\).*cannot shrink or keep ffn"):
+        tiny("stages.M3.growth.0.size=128")
 
 
 def test_first_stage_cannot_grow_or_distil():
     with pytest.raises(ValueError, match="first stage"):
-        tiny("stages.0.growth=[{op: ffn, size: 512}]")
+        tiny("stages.M1.growth=[{op: ffn, size: 512}]")
     with pytest.raises(ValueError, match="first stage"):
-        tiny("stages.0.teachers=all")
+        tiny("stages.M1.teachers=all")
 
 
 @pytest.mark.parametrize("overrides,needle", [
     (["domain_prompts=true"], r"domain_prompts: stage 'M2-NEWS' grows the vocabulary, whose optimizer state does "
      "not grow: set reset_optimizer: true"),
-    (["domain_prompts=true", "stage_defaults.reset_optimizer=true", "stages.2.teachers=all",
-      "stages.2.beta=0.1", "stages.2.beta_steps=2", "stages.2.warmup_steps=2"],
+    (["domain_prompts=true", "stage_defaults.reset_optimizer=true", "stages.M3.teachers=all",
+      "stages.M3.beta=0.1", "stages.M3.beta_steps=2", "stages.M3.warmup_steps=2"],
      "domain_prompts: stage 'M3-REV' distils, but its teachers' vocabularies lack the later prompts"),
     (["domain_prompts=3"], "domain_prompts: Input should be a valid boolean"),
 ])
@@ -303,18 +328,18 @@ def test_domain_prompts_are_checked_in_one_line(overrides, needle):
     assert "\n" not in str(err.value)
 
 
-LIGO = ["stages.2.growth.0.init=ligo", "stages.2.reset_optimizer=true", "stages.2.teachers=none", "stages.2.beta=0"]
+LIGO = ["stages.M3.growth.0.init=ligo", "stages.M3.reset_optimizer=true", "stages.M3.teachers=none", "stages.M3.beta=0"]
 
 
 @pytest.mark.parametrize("overrides,needle", [
     (LIGO, r"init: ligo needs 0 < ligo_steps < steps=40 .*got ligo_steps=0"),
-    ([*LIGO, "stages.2.ligo_steps=40"], r"init: ligo needs 0 < ligo_steps < steps=40"),
-    (["stages.2.ligo_steps=3"], "ligo_steps=3 trains LiGO's operator, but the stage has no growth of init: ligo"),
-    ([*LIGO[:1], *LIGO[2:], "stages.2.ligo_steps=3"],
+    ([*LIGO, "stages.M3.ligo_steps=40"], r"init: ligo needs 0 < ligo_steps < steps=40"),
+    (["stages.M3.ligo_steps=3"], "ligo_steps=3 trains LiGO's operator, but the stage has no growth of init: ligo"),
+    ([*LIGO[:1], *LIGO[2:], "stages.M3.ligo_steps=3"],
      "init: ligo materialises new weights after its operator phase: set reset_optimizer: true"),
-    ([*LIGO[:2], "stages.2.ligo_steps=3"], "a LiGO stage trains without teachers or a recovering warmup"),
-    ([*LIGO, "stages.2.ligo_steps=3", "stages.2.growth.0.noise=-1"], "noise must be a finite number >= 0"),
-    ([*LIGO, "stages.2.ligo_steps=3", "stages.2.growth.0.positions=[0]"],
+    ([*LIGO[:2], "stages.M3.ligo_steps=3"], "a LiGO stage trains without teachers or a recovering warmup"),
+    ([*LIGO, "stages.M3.ligo_steps=3", "stages.M3.growth.0.noise=-1"], "noise must be a finite number >= 0"),
+    ([*LIGO, "stages.M3.ligo_steps=3", "stages.M3.growth.0.positions=[0]"],
      "positions and mode do not apply|positions apply to layer growth only"),
 ])
 def test_ligos_settings_are_checked_in_one_line(overrides, needle):
@@ -324,15 +349,15 @@ def test_ligos_settings_are_checked_in_one_line(overrides, needle):
 
 
 @pytest.mark.parametrize("overrides,needle", [
-    (["stages.2.growth.0.init=elle", "stages.2.growth.0.noise=-0.1", "stages.2.reset_optimizer=true"],
+    (["stages.M3.growth.0.init=elle", "stages.M3.growth.0.noise=-0.1", "stages.M3.reset_optimizer=true"],
      r"noise must be a finite number >= 0 \(ELLE's std\), got -0.1"),
-    (["stages.2.growth.0.noise=0.01"], "noise applies to init: elle or ligo only, not init: loire"),
-    (["stages.2.growth.0.init=elle"], "init: elle grows no optimizer state .*: set reset_optimizer: true"),
-    (["stages.2.growth=[{op: ffn, size: 512, init: elle}, {op: heads, size: 8}]", "stages.2.reset_optimizer=true"],
+    (["stages.M3.growth.0.noise=0.01"], "noise applies to init: elle or ligo only, not init: loire"),
+    (["stages.M3.growth.0.init=elle"], "init: elle grows no optimizer state .*: set reset_optimizer: true"),
+    (["stages.M3.growth=[{op: ffn, size: 512, init: elle}, {op: heads, size: 8}]", "stages.M3.reset_optimizer=true"],
      "growth mixes ELLE's expansion"),
-    (["stages.0.recover_steps=2"], "has no earlier domains to recover on: set recover_steps to 0"),
-    (["stages.2.recover_steps=41"], "recover_steps=41 is longer than the stage's steps=40"),
-    (["stages.2.growth.0.init=elle", "stages.2.growth.0.mode=stack", "stages.2.reset_optimizer=true"],
+    (["stages.M1.recover_steps=2"], "has no earlier domains to recover on: set recover_steps to 0"),
+    (["stages.M3.recover_steps=41"], "recover_steps=41 is longer than the stage's steps=40"),
+    (["stages.M3.growth.0.init=elle", "stages.M3.growth.0.mode=stack", "stages.M3.reset_optimizer=true"],
      "mode applies to layer growth only|ELLE inserts each layer copy"),
 ])
 def test_elles_settings_are_checked_in_one_line(overrides, needle):
@@ -342,10 +367,10 @@ def test_elles_settings_are_checked_in_one_line(overrides, needle):
 
 
 def test_mesh_that_does_not_divide_is_rejected_naming_stage_and_dim():
-    with pytest.raises(ValueError, match=r"stages\.0 \('M1-WB'\).*not divisible by mesh axis fsdp=3"):
+    with pytest.raises(ValueError, match=r"stages\.M1 \('M1-WB'\).*not divisible by mesh axis fsdp=3"):
         tiny("mesh=3")
     run = tiny()
-    with pytest.raises(ValueError, match=r"stages\.0 \('M1-WB'\).*attn/.* not divisible by mesh axis tensor=3"):
+    with pytest.raises(ValueError, match=r"stages\.M1 \('M1-WB'\).*attn/.* not divisible by mesh axis tensor=3"):
         validate(run, "data=1,fsdp=1,tensor=3")
     with pytest.raises(ValueError, match=r"batch_size=16 is not divisible by microbatches x data x fsdp = 1 x 32"):
         validate(run, {"data": 4, "fsdp": 8, "tensor": 1})
@@ -363,21 +388,21 @@ def test_paper_vocab_is_padded_for_tensor_parallelism():
 
 
 def test_unknown_domain_is_rejected():
-    with pytest.raises(ValueError, match=r"stages\.3 \('M4-BIO'\): unknown domain\(s\) \['LAW'\]"):
-        tiny("stages.3.domains=[LAW]")
+    with pytest.raises(ValueError, match=r"stages\.M4 \('M4-BIO'\): unknown domain\(s\) \['LAW'\]"):
+        tiny("stages.M4.domains=[LAW]")
     with pytest.raises(ValueError, match=r"unknown domain\(s\) \['CS'\]"):
         validate(tiny(), known_domains={"WB", "NEWS", "REV", "BIO"})
 
 
 @pytest.mark.parametrize("override,needle", [
-    ("stages.1.beta_steps=20", "beta_steps=20 exceeds warmup_steps=12"),
-    ("stages.1.gate_ramp_steps=41", "gate_ramp_steps=41 is longer than the stage's steps=40"),
-    ("stages.1.teachers=none", "needs teachers"),
-    ("stages.1.replay_ratio=1.0", "replay_ratio must be in [0, 1)"),
+    ("stages.M2.beta_steps=20", "beta_steps=20 exceeds warmup_steps=12"),
+    ("stages.M2.gate_ramp_steps=41", "gate_ramp_steps=41 is longer than the stage's steps=40"),
+    ("stages.M2.teachers=none", "needs teachers"),
+    ("stages.M2.replay_ratio=1.0", "replay_ratio must be in [0, 1)"),
     ("seq_len=256", "seq_len=256 exceeds model.max_seq_len=128"),
     ("model.vocab_size=4096", "smaller than the trained_bpe tokenizer's 8192"),
     ("optimizer.weight_decay=0.1", "needs name: adamw"),
-    ("stages.1.name=M1-WB", "stage names must be unique"),
+    ("stages.M2.name=M1-WB", "stage names must be unique"),
     ("mesh=fsdp=x", "bad mesh spec"),
 ])
 def test_inconsistent_fields_are_rejected_with_the_field_named(override, needle):
@@ -397,8 +422,8 @@ def test_dataclasses_validate_when_built():
 
 def test_exactness_is_enforced_unless_waived():
     with pytest.raises(ValueError, match="no exact hidden growth"):
-        tiny("stages.1.growth.0.method=paper")
-    run = tiny("stages.1.growth.0.method=paper", "stages.1.growth.0.exact=false")
+        tiny("stages.M2.growth.0.method=paper")
+    run = tiny("stages.M2.growth.0.method=paper", "stages.M2.growth.0.exact=false")
     assert shapes(run)[1] == (128, 256, 4, 2)
 
 
@@ -407,19 +432,19 @@ def test_history_compatible_refuses_changes_to_what_already_ran():
     saved = tiny()
     assert history_compatible(saved, tiny(), 2) is None
     for override, field in [("model.hidden=32", "model.hidden"), ("seed=1", "seed"), ("batch_size=32", "batch_size"),
-                            ("stages.1.steps=70", "stages.1.steps"), ("optimizer.lr=0.01", "optimizer.lr"),
+                            ("stages.M2.steps=70", "stages.M2.steps"), ("optimizer.lr=0.01", "optimizer.lr"),
                             ("data.validation_docs=10", "data.validation_docs"), ("precision=bf16", "precision")]:
         reason = history_compatible(saved, tiny(override), completed_stages=2)
         assert reason is not None and field in reason, (override, reason)
     # the stage in progress is frozen too once it has started
-    assert history_compatible(saved, tiny("stages.2.steps=80"), 2) is None
-    assert "stages.2.steps" in history_compatible(saved, tiny("stages.2.steps=80"), 2, stage_started=True)
+    assert history_compatible(saved, tiny("stages.M3.steps=80"), 2) is None
+    assert "stages.M3.steps" in history_compatible(saved, tiny("stages.M3.steps=80"), 2, stage_started=True)
 
 
 def test_history_compatible_allows_layout_bookkeeping_and_future_stages():
     saved = tiny()
-    new = tiny("mesh=4", "checkpoint.keep=5", "eval.batches=2", "data.data_dir=/tmp/x", "stages.4.steps=100",
-               "stages.3.growth.0.size=16", "stages.3.beta=0.5")
+    new = tiny("mesh=4", "checkpoint.keep=5", "eval.batches=2", "data.data_dir=/tmp/x", "stages.M5.steps=100",
+               "stages.M4.growth.0.size=16", "stages.M4.beta=0.5")
     assert history_compatible(saved, new, completed_stages=3) is None
     fewer = run_config_from_dict({**saved.to_dict(), "stages": saved.to_dict()["stages"][:2]})
     assert "cannot be removed" in history_compatible(saved, fewer, completed_stages=3)

@@ -233,10 +233,10 @@ def test_stage_one_starts_from_another_runs_checkpoint_with_its_checks(run_confi
         meta["digest"] = checkpoints._digest(meta)  # resealed: a checkpoint written so, not a damaged one
         meta_file.write_text(json.dumps(meta))
     with pytest.raises(RunError, match=r"tokenizer mismatch: the init_from checkpoint .*foreign was made with"):
-        in_process(path, tmp_path / "third", f"stages.0.init_from={tmp_path / 'foreign'}")
+        in_process(path, tmp_path / "third", f"stages.M1.init_from={tmp_path / 'foreign'}")
     assert not steps_saved(tmp_path / "third" / "stage_1")  # refused before stage 1 trained a step
     # --fresh would empty a source that lies inside the workdir: refused, the source kept
     shutil.copytree(reference, tmp_path / "own")
     with pytest.raises(RunError, match="lies inside the workdir, which --fresh would empty"):
-        in_process(path, tmp_path / "own", f"stages.0.init_from={tmp_path / 'own' / 'stage_1'}", fresh=True)
+        in_process(path, tmp_path / "own", f"stages.M1.init_from={tmp_path / 'own' / 'stage_1'}", fresh=True)
     assert steps_saved(tmp_path / "own" / "stage_1")

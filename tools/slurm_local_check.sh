@@ -232,7 +232,7 @@ sc_timelimit() {
     local wd=$SCR/w_timelimit j
     # 2 min limit, SIGTERM 45 s before it (SLURM checks limits every ~30 s, so it comes 45-75 s
     # early): the first attempt stops mid-stage-1, saves, exits 75, and the script requeues it.
-    j=$(submit timelimit "$wd" "$REPO" --time=2 --signal=TERM@45 -- "stages.0.steps=$STEPS_LONG"); track "$j"
+    j=$(submit timelimit "$wd" "$REPO" --time=2 --signal=TERM@45 -- "stages.M1.steps=$STEPS_LONG"); track "$j"
     [ -n "$j" ] || { verdict timelimit 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     note "timelimit: job $j (--time=2 --signal=TERM@45, stage 1 = $STEPS_LONG steps)"
     if wait_restart "$j" 240; then
@@ -245,7 +245,7 @@ sc_timelimit() {
 
 preempt() {  # preempt SCENARIO PARTITION KIND
     local sc=$1 wd=$SCR/w_$1 j b
-    j=$(submit "$sc" "$wd" "$REPO" -p "$2" --time=15 -- "stages.0.steps=$STEPS_MID"); track "$j"
+    j=$(submit "$sc" "$wd" "$REPO" -p "$2" --time=15 -- "stages.M1.steps=$STEPS_MID"); track "$j"
     [ -n "$j" ] || { verdict "$sc" 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     note "$sc: job $j on $2"
     if ! wait_step "$j" "$wd" 15 240; then
@@ -262,7 +262,7 @@ sc_preempt_hard() { preempt preempt_hard lowhard hard; }
 
 kill_task() {  # kill_task SCENARIO PROCID: kill -9 one task's python; the other must report it
     local sc=$1 victim=$2 survivor=$(( 1 - $2 )) wd=$SCR/w_$1 j pids end lost ok=0 why=() c at
-    j=$(submit "$sc" "$wd" "$REPO" --time=15 -- "stages.0.steps=$STEPS_MID"); track "$j"
+    j=$(submit "$sc" "$wd" "$REPO" --time=15 -- "stages.M1.steps=$STEPS_MID"); track "$j"
     [ -n "$j" ] || { verdict "$sc" 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     if ! wait_step "$j" "$wd" 25 240; then
         verdict "$sc" 1 "the run never reached step 25: $(jobinfo "$j"); $(tail -3 "$SCR/$sc.out" | short)"; return
@@ -313,7 +313,7 @@ FINISHED_WD=""
 FINISHED_JOB=""
 sc_finished() {  # a short run, submitted from /tmp: completes, is not requeued, records 0
     local wd=$SCR/w_finished j ok=0 why=() r1
-    j=$(submit finished "$wd" /tmp --time=10 -- "stages.0.steps=$STEPS_TWO"); track "$j"
+    j=$(submit finished "$wd" /tmp --time=10 -- "stages.M1.steps=$STEPS_TWO"); track "$j"
     [ -n "$j" ] || { verdict finished 1 "sbatch refused (submitted from /tmp): $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     note "finished: job $j (submitted from /tmp)"
     wait_end "$j" 300 once || why+=("no final state in 300 s")
@@ -331,7 +331,7 @@ sc_finished() {  # a short run, submitted from /tmp: completes, is not requeued,
 
 sc_bad_input() {  # an unknown override key: exit 2 recorded, one error line, no requeue
     local wd=$SCR/w_bad j ok=0 why=() errs
-    j=$(submit bad_input "$wd" "$REPO" --time=10 -- "stages.0.steps=$STEPS_TWO" no_such_key=1); track "$j"
+    j=$(submit bad_input "$wd" "$REPO" --time=10 -- "stages.M1.steps=$STEPS_TWO" no_such_key=1); track "$j"
     [ -n "$j" ] || { verdict bad_input 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     wait_end "$j" 180 once || why+=("no final state in 180 s")
     sleep 3
@@ -350,7 +350,7 @@ sc_bad_input() {  # an unknown override key: exit 2 recorded, one error line, no
 
 sc_cancel() {  # scancel mid-run: the run saves and exits 75, but a cancelled job is not requeued
     local wd=$SCR/w_cancel j ok=0 why=() rec
-    j=$(submit cancel "$wd" "$REPO" --time=10 -- "stages.0.steps=$STEPS_MID"); track "$j"
+    j=$(submit cancel "$wd" "$REPO" --time=10 -- "stages.M1.steps=$STEPS_MID"); track "$j"
     [ -n "$j" ] || { verdict cancel 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     wait_step "$j" "$wd" 10 240 || why+=("never reached step 10")
     scancel "$j"
@@ -371,14 +371,14 @@ sc_lock() {
     local wd j ok=0 why=() lockf tok info errs
     if [ -z "$FINISHED_WD" ]; then
         wd=$SCR/w_lock
-        j=$(submit lock_prep "$wd" "$REPO" --time=10 -- "stages.0.steps=$STEPS_TWO"); track "$j"
+        j=$(submit lock_prep "$wd" "$REPO" --time=10 -- "stages.M1.steps=$STEPS_TWO"); track "$j"
         wait_end "$j" 300
     else
         wd=$FINISHED_WD
     fi
     lockf=$wd/.lock
     # (a) the same job id
-    j=$(submit lock_same "$wd" "$REPO" --hold --time=10 -- "stages.0.steps=$STEPS_TWO"); track "$j"
+    j=$(submit lock_same "$wd" "$REPO" --hold --time=10 -- "stages.M1.steps=$STEPS_TWO"); track "$j"
     [ -n "$j" ] || { verdict lock 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     tok=$($HELP lock "$lockf" "$j" other-node-a)
     info=$($HELP lockinfo "$lockf")
@@ -390,7 +390,7 @@ sc_lock() {
     local a_note; a_note=$(grep -m1 -i -E 'took over|lock' "$SCR/lock_same.out" | short 120)
     local a_codes; a_codes=$(codes "$wd" "$j")
     # (b) a different job id, same fresh lock from another host
-    j=$(submit lock_other "$wd" "$REPO" --hold --time=10 -- "stages.0.steps=$STEPS_TWO"); track "$j"
+    j=$(submit lock_other "$wd" "$REPO" --hold --time=10 -- "stages.M1.steps=$STEPS_TWO"); track "$j"
     [ -n "$j" ] || { verdict lock 1 "sbatch refused: $(tail -2 "$SCR/sbatch.err" | short)"; return; }
     tok=$($HELP lock "$lockf" "$((j + 1000))" other-node-b)
     scontrol release "$j"
@@ -431,7 +431,7 @@ sc_bitwise() {  # the interrupted runs end with the same final PPL as an uninter
     if [ ${#FINALS_CHECK[@]} = 0 ]; then
         verdict bitwise 1 "no interrupted run completed to compare (preempt_grace, preempt_hard, kill_worker, kill_coordinator)"; return
     fi
-    j=$(submit reference "$wd" "$REPO" --time=15 -- "stages.0.steps=$STEPS_MID"); track "$j"
+    j=$(submit reference "$wd" "$REPO" --time=15 -- "stages.M1.steps=$STEPS_MID"); track "$j"
     note "bitwise: uninterrupted reference job $j"
     wait_end "$j" 600
     [ "$(field "$j" JobState)" = COMPLETED ] || { verdict bitwise 1 "reference run: $(jobinfo "$j")"; return; }

@@ -15,12 +15,12 @@ import errno
 import math
 import os
 import threading
+from typing import TYPE_CHECKING
 
-import jax
-
-from loire_jax.config.mesh import BATCH_AXES, parse_mesh
 from loire_jax.errors import ConfigError, fail
-from loire_jax.parallel import peers
+
+if TYPE_CHECKING:  # JAX loads in the functions that use it: --help and argument errors answer without it
+    import jax
 
 # Simulated CPU devices per process, at most. Each one brings threads (see simulated_cpu_env);
 # thousands of them made a refused run hang for minutes at exit (--mesh 4096: 9,819 threads).
@@ -113,6 +113,10 @@ def failed(err: BaseException | str, code: int) -> int:
     """Print the one-line error and return ``code``. A process of a multi-process job then
     leaves at once (``peers.leave``): the others were told, and JAX's shutdown barrier would
     wait for them."""
+    import jax
+
+    from loire_jax.parallel import peers
+
     if jax.process_count() == 1:
         return fail(err, code)
     if not peers.claim():  # another thread is reporting this process's end, and ends it
@@ -125,6 +129,10 @@ def failed(err: BaseException | str, code: int) -> int:
 def finished(code: int) -> int:
     """End a job that ended the same way on every process, in order: process 0, which hosts
     the coordination service, last (``peers.finish``); one process just returns ``code``."""
+    import jax
+
+    from loire_jax.parallel import peers
+
     if jax.process_count() > 1:
         peers.finish(code)
     return code
@@ -142,6 +150,8 @@ def _int_env(name: str) -> int | None:
 def check_batch(sizes: dict[str, int], batch: int, what: str = "--batch") -> None:
     """Refuse a mesh whose data-parallel axes do not split ``batch`` evenly. Cheap, so entry
     points call it before ``configure`` creates any device: the batch bounds the mesh."""
+    from loire_jax.config.mesh import BATCH_AXES
+
     shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
     if batch % shards:
         raise ConfigError(f"{what} {batch} is not divisible by the mesh's data x fsdp = {shards} devices: every "
@@ -158,6 +168,11 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     the split that keeps the heavy fsdp collectives inside a host. A process that stops
     sending heartbeats for ``heartbeat_s`` seconds is declared dead and the others exit.
     """
+    import jax
+
+    from loire_jax.config.mesh import parse_mesh
+    from loire_jax.parallel import peers
+
     sizes = parse_mesh(mesh_spec)
     need = math.prod(sizes.values())
     # simulated CPU devices are per process, so their count follows the expected process count
@@ -213,6 +228,8 @@ def cache_limit() -> int:
     (which reads $JAX_COMPILATION_CACHE_MAX_SIZE) where it is positive, else 8 GiB. Never
     unlimited, since JAX locks entries only under a limit; beyond it, the least recently
     used programs are evicted."""
+    import jax
+
     size = jax.config.jax_compilation_cache_max_size
     return size if size > 0 else CACHE_LIMIT_BYTES
 
@@ -227,6 +244,8 @@ def compile_cache(setting: str) -> str | None:
     that compile in under 0.1 s (JAX's eager operations, mostly) are not worth the disk and
     are not cached; a small model's evaluation step, at about 0.4 s on a CPU, is.
     """
+    import jax
+
     if setting == "off":
         return None
     if setting == "auto":

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from loire_jax.cli import devices  # before any JAX backend call
+from loire_jax.cli import devices, usage
 from loire_jax.errors import ENVIRONMENT, USER_ERRORS, RunError, command, fail, os_reason
 
 DIVERGED = "diverged.json"  # in a run's workdir: the run diverged with this config (kept, not retried)
@@ -42,13 +42,15 @@ def _seeds(text: str) -> list[int]:
 
 @command()
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = usage.parser(__doc__)
     parser.add_argument("--suite", default="paper-mini", help="a suite name in configs/suites, or a YAML path")
     parser.add_argument("--list", action="store_true", help="print every system's resolved config and exit")
     parser.add_argument("--seeds", type=_seeds, default=None, help="e.g. 1,2,3 (default: the suite's)")
     parser.add_argument("--workdir", default=None, help="default: runs/experiments/<suite>")
     parser.add_argument("--mesh", default=None, help="device mesh for every run (default: the base config's)")
-    parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off")
+    parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
+                        help="persistent XLA compilation cache, as loire-train's (auto: $JAX_COMPILATION_CACHE_DIR "
+                             "or ~/.cache/loire_jax/xla)")
     parser.add_argument("--progress", action="store_true", help="a progress bar per stage")
     args = parser.parse_args(argv)
 
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         devices.compile_cache(args.compile_cache)
     except OSError as err:
         return fail(f"compilation cache {args.compile_cache}: {err.strerror or err}")
-    from loire_jax.cli.train import _library_logs_to
+    from loire_jax.cli.logs import library_logs_to
     from loire_jax.parallel.sharding import make_mesh
     from loire_jax.store import workdir as rundir
 
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     except (rundir.WorkdirError, OSError) as err:
         return fail(err)
     root.mkdir(parents=True, exist_ok=True)
-    _library_logs_to(root / "python.log")
+    library_logs_to(root / "python.log")
     print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds"
           f"{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")
     mesh = make_mesh(sizes, devs)

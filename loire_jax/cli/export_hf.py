@@ -15,17 +15,17 @@ must fit in its memory.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from loire_jax.cli import usage
 from loire_jax.errors import command
 
 
 @command(ValueError)  # a config.json the config loader refuses, a model config that cannot be valid
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = usage.parser(__doc__)
     parser.add_argument("workdir", help="a loire_jax run's workdir")
     parser.add_argument("out", help="a new directory for the Hugging Face checkpoint")
     parser.add_argument("--stage", type=int, default=None, help="the stage to export (1-based; default: the last "

@@ -22,12 +22,11 @@ SIGTERM after a save, so rerun to resume; 76 another process was lost (rerun to 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from loire_jax.cli import devices  # before any JAX backend call
+from loire_jax.cli import devices, usage
 from loire_jax.errors import (
     ENVIRONMENT,
     PEER_LOST,
@@ -44,14 +43,16 @@ from loire_jax.errors import (
 
 @command(ValueError)
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = usage.parser(__doc__)
     parser.add_argument("run_dir", help="a loire_jax run's workdir")
     parser.add_argument("--task", required=True, help="a shipped task (configs/tasks/<name>.yaml) or a task YAML")
     parser.add_argument("--stage", type=int, default=None, help="the stage whose model to fine-tune (1-based; "
                                                                "default: the last)")
     parser.add_argument("--seeds", default=None, help="e.g. 1,2,3 (default: the task config's seed)")
     parser.add_argument("--mesh", default=None, help="device mesh (default: the task config's, else the run's)")
-    parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off")
+    parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
+                        help="persistent XLA compilation cache, as loire-train's (auto: $JAX_COMPILATION_CACHE_DIR "
+                             "or ~/.cache/loire_jax/xla)")
     devices.add_process_flags(parser)
     parser.add_argument("overrides", nargs="*", help="hyper-parameter overrides, e.g. lr=1e-4 epochs=3")
     args = parser.parse_intermixed_args(argv)  # RUN_DIR --task T key=value: positionals on both sides

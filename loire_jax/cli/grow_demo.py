@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from loire_jax.cli import devices  # must run before any JAX backend call
+from loire_jax.cli import devices, usage
 from loire_jax.errors import ConfigError, command, fail
 
 
@@ -75,13 +75,20 @@ def checked(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, Any], l
 
 @command()
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = usage.parser(__doc__)
     parser.add_argument("--mesh", default="1", help="device count (fsdp=N) or e.g. data=2,fsdp=2,tensor=2")
-    parser.add_argument("--preset", default="paper", choices=["paper", "modern"])
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preset", default="paper", choices=["paper", "modern"],
+                        help="M1's architecture: paper (the paper's post-norm GPT, default) or modern (pre-norm "
+                             "RMSNorm, SwiGLU, RoPE)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                        help="parameters and compute (default float32); the tolerance on the logits is 1e-9 in "
+                             "float64, 1e-4 x max(1, max|logits|) in float32")
+    parser.add_argument("--batch", type=int, default=8,
+                        help="sequences in the fixed random batch the logits are compared on (default 8)")
+    parser.add_argument("--seq", type=int, default=128,
+                        help="tokens per sequence, at most the model's max_seq_len (default 128)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds M1's parameters, the batch and every growth (default 0)")
     parser.add_argument("overrides", nargs="*", help="M1 ModelConfig fields, e.g. hidden=64 layers=2")
     args = parser.parse_args(argv)
     try:

@@ -13,19 +13,20 @@ several. ``launch/train.py`` calls this at the end of every completed run.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from loire_jax.analysis.reports import PLOTS, write_report
+from loire_jax.cli import usage
 from loire_jax.errors import command
 
 
 @command(ValueError)  # a config.json the config loader refuses
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = usage.parser(__doc__)
     parser.add_argument("workdirs", nargs="+", help="run workdirs; the first is compared to the others")
     parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
+    from loire_jax.analysis.reports import PLOTS, write_report
+
     out = write_report(args.workdirs, args.out)  # a workdir that is none: ReportError; an unwritable --out: OSError
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0

@@ -19,11 +19,10 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from loire_jax.cli import devices  # before any JAX backend call
+from loire_jax.cli import devices, usage
 from loire_jax.errors import (
     ENVIRONMENT,
     FAILED,
@@ -36,7 +35,6 @@ from loire_jax.errors import (
     first_line,
     os_reason,
 )
-from loire_jax.train.hooks import Hook
 
 
 @command()
@@ -60,7 +58,7 @@ def main(argv: list[str] | None = None, extra_hooks: Sequence[Any] = ()) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = usage.parser(__doc__)
     parser.add_argument("--config", default="tiny",
                         help="a run config YAML, or a shipped preset by name (tiny, mini, gpt_paper, gpt_1b, ...)")
     parser.add_argument("--mesh", default=None, help="device count (fsdp=N) or data=..,fsdp=..,tensor=..; "
@@ -71,12 +69,14 @@ def _parser() -> argparse.ArgumentParser:
                              "refused for a directory that is not a loire_jax run)")
     parser.add_argument("--break-lock", action="store_true",
                         help="take the workdir's lock even if another run seems to hold it")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar: the stage lines and evaluations only (for logs and batch jobs)")
     parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
                         help="persistent XLA compilation cache (auto: $JAX_COMPILATION_CACHE_DIR or "
                              "~/.cache/loire_jax/xla), so a resumed or repeated run does not recompile")
     devices.add_process_flags(parser)
-    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.1.steps=50")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. optimizer.lr=1e-3 stages.M2.steps=50 "
+                                                     "(a stage as the logs name it, counted from 1)")
     return parser
 
 
@@ -110,16 +110,17 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
 
     from loire_jax import run
     from loire_jax.analysis.reports import ReportError
+    from loire_jax.cli.logs import LogsToWorkdir, library_logs_to
     from loire_jax.parallel.sharding import make_mesh
     from loire_jax.train import hooks
 
     early = Path(tempfile.gettempdir()) / f"loire-{os.getpid()}.log"  # library logs until the workdir is ours
-    _library_logs_to(early)
+    library_logs_to(early)
     if jax.process_index() == 0:
         print(f"devices: {note}")
     try:
         result = run(run_config, workdir, mesh=make_mesh(sizes, devs), fresh=args.fresh, break_lock=args.break_lock,
-                     hooks=[_LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
+                     hooks=[LogsToWorkdir(early), *hooks.default_hooks(run_config, progress=not args.no_progress),
                             *extra_hooks])
         code = result.exit_code  # run() wrote the report of a complete run
     except ReportError as err:  # the run is complete and every process done; only process 0's report failed
@@ -152,101 +153,6 @@ def _check_mesh(run_config, mesh_spec: str, processes) -> None:
     if processes is not None and str(mesh_spec).strip().isdigit():
         sizes = {"data": sizes["fsdp"], "fsdp": 1, "tensor": 1}
     validate(run_config, sizes)
-
-
-class _LogsToWorkdir(Hook):
-    """Once the trainer has checked and locked the workdir, the libraries' logs move there."""
-
-    def __init__(self, early: Path) -> None:
-        self.early = early
-        self.stream: _LogStream | None = None
-
-    def on_run_start(self, trainer) -> None:
-        import jax
-
-        name = "python.log" if jax.process_index() == 0 else f"python.{jax.process_index()}.log"
-        self.stream = _library_logs_to(trainer.workdir / name, carry_over=self.early)
-
-    def on_stage_end(self, ctx) -> None:
-        if self.stream is not None:
-            self.stream.flush()
-
-    def on_run_end(self, trainer) -> None:
-        if self.stream is not None:
-            self.stream.flush()
-
-
-class _LogStream:
-    """A text stream onto ``paths.AppendLog``, so a gs:// workdir gets its log too."""
-
-    def __init__(self, path) -> None:
-        from loire_jax import paths
-
-        self.log = paths.AppendLog(path)
-
-    def write(self, text: str) -> None:
-        try:
-            for line in text.splitlines():
-                self.log.write(line)
-        except OSError:
-            pass  # the disk is full: the one-line error still reaches the console
-
-    def flush(self) -> None:
-        try:
-            self.log.flush()
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        try:
-            self.log.close()
-        except OSError:
-            pass
-
-
-def _library_logs_to(path, carry_over: Path | None = None) -> _LogStream:
-    """Send the libraries' logs, and tracebacks of their background threads, to a file.
-
-    Orbax and asyncio log the tracebacks of a failed background write (a full disk, say)
-    to the console, although the error also reaches us and is reported in one line."""
-    import atexit
-    import logging
-    import traceback
-
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-        if isinstance(old, logging.StreamHandler) and isinstance(old.stream, _LogStream):
-            old.stream.close()
-    stream = _LogStream(path)
-    if carry_over is not None and carry_over.exists():  # the start-up log joins the workdir's, no litter
-        try:
-            stream.write(carry_over.read_text())
-            carry_over.unlink()
-        except OSError:
-            pass
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(handler)
-    atexit.register(stream.flush)
-    try:
-        from absl import logging as absl_logging
-
-        absl_logging.set_stderrthreshold("fatal")
-    except ImportError:
-        pass
-
-    logging.raiseExceptions = False  # a full disk must not turn a log write into console noise
-
-    def to_file(text: str) -> None:
-        stream.write(text)
-        stream.flush()
-
-    threading.excepthook = lambda a: to_file("".join(traceback.format_exception(a.exc_type, a.exc_value,
-                                                                                a.exc_traceback)))
-    sys.unraisablehook = lambda u: to_file("".join(traceback.format_exception(u.exc_type, u.exc_value,
-                                                                              u.exc_traceback)))
-    return stream
 
 
 def _crash_log(workdir):

@@ -4,7 +4,7 @@ through pydantic, into the frozen dataclasses of ``run_config`` and ``data.confi
 The dataclasses say what a valid config is; this module only turns text into them, so
 that a typo or a wrong type fails at start-up with one line naming the key, where it is,
 and what is valid there. OmegaConf reads the YAML (``1e-3`` is a float) and applies
-MaxText-style overrides (``optimizer.lr=1e-3``, ``stages.1.growth.0.size=256``); pydantic
+MaxText-style overrides (``optimizer.lr=1e-3``, ``stages.M2.growth.0.size=256``); pydantic
 checks and coerces every section against the dataclasses' annotations and refuses
 unknown keys; each dataclass's ``__post_init__`` then checks the values.
 
@@ -34,6 +34,7 @@ from loire_jax.config.data import DataConfig
 from loire_jax.config.finetune import FinetuneConfig
 from loire_jax.config.model import preset
 from loire_jax.config.run import DERIVED_MODEL_FIELDS, PRECISIONS, RunConfig, StageConfig
+from loire_jax.config.schedule import model_name, stage_number
 from loire_jax.errors import ConfigError
 from loire_jax.paths import Path
 
@@ -90,7 +91,7 @@ def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None
     defaults = _listed(raw.pop("stage_defaults", {}))
     _validate(_StageDefaults, defaults, ConfigError, prefix=("stage_defaults",), schema=StageConfig)
     if isinstance(raw.get("stages"), list):  # stage names default to M1, M2, ...
-        raw["stages"] = [_listed({"name": f"M{i + 1}", **defaults, **s}) if isinstance(s, Mapping) else s
+        raw["stages"] = [_listed({"name": model_name(i), **defaults, **s}) if isinstance(s, Mapping) else s
                          for i, s in enumerate(raw["stages"])]
     if isinstance(raw.get("model"), Mapping):
         raw["model_preset"], raw["model"] = _model(raw["model"], raw.get("precision", "float32"))
@@ -105,11 +106,15 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
                     base_dir: str | Path | None = None) -> dict[str, Any]:
     """MaxText-style ``dotted.path=value`` overrides on a raw config mapping (returns a copy).
 
-    ``optimizer.lr=1e-3``, ``seed=3``, ``stages.2.steps=50`` (list index),
-    ``stages.1.growth.0.size=256``, ``model.hidden=128``, ``data.data_dir=/scratch``.
+    ``optimizer.lr=1e-3``, ``seed=3``, ``stages.M3.steps=50``,
+    ``stages.M2.growth.0.size=256``, ``model.hidden=128``, ``data.data_dir=/scratch``.
+    A stage is named as logs, checkpoint folders and reports name it, counted from 1
+    (``stages.M3`` is stage 3, which trains M3); a bare number (``stages.2``) is refused,
+    since it once counted from 0. Other lists take 0-based indices (``growth.0``).
     Values are YAML (``[CS, WB]`` is a list, ``null`` is None, ``1e-3`` a float). A ``data``
     given as a file path is inlined first so that its fields can be overridden. Unknown keys
-    are left for validation to refuse; an index out of range fails here, naming the range.
+    are left for validation to refuse; a stage or an index out of range fails here, naming
+    the range.
     """
     cfg = OmegaConf.create(dict(raw))
     _apply_overrides(cfg, overrides, base_dir)
@@ -279,40 +284,63 @@ def _plain(cfg: DictConfig, error: type[Exception], where: str) -> dict[str, Any
 def _apply_overrides(cfg: DictConfig, overrides: Sequence[str], base_dir: str | Path | None) -> None:
     base = paths.as_path(base_dir) if base_dir is not None else None
     for item in overrides:
-        key, sep, _ = item.partition("=")
+        key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r}: expected key=value, e.g. optimizer.lr=1e-3")
         if key.startswith("data.") and isinstance(cfg.get("data"), str):
             cfg.data = _data_file(cfg.data, base, ConfigError)
-        problem = _index_problem(cfg, key.strip())
-        if problem:
-            raise ConfigError(f"override {item!r}: {problem}")
         try:
-            cfg.merge_with_dotlist([item])
+            path = _list_path(cfg, key.strip().split("."))  # the user's stages.M2 is the list's stages.1
+        except ConfigError as err:
+            raise ConfigError(f"override {item!r}: {err}") from None
+        try:
+            cfg.merge_with_dotlist([f"{'.'.join(path)}={value}"])
         except (OmegaConfBaseException, TypeError, ValueError) as err:
             raise ConfigError(f"override {item!r}: {_first_line(err)}") from None
 
 
-def _index_problem(cfg: DictConfig, key: str) -> str | None:
-    """Why ``key`` reaches into no list entry, naming the valid range. OmegaConf's own errors
-    span lines, and on an absent list it would make a mapping with a key "0" instead."""
-    parts, node = key.split("."), cfg
+def _list_path(cfg: DictConfig, parts: list[str]) -> list[str]:
+    """The override path ``parts`` as OmegaConf reaches it: a stage named as users read it
+    (``stages.M2``) becomes its list index (``1``). ConfigError if a part reaches into no
+    list entry, naming the valid ones: OmegaConf's own errors span lines, and on an absent
+    list it would make a mapping with a key "0" instead."""
+    out, node = list(parts), cfg
     for depth, part in enumerate(parts):
         here, parent = ".".join(parts[: depth + 1]), ".".join(parts[:depth])
-        if OmegaConf.is_list(node):
+        if OmegaConf.is_list(node) and depth == 1 and parts[0] == "stages":
+            out[depth] = part = str(_stage_position(here, part, len(node)))
+            node = node[int(part)]
+        elif OmegaConf.is_list(node):
             n = len(node)
             if not (re.fullmatch(r"-?\d+", part) and -n <= int(part) < n):
                 has = f"{n} entries (0..{n - 1})" if n > 1 else "1 entry (0)" if n else "no entries"
-                return f"{here} is not an index of {parent}, which has {has}"
+                raise ConfigError(f"{here} is not an index of {parent}, which has {has}")
             node = node[int(part)]
         elif OmegaConf.is_dict(node) and node.get(part) is not None:
             node = node[part]
         else:
             later = parts[depth + 1 : depth + 2]
-            if OmegaConf.is_dict(node) and later and re.fullmatch(r"-?\d+", later[0]):
-                return f"{here} is not set, so it has no entry {later[0]}; set the whole list, e.g. {here}=[...]"
-            return None
-    return None
+            if OmegaConf.is_dict(node) and later and re.fullmatch(r"-?\d+|M\d+", later[0]):
+                raise ConfigError(f"{here} is not set, so it has no entry {later[0]}; set the whole list, "
+                                  f"e.g. {here}=[...]")
+            return out
+    return out
+
+
+def _stage_position(here: str, name: str, n: int) -> int:
+    """The list index of the stage an override names ``name`` (``M2``: the second stage, as
+    logs, folders and reports count, from 1). A bare number is refused, not read: overrides
+    counted stages from 0 before, so ``stages.1`` could mean either M1 or M2."""
+    names = [model_name(i) for i in range(n)]
+    if name in names:
+        return names.index(name)
+    valid = f"{names[0]}..{names[-1]}" if n > 1 else names[0] if n else "no stages"
+    if re.fullmatch(r"\d+", name):
+        readings = [i for i in (int(name) - 1, int(name)) if 0 <= i < n]  # counted from 1, or from 0
+        hint = " or ".join(f"stages.{model_name(i)} for stage {stage_number(i)}" for i in readings)
+        raise ConfigError(f"{here} is ambiguous: overrides name a stage as the logs do (this run has {valid}), not "
+                          f"by a number, which once counted from 0; write {hint or 'one of those'}")
+    raise ConfigError(f"{here} is not a stage of this run, which has {valid} (counted from 1, as in the logs)")
 
 
 # --------------------------------------------------------------------------- pydantic
@@ -375,6 +403,9 @@ def _unknown_message(schema: Any, path: tuple[str | int, ...], names: Sequence[s
 
 
 def _dotted(path: Sequence[str | int]) -> str:
+    """A field path as an override writes it: a stage by its name in the logs (``stages.M2``)."""
+    if len(path) > 1 and path[0] == "stages" and isinstance(path[1], int):
+        path = ["stages", model_name(path[1]), *path[2:]]
     return ".".join(str(p) for p in path)
 
 

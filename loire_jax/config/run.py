@@ -547,12 +547,12 @@ def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:
 def _lr_warmup_problems(optimizer: OptimizerConfig, stages: Sequence[StageConfig]) -> list[str]:
     """The LR schedule restarts at every stage, so its warmup must fit in each, as a stage's
     own warmup must (one rule for both: a longer one is refused, not shortened)."""
-    short = [(i, s) for i, s in enumerate(stages) if optimizer.warmup_steps > s.steps]
+    short = [s for s in stages if optimizer.warmup_steps > s.steps]
     if not short:
         return []
-    i, first = short[0]
+    first = short[0]
     more = f" and {len(short) - 1} more" if len(short) > 1 else ""
-    return [f"optimizer.warmup_steps={optimizer.warmup_steps} is longer than stage {first.name!r} (stages.{i}, "
+    return [f"optimizer.warmup_steps={optimizer.warmup_steps} is longer than stage {first.name!r} ("
             f"steps={first.steps}){more}: the LR schedule restarts at every stage, so its warmup must fit in "
             f"each (at most {min(s.steps for s in stages)} steps)"]
 

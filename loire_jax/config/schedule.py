@@ -131,7 +131,8 @@ def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
                 plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
                                    positions=g.positions, mode=g.mode, last_gate=last_gate, noise=g.noise)
             except ValueError as err:
-                raise ConfigError(f"stages.{i} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): {err}") from None
+                raise ConfigError(f"stages.{model_name(i)} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): "
+                                  f"{err}") from None
             if plan.op == "layers" and plan.init not in ("elle", "ligo") and (
                     plan.mode == "stack" or cfg.layers - 1 in plan.positions):
                 last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
@@ -168,7 +169,7 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
     for i, stage in enumerate(run.stages):
         missing = [d for d in stage.domains if d not in known]
         if missing:
-            problems.append(f"stages.{i} ({stage.name!r}): unknown domain(s) {missing}; "
+            problems.append(f"stages.{model_name(i)} ({stage.name!r}): unknown domain(s) {missing}; "
                             f"known domains are {sorted(known)}")
     raise_problems(problems, "run config")
 
@@ -189,7 +190,7 @@ def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
             t = sizes.get("tensor", 1)
             if any(p.startswith(("embed/", "lm_head/")) for p in bad) and cfg.padded_vocab % t:
                 extra = f" (set model.pad_vocab_to={math.lcm(t, 128)} for tensor={t})"
-            problems.append(f"stages.{i} ({stage.name!r}) model (hidden, ffn, heads, layers) = "
+            problems.append(f"stages.{model_name(i)} ({stage.name!r}) model (hidden, ffn, heads, layers) = "
                             f"({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}) does not fit mesh {sizes}: "
                             + "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else "") + extra)
     raise_problems(problems, "run config")

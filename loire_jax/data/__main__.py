@@ -7,7 +7,6 @@ import os
 import sys
 
 from loire_jax.config import presets
-from loire_jax.config.loader import load_data_config
 from loire_jax.errors import command
 
 DEFAULT_CONFIG = presets.presets_dir() / "domains" / "default.yaml"
@@ -16,13 +15,14 @@ DEFAULT_CONFIG = presets.presets_dir() / "domains" / "default.yaml"
 @command()  # a DataError (or any LoireError): one line, exit 2; an OSError (a vanished mount): exit 1
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="loire-data")
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND", help="the step to run (loire-data prepare --help lists its options)")
     p = sub.add_parser("prepare", help="build or verify the domain stream under the data dir")
     p.add_argument("--config", default=str(DEFAULT_CONFIG), help="a domain stream YAML, or a shipped one by name (default, mini, tfds_paper)")
     p.add_argument("--data-dir", default=None, help="cache dir (default: the config's data_dir)")
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     args = parser.parse_args(argv)
 
+    from loire_jax.config.loader import load_data_config
     from loire_jax.data import DataError, format_table, prepare
 
     found = presets.find(args.config, "domains")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from loire_jax.config.run import RunConfig
+from loire_jax.config.schedule import model_name
 
 # Settings that do not change what a trained model is, and so may change on resume:
 # where and how the run is laid out (mesh, data cache folder), bookkeeping (checkpoint
@@ -32,7 +33,8 @@ def _diff(a: Any, b: Any, path: str = "") -> list[str]:
                 out += _diff(a[k], b[k], sub)
         return out
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _diff(x, y, f"{path}.{i}")]
+        at = model_name if path == "stages" else str  # a stage as an override names it: stages.M2
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _diff(x, y, f"{path}.{at(i)}")]
     return [] if a == b else [f"{path}: {a!r} -> {b!r}"]
 
 
