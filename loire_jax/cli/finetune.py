@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from loire_jax.cli import devices  # before any JAX backend call
 from loire_jax.errors import (
@@ -91,22 +92,45 @@ def main(argv: list[str] | None = None) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
-    from loire_jax.downstream.finetune import finetune
     from loire_jax.parallel.sharding import make_mesh
-    from loire_jax.train.signals import Stopped
 
     say(f"devices: {note}", flush=True)
+    results = _fine_tune(run_dir, run, [cfg for _, cfg in cfgs], lambda: make_mesh(sizes, devs), args.stage, seeds,
+                         say)
+    if isinstance(results, int):
+        return results
+    if jax.process_index() == 0:  # the run's report gains its downstream table
+        from loire_jax.analysis.reports import ReportError, write_report
+
+        try:
+            say(f"report: {write_report([run_dir]) / 'report.md'}")
+        except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
+            say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
+    for result in results:
+        mean, half = result.mean_half_range
+        say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
+            f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
+    return devices.finished(0)
+
+
+def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any], stage: int | None,
+               seeds: list[int] | None, say: Callable[..., None]) -> list[Any] | int:
+    """Each task's fine-tuning in turn: their results, or the exit code of the first that
+    stopped or failed. With several tasks every task's records are read and checked first,
+    so a bad file of the last task fails before the first task's compute."""
+    from loire_jax.downstream.finetune import finetune
+    from loire_jax.train.signals import Stopped
+
     results = []
     try:
-        mesh = make_mesh(sizes, devs)
-        if len(cfgs) > 1:  # every task's records before the first task's compute
+        on = mesh()
+        if len(cfgs) > 1:
             from loire_jax.downstream.tasks import load_examples
 
-            for _, cfg in cfgs:
+            for cfg in cfgs:
                 load_examples(cfg.task, run.data.root / "downloads")
-        for _, cfg in cfgs:
-            result = finetune(run_dir, cfg, stage=args.stage, seeds=seeds, mesh=mesh,
-                              log=lambda line: say(line, flush=True))
+        for cfg in cfgs:
+            result = finetune(run_dir, cfg, stage=stage, seeds=seeds, mesh=on, log=lambda line: say(line, flush=True))
             if not result.complete:
                 say(f"stopped by signal {result.stopped} after a save; rerun the same command to resume",
                     file=sys.stderr)
@@ -121,18 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return devices.failed(os_reason(err), ENVIRONMENT)
     except USER_ERRORS as err:
         return devices.failed(err, USER)
-    if jax.process_index() == 0:  # the run's report gains its downstream table
-        from loire_jax.analysis.reports import ReportError, write_report
-
-        try:
-            say(f"report: {write_report([run_dir]) / 'report.md'}")
-        except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
-            say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
-    for result in results:
-        mean, half = result.mean_half_range
-        say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
-            f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
-    return devices.finished(0)
+    return results
 
 
 def _seeds(text: str) -> list[int]:
