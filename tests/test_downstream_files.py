@@ -300,3 +300,12 @@ def test_a_suite_refuses_two_downstream_tasks_of_one_name_when_it_is_loaded(tmp_
     a, b = task_yaml(tmp_path / "a" / "t.yaml"), task_yaml(tmp_path / "b" / "t.yaml")
     with pytest.raises(ConfigError, match=f"downstream.tasks: tasks {re.escape(a)} and {re.escape(b)} are both"):
         Suite(name="s", base="base.yaml", systems=("LOIRE",), seeds=(1,), downstream=Downstream((a, b), ("LOIRE",)))
+
+
+def test_a_text_pair_column_named_in_fields_must_exist(tmp_path):
+    """Naming a pair's column that the file lacks is a typo, not a task of single texts."""
+    jsonl(tmp_path / "train.jsonl", GOOD)
+    jsonl(tmp_path / "valid.jsonl", HELD_OUT)
+    assert load_examples(task(tmp_path))["train"][0]["text_pair"] is None
+    with pytest.raises(TaskError, match=r"line 1 has no column 'hypothesis' \(its columns: text, label\)"):
+        load_examples(task(tmp_path, fields={"text_pair": "hypothesis"}))

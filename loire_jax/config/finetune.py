@@ -76,7 +76,9 @@ class TaskConfig:
     ``train``/``validation`` to the source's split names; ``fields`` maps a record field
     (``text``, ``text_pair``, ``label``, ``choices``, ``question``, ``context``, ``answers``,
     ``id``) to the source's column. ``labels`` are a classification task's class names in
-    class-id order. ``domain`` is the pre-training domain the task stands for (Table 5's
+    class-id order; a record's label matches one by ``label_text``, and is read as a class id
+    only where no label is an integer (``numeric_labels``). ``name`` is one folder name
+    (``NAME``): the job's folder in the run and its column in the report. ``domain`` is the pre-training domain the task stands for (Table 5's
     columns), if any. ``allow_validation_in_train``: score on a validation split that is the
     training split (the same file or split, or only records that are training records),
     which is otherwise refused: a score on training data says nothing about the task.

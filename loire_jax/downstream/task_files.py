@@ -41,7 +41,7 @@ def read_task_file(path: str) -> list[Located]:
     try:
         text = p.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise TaskError(f"{p} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise TaskError(f"{p} is not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
     name = p.name.lower()
     if name.endswith((".csv", ".tsv")):
         return _delimited(text, str(p), "excel-tab" if name.endswith(".tsv") else "excel")
