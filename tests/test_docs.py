@@ -427,6 +427,7 @@ SHELL = {
     "python launch/finetune.py runs/tiny --task boolq --seeds 1,2,3": FINETUNE_COVERED,
     "python launch/finetune.py runs/tiny --task boolq": FINETUNE_COVERED,
     "python launch/finetune.py runs/tiny --task boolq --stage 3 --seeds 1,2,3 lr=1e-4 epochs=3": FINETUNE_COVERED,
+    "python launch/finetune.py runs/tiny --task boolq --task imdb": FINETUNE_COVERED,
     # README.md
     "pip install -e . && python launch/train.py --mesh 8":
         "not run here: the install is the environment's, and the default run needs the downloaded corpus and "

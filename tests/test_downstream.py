@@ -45,11 +45,11 @@ def task(**kw) -> TaskConfig:
 # --------------------------------------------------------------------------- configs
 @pytest.mark.parametrize("kw, message", [
     (dict(kind="regression"), "kind must be one of"),
-    (dict(labels=("yes",)), "labels must name at least 2 distinct classes"),
+    (dict(labels=("yes",)), "labels must name at least 2 distinct, non-empty classes"),
     (dict(labels=("a", "b", "c"), metric="matthews"), "metric 'matthews' needs 2 labels"),
     (dict(kind="qa", metric="accuracy", labels=()), "metric must be one of ('squad',)"),
     (dict(files={"train": "a.jsonl"}), "needs files for exactly ['train', 'validation']"),
-    (dict(files={"train": "a.txt", "validation": "b.jsonl"}), "must be .jsonl, .json or .csv"),
+    (dict(files={"train": "a.txt", "validation": "b.jsonl"}), "must be .jsonl, .json, .csv or .tsv"),
     (dict(source="tfds", files={}), "needs tfds_name"),
     (dict(fields={"txt": "sentence"}), "fields of a classification task are"),
     (dict(splits={"train": "train"}), "splits must map exactly"),
@@ -98,7 +98,7 @@ def _files(tmp_path, train, valid, suffix=".jsonl"):
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
 def test_local_files_map_columns_and_accept_class_names_or_ids(tmp_path, suffix):
     rows = [{"s": "good film", "y": "yes"}, {"s": "bad film", "y": "0"}]
-    files = _files(tmp_path, rows, rows[:1], suffix)
+    files = _files(tmp_path, rows, [{"s": "fine film", "y": "1"}], suffix)
     got = load_examples(task(files=files, fields={"text": "s", "label": "y"}))
     assert got["train"] == [{"text": "good film", "text_pair": None, "label": "yes"},
                             {"text": "bad film", "text_pair": None, "label": "no"}]
@@ -106,7 +106,7 @@ def test_local_files_map_columns_and_accept_class_names_or_ids(tmp_path, suffix)
 
 
 @pytest.mark.parametrize("train, message", [
-    ([{"text": "a"}], "record 1 has no column 'label'"),
+    ([{"text": "a"}], r"line 1 has no column 'label' \(its columns: text\)"),
     ([{"text": "a", "label": "maybe"}], "label 'maybe' is not one of the declared labels"),
     ([{"text": "", "label": "yes"}], "text must be non-empty text"),
     ([], "the train split .* is empty"),
@@ -121,10 +121,11 @@ def test_qa_records_take_squad_answers_and_check_them_against_the_context(tmp_pa
     ok = {"id": "1", "question": "who", "context": "Ada wrote it", "answers": {"text": ["Ada"], "answer_start": [0]}}
     bad = {**ok, "answers": [{"text": "Ada", "start": 4}]}
     qa = task(kind="qa", metric="squad", labels=())
-    got = load_examples(dataclass_files(qa, _files(tmp_path, [ok], [ok])))
+    held_out = {**ok, "question": "who else"}
+    got = load_examples(dataclass_files(qa, _files(tmp_path, [ok], [held_out])))
     assert got["train"][0]["answers"] == [{"text": "Ada", "start": 0}]
     with pytest.raises(TaskError, match="is not the context's text at character 4"):
-        load_examples(dataclass_files(qa, _files(tmp_path, [bad], [ok])))
+        load_examples(dataclass_files(qa, _files(tmp_path, [bad], [held_out])))
 
 
 def dataclass_files(t: TaskConfig, files: dict) -> TaskConfig:
@@ -276,10 +277,10 @@ def test_a_tfds_task_reads_a_prepared_dataset_and_maps_class_ids_to_names(tmp_pa
                 "sentence": tfds.features.Text(), "label": tfds.features.ClassLabel(names=["neg", "pos"])}))
 
         def _split_generators(self, dl_manager):
-            return {"train": self._generate_examples(6), "validation": self._generate_examples(2)}
+            return {"train": self._generate_examples(range(6)), "validation": self._generate_examples(range(6, 8))}
 
-        def _generate_examples(self, n):
-            for i in range(n):
+        def _generate_examples(self, numbers):
+            for i in numbers:
                 yield i, {"sentence": f"text number {i}", "label": i % 2}
 
     LoireTinyGlue(data_dir=str(tmp_path)).download_and_prepare(
@@ -287,8 +288,8 @@ def test_a_tfds_task_reads_a_prepared_dataset_and_maps_class_ids_to_names(tmp_pa
     t = TaskConfig(name="tiny", kind="classification", source="tfds", tfds_name="loire_tiny_glue",
                    tfds_data_dir=str(tmp_path), fields={"text": "sentence"}, labels=("neg", "pos"))
     got = load_examples(t)
-    assert sorted((r["text"], r["label"]) for r in got["validation"]) == [("text number 0", "neg"),
-                                                                           ("text number 1", "pos")]
+    assert sorted((r["text"], r["label"]) for r in got["validation"]) == [("text number 6", "neg"),
+                                                                           ("text number 7", "pos")]
     assert len(got["train"]) == 6
     missing = TaskConfig(name="m", kind="classification", source="tfds", tfds_name="glue/sst2",
                          tfds_data_dir=str(tmp_path / "none"), labels=("neg", "pos"))

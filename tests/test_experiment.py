@@ -39,10 +39,13 @@ def micro(tmp_path_factory):
     (base / "loire.yaml").write_text(yaml.safe_dump(config))
     rows = [{"text": f"{w} {'is' if i % 2 else 'was'}", "label": ["no", "yes"][i % 2]}
             for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 8)]
+    held_out = [{"text": f"{w} {'is' if i % 2 else 'was'}", "label": ["no", "yes"][i % 2]}
+                for i, w in enumerate(["epsilon", "zeta"] * 4)]
     (base / "task.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (base / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
     (base / "task.yaml").write_text(yaml.safe_dump({
         "task": {"name": "tiny-task", "kind": "classification", "source": "local", "labels": ["no", "yes"],
-                 "files": {"train": "task.jsonl", "validation": "task.jsonl"}},
+                 "files": {"train": "task.jsonl", "validation": "valid.jsonl"}},
         "max_len": 16, "batch_size": 8, "epochs": 1, "lr": 1.0e-3}))
     suite = {"name": "micro", "base": "loire.yaml", "systems": ["GPT_L", "LOIRE"], "seeds": [1],
              # lr 1e30 diverges: recorded, failing the gate, and the suite goes on

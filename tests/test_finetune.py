@@ -251,6 +251,31 @@ def test_two_processes_fine_tune_as_one_process_does(decoder_run, tmp_path):
     assert json.loads((out / "summary.json").read_text())["mean"] == got["score"]
 
 
+def test_several_tasks_run_in_turn_after_every_task_is_checked(decoder_run, tmp_path):
+    """Two --task: a bad record in the second task's file fails before the first computes
+    (nothing written); fixed, both run and the report lists both."""
+    tasks = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        path = word_task(tmp_path / name, n_train=32, n_valid=32, epochs=1, max_len=16)
+        config = yaml.safe_load(path.read_text())
+        config["task"]["name"] = f"marker-{name}"
+        path.write_text(yaml.safe_dump(config))
+        tasks += ["--task", str(path)]
+    good = (tmp_path / "second" / "valid.jsonl").read_text()
+    (tmp_path / "second" / "valid.jsonl").write_text(json.dumps({"sentence": "a b", "label": "maybe"}) + "\n")
+    before = {str(p) for p in decoder_run.rglob("*")}
+    result = finetune_cli(decoder_run, Path(tasks[1]), *tasks[2:])
+    assert "second/valid.jsonl, line 1: label 'maybe' is not one of the declared labels" in one_line_error(result)
+    _nothing_written(decoder_run, before)
+    (tmp_path / "second" / "valid.jsonl").write_text(good)
+    result = finetune_cli(decoder_run, Path(tasks[1]), *tasks[2:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("first", "second"):
+        assert (decoder_run / "finetune" / f"marker-{name}" / "stage2" / "seed1" / "results.json").is_file()
+        assert f"marker-{name} on stage 2: accuracy" in result.stdout
+
+
 def _nothing_written(run_dir: Path, before: set) -> None:
     assert {str(p) for p in run_dir.rglob("*")} == before
 

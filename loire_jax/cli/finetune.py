@@ -1,7 +1,7 @@
-"""Fine-tune a finished stage's model on a downstream task: ``loire-finetune RUN_DIR --task NAME``
+"""Fine-tune a finished stage's model on downstream tasks: ``loire-finetune RUN_DIR --task NAME``
 (``python launch/finetune.py`` in a checkout).
 
-    loire-finetune RUN_DIR --task boolq|PATH.yaml [--stage K] [--seeds 1,2,3] [--mesh 8]
+    loire-finetune RUN_DIR --task boolq|PATH.yaml [--task ...] [--stage K] [--seeds 1,2,3] [--mesh 8]
                    [--compile-cache DIR|auto|off] [--coordinator HOST:PORT --num-processes N
                    --process-id I | --distributed auto] [key=value ...]
 
@@ -10,8 +10,10 @@ trains it on the task's training split, scoring the validation split after every
 (``loire_jax.downstream.finetune``). Writes ``RUN_DIR/finetune/<task>/stage<K>/seed<s>/``
 (checkpoints, metrics.jsonl, results.json) and ``summary.json`` (mean and half-range over
 the seeds), and rewrites the run's report (``RUN_DIR/report``), whose Downstream table
-lists every fine-tuning of the run. Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
-or its files (``task.files.train=my.jsonl``). Rerunning the command resumes a stopped seed
+lists every fine-tuning of the run. Several ``--task`` run one after the other, each task's
+config and records checked (and two tasks of one name refused) before the first starts.
+Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
+or its files (``task.files.train=my.jsonl``) of every task. Rerunning the command resumes a stopped seed
 and skips finished ones. Several processes (one per host or GPU) take ``loire-train``'s
 flags: each feeds its own shards of the batch, process 0 writes the results.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from loire_jax.cli import devices, usage
 from loire_jax.errors import (
@@ -45,7 +48,8 @@ from loire_jax.errors import (
 def main(argv: list[str] | None = None) -> int:
     parser = usage.parser(__doc__)
     parser.add_argument("run_dir", help="a loire_jax run's workdir")
-    parser.add_argument("--task", required=True, help="a shipped task (configs/tasks/<name>.yaml) or a task YAML")
+    parser.add_argument("--task", required=True, action="append",
+                        help="a shipped task (configs/tasks/<name>.yaml) or a task YAML; repeat it for several")
     parser.add_argument("--stage", type=int, default=None, help="the stage whose model to fine-tune (1-based; "
                                                                "default: the last)")
     parser.add_argument("--seeds", default=None, help="e.g. 1,2,3 (default: the task config's seed)")
@@ -57,9 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="hyper-parameter overrides, e.g. lr=1e-4 epochs=3")
     args = parser.parse_intermixed_args(argv)  # RUN_DIR --task T key=value: positionals on both sides
 
+    from loire_jax.config import presets
+    from loire_jax.config.finetune import check_distinct_jobs
     from loire_jax.config.loader import load_finetune_config, run_config_from_dict
 
-    cfg = load_finetune_config(args.task, args.overrides)
+    cfgs = [(presets.find(task, "tasks"), load_finetune_config(task, args.overrides)) for task in args.task]
+    check_distinct_jobs(cfgs)  # before any compute: two tasks of one name would share their results' folder
+    meshes = sorted({cfg.mesh for _, cfg in cfgs if cfg.mesh is not None})
+    if args.mesh is None and len(meshes) > 1:
+        raise ConfigError(f"the tasks set different meshes ({', '.join(meshes)}); give one with --mesh")
     seeds = _seeds(args.seeds) if args.seeds else None
     run_dir = Path(args.run_dir).expanduser()
     try:
@@ -68,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{run_dir} is not a loire_jax run directory (no config.json)") from None
     except ValueError as err:
         raise ConfigError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
-    mesh_spec = args.mesh or cfg.mesh or run.mesh
+    mesh_spec = args.mesh or (meshes[0] if meshes else None) or run.mesh
     processes = devices.processes_from_args(args)
     try:
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64", processes=processes,
@@ -83,14 +93,50 @@ def main(argv: list[str] | None = None) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
-    from loire_jax.downstream.finetune import finetune
     from loire_jax.parallel.sharding import make_mesh
-    from loire_jax.train.signals import Stopped
 
     say(f"devices: {note}", flush=True)
+    results = _fine_tune(run_dir, run, [cfg for _, cfg in cfgs], lambda: make_mesh(sizes, devs), args.stage, seeds,
+                         say)
+    if isinstance(results, int):
+        return results
+    if jax.process_index() == 0:  # the run's report gains its downstream table
+        from loire_jax.analysis.reports import ReportError, write_report
+
+        try:
+            say(f"report: {write_report([run_dir]) / 'report.md'}")
+        except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
+            say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
+    for result in results:
+        mean, half = result.mean_half_range
+        say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
+            f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
+    return devices.finished(0)
+
+
+def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any], stage: int | None,
+               seeds: list[int] | None, say: Callable[..., None]) -> list[Any] | int:
+    """Each task's fine-tuning in turn: their results, or the exit code of the first that
+    stopped or failed. With several tasks every task's records are read and checked first,
+    so a bad file of the last task fails before the first task's compute."""
+    from loire_jax.downstream.finetune import finetune
+    from loire_jax.train.signals import Stopped
+
+    results = []
     try:
-        result = finetune(run_dir, cfg, stage=args.stage, seeds=seeds, mesh=make_mesh(sizes, devs),
-                          log=lambda line: say(line, flush=True))
+        on = mesh()
+        if len(cfgs) > 1:
+            from loire_jax.downstream.tasks import load_examples
+
+            for cfg in cfgs:
+                load_examples(cfg.task, run.data.root / "downloads")
+        for cfg in cfgs:
+            result = finetune(run_dir, cfg, stage=stage, seeds=seeds, mesh=on, log=lambda line: say(line, flush=True))
+            if not result.complete:
+                say(f"stopped by signal {result.stopped} after a save; rerun the same command to resume",
+                    file=sys.stderr)
+                return devices.finished(130 if result.stopped == 2 else 75)
+            results.append(result)
     except PeerLost as err:
         return devices.failed(err, PEER_LOST)
     except Stopped as stop:
@@ -100,20 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return devices.failed(os_reason(err), ENVIRONMENT)
     except USER_ERRORS as err:
         return devices.failed(err, USER)
-    if not result.complete:
-        say(f"stopped by signal {result.stopped} after a save; rerun the same command to resume", file=sys.stderr)
-        return devices.finished(130 if result.stopped == 2 else 75)
-    mean, half = result.mean_half_range
-    if jax.process_index() == 0:  # the run's report gains its downstream table
-        from loire_jax.analysis.reports import ReportError, write_report
-
-        try:
-            say(f"report: {write_report([run_dir]) / 'report.md'}")
-        except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
-            say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
-    say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
-        f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
-    return devices.finished(0)
+    return results
 
 
 def _seeds(text: str) -> list[int]:

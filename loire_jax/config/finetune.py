@@ -11,10 +11,12 @@ ratio 0.06), which ``key=value`` overrides replace.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import os
+import re
+from typing import Any, Mapping, Sequence
 
 from loire_jax.config.mesh import parse_mesh
-from loire_jax.errors import raise_problems
+from loire_jax.errors import ConfigError, raise_problems
 
 KINDS = ("classification", "multiple_choice", "qa")
 SOURCES = ("builtin", "local", "tfds")
@@ -30,6 +32,29 @@ POOLINGS = ("auto", "first", "last")
 FIELDS = {"classification": ("text", "text_pair", "label"), "multiple_choice": ("text", "choices", "label"),
           "qa": ("id", "question", "context", "answers")}
 SPLITS = ("train", "validation")
+# A task name is a folder of the run (``finetune/<name>/``) and a column of the report: one
+# path component that no filesystem or shell reads specially.
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def label_text(value: Any) -> str:
+    """A label as the text it is compared by: booleans as YAML and JSON spell them
+    (``true``), numpy scalars as their Python value, text without surrounding whitespace.
+    A declared label and a record's label match when their texts are equal."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
+        value = value.item()  # a numpy scalar (TFDS hands class ids as numpy.int64)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value.strip() if isinstance(value, str) else str(value)
+
+
+def numeric_labels(labels: tuple[str, ...]) -> bool:
+    """Whether some declared label is itself an integer: then a record's number can only be
+    read as that label, never as a class id (``labels: [1, 2]`` and a record's 0 is an error,
+    not class "1")."""
+    return any(_INTEGER.fullmatch(label) for label in labels)
 
 
 def _is_int(x: Any) -> bool:
@@ -51,8 +76,12 @@ class TaskConfig:
     ``train``/``validation`` to the source's split names; ``fields`` maps a record field
     (``text``, ``text_pair``, ``label``, ``choices``, ``question``, ``context``, ``answers``,
     ``id``) to the source's column. ``labels`` are a classification task's class names in
-    class-id order. ``domain`` is the pre-training domain the task stands for (Table 5's
-    columns), if any.
+    class-id order; a record's label matches one by ``label_text``, and is read as a class id
+    only where no label is an integer (``numeric_labels``). ``name`` is one folder name
+    (``NAME``): the job's folder in the run and its column in the report. ``domain`` is the pre-training domain the task stands for (Table 5's
+    columns), if any. ``allow_validation_in_train``: score on a validation split that is the
+    training split (the same file or split, or only records that are training records),
+    which is otherwise refused: a score on training data says nothing about the task.
     """
 
     name: str
@@ -69,15 +98,17 @@ class TaskConfig:
     metric: str = "accuracy"
     domain: str | None = None
     description: str = ""
+    allow_validation_in_train: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
+        object.__setattr__(self, "labels", tuple(label_text(x) for x in self.labels))
         object.__setattr__(self, "files", dict(self.files))
         object.__setattr__(self, "splits", dict(self.splits))
         object.__setattr__(self, "fields", dict(self.fields))
         problems = []
-        if not (isinstance(self.name, str) and self.name):
-            problems.append(f"name must be a non-empty string, got {self.name!r}")
+        if not (isinstance(self.name, str) and NAME.fullmatch(self.name)):
+            problems.append(f"name must be one folder name of at most 100 letters, digits, '-', '_' or '.', "
+                            f"not starting with '.' or '-', got {self.name!r}")
         if self.kind not in KINDS:
             problems.append(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.source not in SOURCES:
@@ -85,8 +116,8 @@ class TaskConfig:
         if self.kind in METRICS and self.metric not in METRICS[self.kind]:
             problems.append(f"metric must be one of {METRICS[self.kind]} for a {self.kind} task, got {self.metric!r}")
         if self.kind == "classification":
-            if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels):
-                problems.append(f"labels must name at least 2 distinct classes, got {list(self.labels)}")
+            if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or not all(self.labels):
+                problems.append(f"labels must name at least 2 distinct, non-empty classes, got {list(self.labels)}")
             if self.metric in ("f1", "matthews") and len(self.labels) != 2:
                 problems.append(f"metric {self.metric!r} needs 2 labels, got {len(self.labels)}")
         elif self.labels:
@@ -101,9 +132,8 @@ class TaskConfig:
         if self.source == "local":
             if sorted(self.files) != sorted(SPLITS):
                 problems.append(f"a local task needs files for exactly {list(SPLITS)}, got {sorted(self.files)}")
-            elif not all(isinstance(v, str) and v.lower().endswith((".jsonl", ".json", ".csv"))
-                         for v in self.files.values()):
-                problems.append(f"local files must be .jsonl, .json or .csv, got {list(self.files.values())}")
+            elif not all(isinstance(v, str) and v.lower().endswith(FILE_SUFFIXES) for v in self.files.values()):
+                problems.append(f"local files must be .jsonl, .json, .csv or .tsv, got {list(self.files.values())}")
         elif self.files:
             problems.append(f"files are for local tasks, not {self.source!r}")
         if self.source == "tfds" and not self.tfds_name:
@@ -112,7 +142,24 @@ class TaskConfig:
             problems.append(f"tfds_name and tfds_data_dir are for tfds tasks, not {self.source!r}")
         if self.source != "builtin" and self.builtin:
             problems.append(f"builtin names a built-in task; this task's source is {self.source!r}")
+        if not isinstance(self.allow_validation_in_train, bool):
+            problems.append(f"allow_validation_in_train must be true or false, got {self.allow_validation_in_train!r}")
+        elif not self.allow_validation_in_train and not problems and self.same_splits():
+            problems.append(f"the validation split is the train split ({self.same_splits()}): its score would "
+                            "measure memory, not the task; give a held-out split, or set "
+                            "task.allow_validation_in_train=true to score on training data knowingly")
         raise_problems(problems, f"task {self.name!r}")
+
+    def same_splits(self) -> str:
+        """How the declared validation split is the train split ("" when it is not): the same
+        file, or the same split of the same source. A file reached by two paths is found when
+        the files are read (``loire_jax.downstream.tasks``)."""
+        if self.source == "local":
+            a, b = (os.path.normpath(os.path.expanduser(self.files[s])) for s in SPLITS)
+            return f"both are {self.files['train']}" if a == b else ""
+        if self.splits["train"] == self.splits["validation"]:
+            return f"both are split {self.splits['train']!r}"
+        return ""
 
     @property
     def builtin_name(self) -> str:
@@ -202,4 +249,22 @@ class FinetuneConfig:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["task"]["labels"] = list(self.task.labels)
+        if not self.task.allow_validation_in_train:  # jobs saved before the option existed keep matching
+            del out["task"]["allow_validation_in_train"]
         return out
+
+
+def check_distinct_jobs(configs: Sequence[tuple[str, FinetuneConfig]]) -> None:
+    """Refuse two fine-tunings that would share a job folder (``<name>[-<tag>]``): the
+    second would overwrite or mix with the first's results. ``configs``: (the file each
+    was read from, its config), checked before any of them runs."""
+    seen: dict[str, str] = {}
+    for where, cfg in configs:
+        if cfg.job_name in seen:
+            first = seen[cfg.job_name]
+            if os.path.realpath(first) == os.path.realpath(where):
+                raise ConfigError(f"task {first} is given twice; give each task once")
+            raise ConfigError(f"tasks {first} and {where} are both named {cfg.job_name!r}: their results would "
+                              f"share the folder finetune/{cfg.job_name}/; rename one (task.name) or set tag=NAME "
+                              "on one")
+        seen[cfg.job_name] = where

@@ -2,7 +2,7 @@
 and 11), with the habits of Hugging Face's ``run_glue`` and ``run_qa``.
 
 Owns the task configs' data (``tasks``: built-in offline tasks in ``builtin_tasks``, local
-files, TFDS), the sequence layouts each model kind reads (``encoding``), the heads
+files read by ``task_files``, TFDS), the sequence layouts each model kind reads (``encoding``), the heads
 (``heads``), the metrics (``scoring``: accuracy, F1, Matthews, SQuAD EM/F1) and the
 fine-tuning job itself (``finetune``: a finished stage's model, the run's mesh, checkpoints,
 resume and signals).

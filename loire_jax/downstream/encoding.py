@@ -274,6 +274,28 @@ def best_answer(rows: Sequence[tuple[tuple[int, int] | None, float, float]],
     return top[1], top[2]
 
 
+def qa_answers(records: Sequence[dict[str, Any]], encoded: Encoded, start_logits: np.ndarray,
+               end_logits: np.ndarray, allow_null: bool) -> list[str]:
+    """Each record's predicted answer text, in the records' order: the best over the
+    windows that read it (``best_answer``). Windows are grouped by the record's position
+    (``encoded.example``), never by its id, so every record is answered once even where
+    ids repeat."""
+    rows: list[list[int]] = [[] for _ in records]
+    if encoded.example is None or len(encoded.example) != len(start_logits) or \
+            len(encoded.example) and not 0 <= int(encoded.example.min()) <= int(encoded.example.max()) < len(records):
+        raise ValueError(f"qa_answers: {len(start_logits)} rows of logits for windows of other records")
+    for k, i in enumerate(encoded.example):
+        rows[int(i)].append(k)
+    answers = []
+    for r, ks in zip(records, rows):
+        if not ks:
+            raise ValueError(f"qa_answers: no window reads record {r.get('id')!r}")
+        got = best_answer([span_scores(start_logits[k], end_logits[k], encoded.inputs["allowed"][k],
+                                       int(encoded.inputs["null"][k])) for k in ks], allow_null)
+        answers.append("" if got is None else span_text(r["context"], encoded.spans[ks[got[0]]], got[1]))
+    return answers
+
+
 def span_text(context: str, spans: np.ndarray, span: tuple[int, int] | None) -> str:
     """The context's characters from the first token's word to the last token's word."""
     if span is None:

@@ -326,19 +326,9 @@ class _Job:
         if kind == "qa":
             start = np.concatenate([o[0] for o in outputs])[:n]
             end = np.concatenate([o[1] for o in outputs])[:n]
-            rows: dict[int, list[int]] = {}  # each example's windows
-            for k, i in enumerate(self.valid.example):
-                rows.setdefault(int(i), []).append(k)
-            preds, refs = {}, {}
-            allowed, null = self.valid.inputs["allowed"], self.valid.inputs["null"]
-            for i, r in enumerate(self.valid_records):
-                ks = rows[i]
-                got = encoding.best_answer([encoding.span_scores(start[k], end[k], allowed[k], int(null[k]))
-                                            for k in ks], self.allow_null)
-                preds[r["id"]] = "" if got is None else \
-                    encoding.span_text(r["context"], self.valid.spans[ks[got[0]]], got[1])
-                refs[r["id"]] = [a["text"] for a in r["answers"]]
-            scores = scoring.squad_scores(preds, refs)
+            preds = encoding.qa_answers(self.valid_records, self.valid, start, end, self.allow_null)
+            scores = scoring.squad_scores_in_order(preds, [[a["text"] for a in r["answers"]]
+                                                           for r in self.valid_records])
             result.update(exact_match=scores["exact_match"], f1=scores["f1"], score=scores["f1"])
             return {k: float(v) for k, v in result.items()}
         pred = np.argmax(np.concatenate(outputs)[:n], axis=-1)

@@ -35,6 +35,7 @@ __all__ = [
     "mean_half_range",
     "normalize_answer",
     "squad_scores",
+    "squad_scores_in_order",
 ]
 
 # --------------------------------------------------------------------------- question answering
@@ -142,6 +143,19 @@ def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Sequen
     if has_answer and no_answer:
         scores |= summary(has_answer, "has_answer_") | summary(no_answer, "no_answer_")
     return scores
+
+
+def squad_scores_in_order(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
+    """:func:`squad_scores` of the i-th prediction against the i-th question's gold answers:
+    for a split read from a file, whose questions are told apart by their position (two
+    records with one id are still two questions, and ``total`` counts both)."""
+    if isinstance(predictions, (str, Mapping)) or isinstance(references, (str, Mapping)):
+        raise ConfigError("squad_scores_in_order: predictions and references must be sequences in question order")
+    if len(predictions) != len(references):
+        raise ConfigError(f"squad_scores_in_order: {len(predictions)} predictions for {len(references)} questions; "
+                          "they must pair one to one")
+    keys = [str(i) for i in range(len(references))]
+    return squad_scores(dict(zip(keys, predictions)), dict(zip(keys, references)))
 
 
 # --------------------------------------------------------------------------- classification

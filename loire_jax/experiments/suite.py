@@ -103,6 +103,7 @@ class Suite:
 def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
     """What is wrong with a downstream part, every task config loaded (with the overrides)
     so that a typo fails before any run."""
+    from loire_jax.config.finetune import check_distinct_jobs
     from loire_jax.config.loader import load_finetune_config
 
     problems = []
@@ -111,11 +112,16 @@ def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
     missing = [s for s in ds.systems if s not in systems]
     if not ds.systems or missing:
         problems.append(f"downstream.systems must be systems of the suite; not in it: {missing}")
+    loaded = []
     for task in ds.tasks:
         try:
-            load_finetune_config(task, ds.overrides)
+            loaded.append((presets.find(task, "tasks"), load_finetune_config(task, ds.overrides)))
         except ConfigError as err:
             problems.append(f"downstream task {task}: {err}")
+    try:  # two tasks of one name would share a job folder: refused before any run, not after
+        check_distinct_jobs(loaded)
+    except ConfigError as err:
+        problems.append(f"downstream.tasks: {err}")
     return problems
 
 
