@@ -22,15 +22,21 @@ SIGTERM after a save, so rerun to resume; 76 another process was lost (rerun to 
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
+if __name__ == "__main__":  # ``python -m loire_jax.cli.finetune``: a SIGTERM during the imports below is kept
+    from loire_jax.cli import startup
 
-from loire_jax.cli import devices  # before any JAX backend call
-from loire_jax.errors import (
+    startup.hold()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from loire_jax.cli import devices, startup  # noqa: E402  (devices: before any JAX backend call)
+from loire_jax.errors import (  # noqa: E402
     ENVIRONMENT,
     PEER_LOST,
+    RESUME,
     USER,
     USER_ERRORS,
     ConfigError,
@@ -55,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     devices.add_process_flags(parser)
     parser.add_argument("overrides", nargs="*", help="hyper-parameter overrides, e.g. lr=1e-4 epochs=3")
     args = parser.parse_intermixed_args(argv)  # RUN_DIR --task T key=value: positionals on both sides
+    processes = devices.processes_from_args(args)  # the flags first: cheap, and refused before any file is read
 
     from loire_jax.config.loader import load_finetune_config, run_config_from_dict
 
@@ -68,12 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise ConfigError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
     mesh_spec = args.mesh or cfg.mesh or run.mesh
-    processes = devices.processes_from_args(args)
+    stopped = startup.stop_if_signalled()  # a SIGTERM that came during the imports or the checks
+    if stopped is not None:
+        return stopped
+    from loire_jax.train.signals import Stopped
+
     try:
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64", processes=processes,
                                               heartbeat_s=args.heartbeat_s)
+    except PeerLost as err:  # a process did not join in time (rendezvous.NotJoined)
+        return fail(err, PEER_LOST)
     except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
         return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
+    except Stopped as stop:  # a SIGTERM while the processes joined: nothing done yet
+        print(startup.stopped_line(stop.signum, stop.where), file=sys.stderr, flush=True)
+        return RESUME
     devices.compile_cache(args.compile_cache)
     import jax
 
@@ -84,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
     from loire_jax.downstream.finetune import finetune
     from loire_jax.parallel.sharding import make_mesh
-    from loire_jax.train.signals import Stopped
 
     say(f"devices: {note}", flush=True)
     try:
@@ -126,7 +141,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def entry() -> None:
-    """The ``loire-finetune`` console script."""
+    """The ``loire-finetune`` console script (``launch/finetune.py`` holds SIGTERM before its imports)."""
+    startup.hold()
     sys.exit(main())
 
 

@@ -15,19 +15,25 @@ process of the run was lost, resumable; 130 Ctrl-C; 1 anything else (a bug: cras
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import tempfile
-import threading
-from pathlib import Path
-from typing import Any, Sequence
+if __name__ == "__main__":  # ``python -m loire_jax.cli.train``: a SIGTERM during the imports below is kept
+    from loire_jax.cli import startup
 
-from loire_jax.cli import devices  # before any JAX backend call
-from loire_jax.errors import (
+    startup.hold()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Sequence  # noqa: E402
+
+from loire_jax.cli import devices, startup  # noqa: E402  (devices: before any JAX backend call)
+from loire_jax.errors import (  # noqa: E402
     ENVIRONMENT,
     FAILED,
     PEER_LOST,
+    RESUME,
     USER,
     USER_ERRORS,
     PeerLost,
@@ -36,7 +42,8 @@ from loire_jax.errors import (
     first_line,
     os_reason,
 )
-from loire_jax.train.hooks import Hook
+from loire_jax.train.hooks import Hook  # noqa: E402
+from loire_jax.train.signals import Stopped  # noqa: E402
 
 
 @command()
@@ -90,10 +97,18 @@ def _set_up(args: argparse.Namespace):
         mesh_spec = args.mesh or run_config.mesh
         processes = devices.processes_from_args(args)
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
+        stopped = startup.stop_if_signalled()  # a SIGTERM that came during the imports or the checks
+        if stopped is not None:
+            return stopped
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)
+    except PeerLost as err:  # a process did not join in time (rendezvous.NotJoined)
+        return fail(err, PEER_LOST)
     except (ValueError, FileNotFoundError) as err:  # ConfigError, and the config loader's ValueErrors
         return fail(err)
+    except Stopped as stop:  # a SIGTERM while the processes joined: nothing done yet
+        print(startup.stopped_line(stop.signum, stop.where), file=sys.stderr, flush=True)
+        return RESUME
     except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
         return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
     try:
@@ -268,7 +283,8 @@ def _crash_log(workdir):
 
 
 def entry() -> None:
-    """The ``loire-train`` console script."""
+    """The ``loire-train`` console script (``launch/train.py`` holds SIGTERM before its imports)."""
+    startup.hold()
     sys.exit(main())
 
 
