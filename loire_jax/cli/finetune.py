@@ -3,7 +3,7 @@
 
     loire-finetune RUN_DIR --task boolq|PATH.yaml [--stage K] [--seeds 1,2,3] [--mesh 8]
                    [--compile-cache DIR|auto|off] [--coordinator HOST:PORT --num-processes N
-                   --process-id I | --distributed auto] [key=value ...]
+                   --process-id I | --distributed auto] [--init-timeout S] [key=value ...]
 
 Reads stage K's final model (default: the run's last stage), puts the task's head on it and
 trains it on the task's training split, scoring the validation split after every epoch
@@ -16,7 +16,8 @@ and skips finished ones. Several processes (one per host or GPU) take ``loire-tr
 flags: each feeds its own shards of the batch, process 0 writes the results.
 
 Exit codes: 0 done; 2 bad input or environment (one line says what to fix); 75 stopped by
-SIGTERM after a save, so rerun to resume; 76 another process was lost (rerun to resume);
+SIGTERM after a save (or during start-up), so rerun to resume; 76 another process was lost, or
+did not join within --init-timeout (rerun to resume);
 130 Ctrl-C (also saved); 1 anything else.
 """
 

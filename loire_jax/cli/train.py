@@ -9,8 +9,9 @@ training on the new domain. Rerunning the same command resumes the run where it 
 
 Exit codes (every process of a multi-process run returns the same one for the same event):
 0 done; 2 bad input or environment (one line says what to fix); 75 stopped by SIGTERM (a
-time limit, a preemption notice) with everything finished saved, so resume it; 76 another
-process of the run was lost, resumable; 130 Ctrl-C; 1 anything else (a bug: crash log).
+time limit, a preemption notice, also one during start-up) with everything finished saved, so
+resume it; 76 another process of the run was lost, or did not join within --init-timeout,
+resumable; 130 Ctrl-C; 1 anything else (a bug: crash log).
 """
 
 from __future__ import annotations
