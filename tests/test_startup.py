@@ -112,7 +112,7 @@ def test_a_signal_while_waiting_stops_every_process_present():
 
 
 # --------------------------------------------------------------------------- the flag, in process
-@pytest.mark.parametrize("value", ["0", "-3", "abc", "nan", "inf", ""])
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "nan", "inf", "", "1e12"])
 @pytest.mark.parametrize("module", ["train", "finetune"])
 def test_init_timeout_must_be_a_positive_number(module, value, capsys, tmp_path, monkeypatch):
     import importlib

@@ -50,6 +50,7 @@ def simulated_cpu_env(n_devices: int) -> None:
 
 
 INIT_TIMEOUT_S = 120.0
+MAX_INIT_TIMEOUT_S = 7 * 24 * 3600  # beyond it, the waits' clocks overflow (1e12 s did)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +120,9 @@ def init_timeout(text: str) -> float:
         value = float(text)
     except (TypeError, ValueError):
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"--init-timeout must be a positive number of seconds, e.g. 120; got {text!r}")
+    if not (math.isfinite(value) and 0 < value <= MAX_INIT_TIMEOUT_S):
+        raise ConfigError(f"--init-timeout must be a positive number of seconds, at most {MAX_INIT_TIMEOUT_S} "
+                          f"(a week), e.g. 120; got {text!r}")
     return value
 
 
