@@ -14,6 +14,7 @@ user error is left outside it)::
         RunError                          found while running: a setting, the environment, the data
             Diverged                      a non-finite loss or state
             PeerLost                      parallel.peers: another process of the run died without a word
+                NotJoined                 parallel.rendezvous: processes did not join within --init-timeout
             OutOfMemory                   analysis.memory: a step that does not fit the device
         DataError                         data.errors: SourceError, InsufficientDataError, ...
         ReportError                       analysis.reports: a workdir that cannot be reported on

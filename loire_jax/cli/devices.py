@@ -14,10 +14,12 @@ import dataclasses
 import errno
 import math
 import os
+import sys
 import threading
 from typing import TYPE_CHECKING
 
-from loire_jax.errors import ConfigError, fail
+from loire_jax.cli import startup
+from loire_jax.errors import INTERRUPTED, PEER_LOST, ConfigError, fail
 
 if TYPE_CHECKING:  # JAX loads in the functions that use it: --help and argument errors answer without it
     import jax
@@ -46,6 +48,10 @@ def simulated_cpu_env(n_devices: int) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}=300".strip()
 
 
+INIT_TIMEOUT_S = 120.0
+MAX_INIT_TIMEOUT_S = 7 * 24 * 3600  # beyond it, the waits' clocks overflow (1e12 s did)
+
+
 @dataclasses.dataclass(frozen=True)
 class Processes:
     """How this process joins a multi-process run (one process per host, or per GPU)."""
@@ -53,6 +59,7 @@ class Processes:
     coordinator: str | None  # HOST:PORT of process 0's coordinator; None: detected by JAX
     count: int | None
     index: int | None
+    init_timeout_s: float = INIT_TIMEOUT_S  # every process joined within this, or the start stops naming who did not
 
     @property
     def explicit(self) -> bool:
@@ -100,13 +107,31 @@ def add_process_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-s", type=int, default=60, metavar="S",
                         help="multi-process runs: a process silent for S seconds is declared lost and the others "
                              "stop, naming it (default 60)")
+    parser.add_argument("--init-timeout", default=f"{INIT_TIMEOUT_S:g}", metavar="SECONDS",
+                        help="multi-process runs: every process must join within SECONDS, else the start stops "
+                             f"(exit 76) naming those that did not (default {INIT_TIMEOUT_S:g})")
+
+
+def init_timeout(text: str) -> float:
+    """``--init-timeout``: a positive, finite number of seconds (ConfigError otherwise). Read as
+    text, so that a bad value is one line like every other refusal, not argparse's usage."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= MAX_INIT_TIMEOUT_S):
+        raise ConfigError(f"--init-timeout must be a positive number of seconds, at most {MAX_INIT_TIMEOUT_S} "
+                          f"(a week), e.g. 120; got {text!r}")
+    return value
 
 
 def processes_from_args(args: argparse.Namespace) -> Processes | None:
     """``processes_from`` for the flags of ``add_process_flags``; ConfigError on bad ones."""
     if args.heartbeat_s < 1:
         raise ConfigError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
-    return processes_from(args.coordinator, args.num_processes, args.process_id, detect=args.distributed == "auto")
+    timeout = init_timeout(args.init_timeout)
+    found = processes_from(args.coordinator, args.num_processes, args.process_id, detect=args.distributed == "auto")
+    return dataclasses.replace(found, init_timeout_s=timeout) if found is not None else None
 
 
 def failed(err: BaseException | str, code: int) -> int:
@@ -136,6 +161,81 @@ def finished(code: int) -> int:
     if jax.process_count() > 1:
         peers.finish(code)
     return code
+
+
+def _join(processes: Processes, heartbeat_s: int) -> None:
+    """Join the other processes within ``processes.init_timeout_s``, or stop with one line.
+
+    They meet first (``parallel.rendezvous``), which names a process that never comes; then
+    JAX joins them, in a thread of its own: its wait ends, on its deadline, in an abort of
+    the process from C++, and it blocks signals and Ctrl-C while it waits. This thread waits
+    for it with the same timeout (JAX's own is set beyond it), and on expiry says so and
+    ends the process itself, exit ``PEER_LOST``. A SIGTERM while they meet stops every
+    process present (``Stopped``); one during JAX's join is adopted by the run's handlers."""
+    import jax
+
+    from loire_jax.parallel import peers, rendezvous
+    from loire_jax.train.signals import Stopped
+
+    timeout = processes.init_timeout_s
+    where = _where(processes, timeout)
+    if where is not None and where[1] > 1:
+        signum = rendezvous.meet(*where, timeout, say=_note, stopping=startup.pending)
+        if signum is not None:
+            raise Stopped(signum, "while the processes joined")
+    failure: list[BaseException] = []
+
+    def initialize() -> None:
+        try:  # loire_jax's own watcher names a peer silent for heartbeat_s; JAX's timeout is its backstop
+            jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
+                                       initialization_timeout=math.ceil(timeout) + JAX_INIT_GRACE_S,
+                                       heartbeat_timeout_seconds=peers.configure(heartbeat_s))
+        except BaseException as err:  # raised in the main thread below
+            failure.append(err)
+
+    thread = threading.Thread(target=initialize, name="loire-join", daemon=True)
+    thread.start()
+    try:
+        thread.join(timeout)  # a signal's handler runs meanwhile: this wait is in Python
+    except KeyboardInterrupt:
+        _exit_now("interrupted", INTERRUPTED)  # JAX's thread cannot be stopped, nor left to abort at exit
+    if thread.is_alive():
+        coordinator = where[0] if where else "found by JAX"
+        _exit_now(f"error: the processes did not all join within {timeout:g} s (coordinator {coordinator}); "
+                  "check that every process is started and can reach the coordinator, or raise --init-timeout, "
+                  "then rerun", PEER_LOST)
+    if failure:
+        raise failure[0]
+
+
+JAX_INIT_GRACE_S = 30  # JAX's own join deadline, beyond --init-timeout: ours must come first
+
+
+def _where(processes: Processes, timeout: float) -> tuple[str, int, int] | None:
+    """(coordinator, count, index): the flags', or what JAX detects (SLURM, Cloud TPU); None
+    where it detects nothing (``jax.distributed.initialize`` then says why)."""
+    if processes.explicit:
+        return processes.coordinator, processes.count, processes.index
+    try:
+        from jax._src import clusters  # what jax.distributed.initialize itself calls (jax 0.10.2)
+
+        coordinator, count, index, _ = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+            None, None, None, None, None, math.ceil(timeout))
+    except Exception:
+        return None
+    return (coordinator, count, index) if coordinator and count and index is not None else None
+
+
+def _note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _exit_now(line: str, code: int) -> None:
+    """Say ``line`` and end the process at once, without the interpreter's exit (JAX's
+    join, still waiting in its thread, would abort it there)."""
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
 
 
 def _int_env(name: str) -> int | None:
@@ -171,7 +271,6 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     import jax
 
     from loire_jax.config.mesh import parse_mesh
-    from loire_jax.parallel import peers
 
     sizes = parse_mesh(mesh_spec)
     need = math.prod(sizes.values())
@@ -187,9 +286,7 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     if processes is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         try:
-            # loire_jax's own watcher names a peer silent for heartbeat_s; JAX's timeout is its backstop
-            jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
-                                       heartbeat_timeout_seconds=peers.configure(heartbeat_s))
+            _join(processes, heartbeat_s)
         except ValueError as err:
             if processes.explicit:
                 raise

@@ -3,7 +3,7 @@
 
     loire-finetune RUN_DIR --task boolq|PATH.yaml [--task ...] [--stage K] [--seeds 1,2,3] [--mesh 8]
                    [--compile-cache DIR|auto|off] [--coordinator HOST:PORT --num-processes N
-                   --process-id I | --distributed auto] [key=value ...]
+                   --process-id I | --distributed auto] [--init-timeout S] [key=value ...]
 
 Reads stage K's final model (default: the run's last stage), puts the task's head on it and
 trains it on the task's training split, scoring the validation split after every epoch
@@ -18,21 +18,28 @@ and skips finished ones. Several processes (one per host or GPU) take ``loire-tr
 flags: each feeds its own shards of the batch, process 0 writes the results.
 
 Exit codes: 0 done; 2 bad input or environment (one line says what to fix); 75 stopped by
-SIGTERM after a save, so rerun to resume; 76 another process was lost (rerun to resume);
+SIGTERM after a save (or during start-up), so rerun to resume; 76 another process was lost, or
+did not join within --init-timeout (rerun to resume);
 130 Ctrl-C (also saved); 1 anything else.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-from typing import Any, Callable
+if __name__ == "__main__":  # ``python -m loire_jax.cli.finetune``: a SIGTERM during the imports below is kept
+    from loire_jax.cli import startup
 
-from loire_jax.cli import devices, usage
-from loire_jax.errors import (
+    startup.hold()
+
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+from loire_jax.cli import devices, startup, usage  # noqa: E402  (devices: before any JAX backend call)
+from loire_jax.errors import (  # noqa: E402
     ENVIRONMENT,
     PEER_LOST,
+    RESUME,
     USER,
     USER_ERRORS,
     ConfigError,
@@ -60,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     devices.add_process_flags(parser)
     parser.add_argument("overrides", nargs="*", help="hyper-parameter overrides, e.g. lr=1e-4 epochs=3")
     args = parser.parse_intermixed_args(argv)  # RUN_DIR --task T key=value: positionals on both sides
+    processes = devices.processes_from_args(args)  # the flags first: cheap, and refused before any file is read
 
     from loire_jax.config import presets
     from loire_jax.config.finetune import check_distinct_jobs
@@ -79,12 +87,21 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise ConfigError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
     mesh_spec = args.mesh or (meshes[0] if meshes else None) or run.mesh
-    processes = devices.processes_from_args(args)
+    stopped = startup.stop_if_signalled()  # a SIGTERM that came during the imports or the checks
+    if stopped is not None:
+        return stopped
+    from loire_jax.train.signals import Stopped
+
     try:
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run.precision == "float64", processes=processes,
                                               heartbeat_s=args.heartbeat_s)
+    except PeerLost as err:  # a process did not join in time (rendezvous.NotJoined)
+        return fail(err, PEER_LOST)
     except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
         return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
+    except Stopped as stop:  # a SIGTERM while the processes joined: nothing done yet
+        print(startup.stopped_line(stop.signum, stop.where), file=sys.stderr, flush=True)
+        return RESUME
     devices.compile_cache(args.compile_cache)
     import jax
 
@@ -160,7 +177,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def entry() -> None:
-    """The ``loire-finetune`` console script."""
+    """The ``loire-finetune`` console script (``launch/finetune.py`` holds SIGTERM before its imports)."""
+    startup.hold()
     sys.exit(main())
 
 

@@ -9,24 +9,31 @@ training on the new domain. Rerunning the same command resumes the run where it 
 
 Exit codes (every process of a multi-process run returns the same one for the same event):
 0 done; 2 bad input or environment (one line says what to fix); 75 stopped by SIGTERM (a
-time limit, a preemption notice) with everything finished saved, so resume it; 76 another
-process of the run was lost, resumable; 130 Ctrl-C; 1 anything else (a bug: crash log).
+time limit, a preemption notice, also one during start-up) with everything finished saved, so
+resume it; 76 another process of the run was lost, or did not join within --init-timeout,
+resumable; 130 Ctrl-C; 1 anything else (a bug: crash log).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import tempfile
-from pathlib import Path
-from typing import Any, Sequence
+if __name__ == "__main__":  # ``python -m loire_jax.cli.train``: a SIGTERM during the imports below is kept
+    from loire_jax.cli import startup
 
-from loire_jax.cli import devices, usage
-from loire_jax.errors import (
+    startup.hold()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Sequence  # noqa: E402
+
+from loire_jax.cli import devices, startup, usage  # noqa: E402  (devices: before any JAX backend call)
+from loire_jax.errors import (  # noqa: E402
     ENVIRONMENT,
     FAILED,
     PEER_LOST,
+    RESUME,
     USER,
     USER_ERRORS,
     PeerLost,
@@ -84,16 +91,25 @@ def _set_up(args: argparse.Namespace):
     """(run config, mesh sizes, devices, note), every value checked before any device exists;
     or the exit code of a refusal, already reported in one line."""
     from loire_jax.config.loader import load_run_config
+    from loire_jax.train.signals import Stopped
 
     try:
         run_config = load_run_config(args.config, args.overrides)
         mesh_spec = args.mesh or run_config.mesh
         processes = devices.processes_from_args(args)
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
+        stopped = startup.stop_if_signalled()  # a SIGTERM that came during the imports or the checks
+        if stopped is not None:
+            return stopped
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)
+    except PeerLost as err:  # a process did not join in time (rendezvous.NotJoined)
+        return fail(err, PEER_LOST)
     except (ValueError, FileNotFoundError) as err:  # ConfigError, and the config loader's ValueErrors
         return fail(err)
+    except Stopped as stop:  # a SIGTERM while the processes joined: nothing done yet
+        print(startup.stopped_line(stop.signum, stop.where), file=sys.stderr, flush=True)
+        return RESUME
     except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
         return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
     try:
@@ -174,7 +190,8 @@ def _crash_log(workdir):
 
 
 def entry() -> None:
-    """The ``loire-train`` console script."""
+    """The ``loire-train`` console script (``launch/train.py`` holds SIGTERM before its imports)."""
+    startup.hold()
     sys.exit(main())
 
 

@@ -2,7 +2,8 @@
 
 Owns building meshes, placing parameters and optimizer state by the partition rules of
 ``config.mesh`` (``sharding``), and multi-host liveness (``peers``: a dead peer stops the
-others instead of hanging them).
+others instead of hanging them), and the processes' meeting before JAX joins them, so that
+one that never comes is named within ``--init-timeout`` (``rendezvous``).
 
 May import: ``config``, ``errors``, jax, flax, optax.
 """

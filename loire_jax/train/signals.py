@@ -46,7 +46,15 @@ class PreemptionGuard:
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("PreemptionGuard must be entered in the main thread (Python signal rule)")
         for s in self._signals:
-            self._previous[s] = signal.signal(s, self._handler)
+            self._previous[s] = previous = signal.signal(s, self._handler)
+            # A signal the command's start-up handler recorded (cli.startup) is taken over: it
+            # came before this guard, and must stop the run as if it came now.
+            received = getattr(previous, "received", None)
+            if received is not None:
+                previous.received = None
+                if not self.requested:
+                    self.signum = received
+                    self._event.set()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -110,6 +118,16 @@ class RunSignals(PreemptionGuard):
         self._event.set()
         if not self._defer:
             raise Stopped(signum)
+
+    def __enter__(self) -> "RunSignals":
+        super().__enter__()
+        if self.requested and not self._defer and jax.process_count() == 1:
+            # taken over from start-up: stop before anything starts (several processes stop
+            # at their first agreed point instead, all together)
+            signum = self.signum
+            self.__exit__()
+            raise Stopped(signum, "start-up")
+        return self
 
     @property
     def name(self) -> str:
