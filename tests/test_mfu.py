@@ -99,17 +99,19 @@ def test_progress_lines_mark_an_approximate_mfu_and_never_show_one_above_100(cap
     assert ends == ["MFU ~3.1%", "MFU n/a", "MFU n/a"]
 
 
-def _report(mfus: list[float | None], approximate: bool) -> tuple[dict, str]:
+def _report(mfus: list[float | None], approximate: bool | None) -> tuple[dict, str]:
+    """(stage 1's summary, the report) of steps with these MFUs; ``approximate`` None: the
+    records do not say (an older run's)."""
     run = load_run_config(TINY)
+    flag = {} if approximate is None else {"mfu_approximate": approximate}
     steps = [{"kind": "train", "stage": 1, "step": i + 1, "phase": "train", "loss": 5.0, "lm_loss": 5.0,
-              "kd_loss": 0.0, "alpha": 1.0, "tokens_per_s": 100.0, "mfu": m, "mfu_approximate": approximate}
-             for i, m in enumerate(mfus)]
+              "kd_loss": 0.0, "alpha": 1.0, "tokens_per_s": 100.0, "mfu": m, **flag} for i, m in enumerate(mfus)]
     summary = summarize(run, steps)
     return summary["stages"][0], markdown([summary])
 
 
 def test_the_report_shows_no_mfu_above_100_and_footnotes_a_measured_peak():
-    stage, md = _report([0.9, 1.184, 1.388, 1.2], approximate=True)  # an older CPU run's records
+    stage, md = _report([0.9, 1.184, 1.388, 1.2], approximate=None)  # an older CPU run's records
     assert stage["mfu"] is None
     row = next(line for line in md.splitlines() if "| MFU |" in line)
     assert "118" not in row and "138" not in row and "| n/a |" in row, row
@@ -118,3 +120,5 @@ def test_the_report_shows_no_mfu_above_100_and_footnotes_a_measured_peak():
     assert "| ~3.1% |" in md and f"MFU {MEASURED_NOTE}" in md
     stage, md = _report([0.5, 0.03, 0.031, 0.032], approximate=False)  # a published peak: no marker, no note
     assert "| 3.1% |" in md and MEASURED_NOTE not in md
+    stage, md = _report([0.5, 0.03, 0.031, 0.032], approximate=None)  # records that do not say: measured
+    assert stage["mfu_approximate"] and "| ~3.1% |" in md

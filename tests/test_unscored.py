@@ -19,6 +19,7 @@ import pytest
 
 import loire_jax.data
 from loire_jax.analysis.comparison import gate
+from loire_jax.analysis.flops import Peak
 from loire_jax.analysis.reports import record_problem
 from loire_jax.config.loader import load_run_config
 from loire_jax.errors import Diverged, RunError
@@ -61,7 +62,7 @@ def test_an_evaluation_that_scored_no_token_is_an_error_not_a_perplexity_of_one(
 def _late_metrics(emitted: list) -> LateMetrics:
     run = load_run_config(CONFIGS / "bert_tiny.yaml")
     programs = SimpleNamespace(masking=None, models=[run.model], teacher_models=lambda index: [])
-    return LateMetrics(run, programs, 0, emitted.append, peak=1e12)
+    return LateMetrics(run, programs, 0, emitted.append, Peak(1e15, "published"))
 
 
 def _step_metrics(tokens: float) -> dict:

@@ -94,7 +94,8 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
             "wall_s": wall.get(number), "eval_s": eval_s.get(number),
             "tokens_per_s": statistics.median(rates) if rates else None,
             "mfu": statistics.median(mfus) if honest else None,
-            "mfu_approximate": any(r.get("mfu_approximate") for r in steps),
+            # over a peak measured on a CPU; an older run's records do not say, and count as measured
+            "mfu_approximate": any(r.get("mfu_approximate", True) for r in steps),
         })
     finished_wall = [s["wall_s"] for s in stages if s["finished"] and s["wall_s"] is not None]
     curves = [{"stage": s, "step": i, "global_step": global_step(run, s - 1, i),
@@ -216,8 +217,9 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
                                               for st in s["stages"]]) + ["", ""])
     lines += markdown_table(header, rows) + [""]
     if any(st.get("mfu_approximate") for s in summaries for st in s["stages"]):
-        lines += [f"MFU {MEASURED_NOTE} (the fastest of a few large matmuls at the run's start). n/a: no peak, or "
-                  "a step above 100% of it, which says the peak was measured too low.", ""]
+        lines += [f"MFU {MEASURED_NOTE} (the fastest of a few large matmuls at the run's start; an older run's "
+                  "records do not say, and count as measured). n/a: no peak, or a step above 100% of it, which "
+                  "says the peak was measured too low.", ""]
 
     if comparisons:
         lines += ["## Cost ratios (Table 4), in %", "",
