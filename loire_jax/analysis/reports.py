@@ -154,6 +154,11 @@ def _sci(x: float | None) -> str:
 
 
 
+_MFU_NOTE = (f"MFU {MEASURED_NOTE} (the fastest of a few large matmuls at the run's start; an older run's records "
+             "do not say, and count as measured). n/a: no peak, or a step above 100% of it, which says the peak was "
+             "measured too low.")
+
+
 def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
     """The report's tables, one section per paper table, all runs side by side."""
     n = max(len(s["stages"]) for s in summaries)
@@ -217,9 +222,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
                                               for st in s["stages"]]) + ["", ""])
     lines += markdown_table(header, rows) + [""]
     if any(st.get("mfu_approximate") for s in summaries for st in s["stages"]):
-        lines += [f"MFU {MEASURED_NOTE} (the fastest of a few large matmuls at the run's start; an older run's "
-                  "records do not say, and count as measured). n/a: no peak, or a step above 100% of it, which "
-                  "says the peak was measured too low.", ""]
+        lines += [_MFU_NOTE, ""]
 
     if comparisons:
         lines += ["## Cost ratios (Table 4), in %", "",
