@@ -737,11 +737,13 @@ def _md_data(part: dict) -> list[str]:
 
 
 def _rate(r: dict, prefix: str = "") -> str:
+    from loire_jax.analysis.flops import mfu_text
+
     rate, mfu = r.get(prefix + "tokens_per_s"), r.get(prefix + "mfu")
     if rate is None:
         err = r.get(prefix + "error") or (r.get("error") if not prefix else None)
         return f"error: {err[:70]}" if err else "–"
-    return f"{rate:,.0f}" + (f" ({100 * mfu:.1f}%)" if mfu is not None else "")
+    return f"{rate:,.0f}" + (f" ({mfu_text(mfu, bool(r.get('peak_measured')))})" if mfu is not None else "")
 
 
 def _md_step(part: dict) -> list[str]:
@@ -803,6 +805,8 @@ def _md_engine(part: dict) -> list[str]:
 
 
 def _md_gpt_paper(part: dict) -> list[str]:
+    from loire_jax.analysis.flops import mfu_text
+
     fig = part["figures"]
     lines = ["## gpt_paper.yaml", "",
              (f"Batch {fig['batch']} × {fig['seq']}, {fig['steps_per_stage']} steps a stage, {fig['stages']} stages; "
@@ -810,7 +814,7 @@ def _md_gpt_paper(part: dict) -> list[str]:
     lines += markdown_table(
         ("stage", "(h, f, heads, L)", "phase", "steps (timed)", "tokens/s", "MFU", "compile s", "compiled peak GiB"),
         [(str(r["stage"]), str(tuple(r["shape"])), r["phase"], f"{r['steps']} ({r['timed_steps']})",
-          _f(r["tokens_per_s"], ",.0f"), _f(r["mfu"] and 100 * r["mfu"], ".1f", suffix="%"), _f(r["compile_s"], ".1f"),
+          _f(r["tokens_per_s"], ",.0f"), "–" if r["mfu"] is None else mfu_text(r["mfu"]), _f(r["compile_s"], ".1f"),
           _f(r["compiled_peak_gib"], ".2f")) for r in part["records"]])
     return lines + ["", "Timed steps: a phase's steps after its first. Compile – : the phase runs the stage's one "
                         "training program, compiled before its first phase."]

@@ -250,7 +250,8 @@ def test_the_dry_run_measures_every_part(check, dry_run):
     assert len(step) == len(check.step_cases(check.DRY))
     for r in step:
         assert "error" not in r, r
-        assert finite(r["tokens_per_s"], r["mfu"], r["compiled_peak_gib"], r["compile_s"]) and r["tokens_per_s"] > 0
+        assert finite(r["tokens_per_s"], r["compiled_peak_gib"], r["compile_s"]) and r["tokens_per_s"] > 0
+        assert r["mfu"] is None or 0 < r["mfu"] <= 1, r  # None: above a CPU peak measured too low (issue 43)
     kd = parts["step"]["figures"]["kd_cost"]
     assert kd and all(finite(k["ratio"]["1"], k["ratio"]["4"]) for k in kd[:1])
     memory = parts["step"]["figures"]["memory_1b"]
@@ -266,7 +267,8 @@ def test_the_dry_run_measures_every_part(check, dry_run):
     paper = parts["gpt_paper"]
     assert paper["figures"]["batch"] == 64 and paper["figures"]["stages"] == 2
     trained = [r for r in paper["records"] if r["phase"] == "train"]
-    assert {r["stage"] for r in trained} == {1, 2} and all(finite(r["tokens_per_s"], r["mfu"]) for r in trained)
+    assert {r["stage"] for r in trained} == {1, 2} and all(finite(r["tokens_per_s"]) for r in trained)
+    assert all(r["mfu"] is None or 0 < r["mfu"] <= 1 for r in trained), trained
     for stage in (1, 2):  # one training program a stage, compiled before its first phase and shared by the rest
         rows = [r for r in paper["records"] if r["stage"] == stage]
         assert finite(rows[0]["compile_s"], rows[0]["compiled_peak_gib"]), rows

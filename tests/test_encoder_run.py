@@ -60,10 +60,15 @@ def test_an_encoder_run_stopped_and_resumed_reproduces_every_loss(encoder_config
     assert final_losses(tmp_path) == final_losses(encoder_reference)
 
 
-def test_an_encoder_without_room_for_its_special_tokens_is_one_line(encoder_config, tmp_path):
-    result = cli(encoder_config, tmp_path / "w", "model.vocab_size=320")
+@pytest.mark.parametrize("override,says", [
+    ("model.vocab_size=320", "no room for an encoder's special tokens"),
+    ("seq_len=1", "seq_len=1 leaves an encoder no position to mask"),  # issue 43: it scored PPL 1.00 on nothing
+])
+def test_an_encoder_that_cannot_run_is_refused_in_one_line_before_its_workdir(encoder_config, tmp_path, override,
+                                                                              says):
+    result = cli(encoder_config, tmp_path / "w", override)
     one_line_error(result)
-    assert "no room for an encoder's special tokens" in result.stderr
+    assert says in result.stderr
     assert not (tmp_path / "w").exists()
 
 

@@ -231,3 +231,19 @@ def test_the_automatic_cap_is_six_standard_deviations_above_the_expected_count()
     assert MlmConfig(max_predictions=20).predictions(128) == 20 and MlmConfig(max_predictions=20).predictions(8) == 8
     with pytest.raises(ConfigError, match="max_predictions"):
         MlmConfig(max_predictions=-1)
+
+
+@pytest.mark.slow
+def test_a_step_reports_how_many_tokens_it_scored_and_none_is_zero_not_a_loss():
+    """Issue 43: the train record of a batch with no masked token must say so (its loss of
+    0 / 1 is none); the count is the selected tokens of the whole batch."""
+    cfg = _encoder(dtype="float32", param_dtype="float32", layers=1)
+    params = init_params(cfg, jax.random.key(0))
+    opt = optax.adam(1e-2)
+    state = TrainState(params, opt.init(trainable(params)), jnp.zeros((), jnp.int32))
+    step = jax.jit(make_train_step(StepSpec(cfg, masking=SPEC), opt))
+    _, metrics = step(state, {"tokens": jnp.full((4, 9), SEP, jnp.int32)}, ())  # separators: nothing to mask
+    assert float(metrics["tokens"]) == 0.0 and float(metrics["grad_norm"]) == 0.0
+    tokens = _windows(4, 8)
+    _, metrics = step(state, {"tokens": tokens}, ())
+    assert float(metrics["tokens"]) == float(np.sum(_objective(tokens).weights)) > 0

@@ -328,6 +328,33 @@ def test_domain_prompts_are_checked_in_one_line(overrides, needle):
     assert "\n" not in str(err.value)
 
 
+def bert_tiny(*overrides: str) -> RunConfig:
+    return load_run_config(CONFIGS / "bert_tiny.yaml", list(overrides))
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["seq_len=1"], "seq_len=1 leaves an encoder no position to mask (position 0 is [CLS]); set it to at least 2"),
+    (["model.max_seq_len=1", "seq_len=1"], "model.max_seq_len=1 leaves an encoder no position to mask"),
+    (["domain_prompts=true", "seq_len=2"], "seq_len=2 leaves an encoder no position to mask (position 0 is [CLS] "
+     "and 1 the domain prompt); set it to at least 3"),
+    (["mlm.rate=1e-9"], "mlm.rate=1e-09 masks 1e-06 tokens of a batch on average (rate x 63 maskable positions x "
+     "batch_size 16), so steps and evaluations would score no token; raise mlm.rate to at least 0.001"),
+    (["mlm.rate=0.00099"], "raise mlm.rate to at least 0.001"),
+    (["mlm.rate=0.1", "seq_len=2", "batch_size=8"], "raise mlm.rate to at least 0.13"),
+])
+def test_an_encoder_that_cannot_mask_a_token_is_refused_before_compute(overrides, needle):
+    """Issue 43: a masked-LM loss and perplexity over no masked token read as 0.000 and 1.00."""
+    with pytest.raises(ConfigError) as err:
+        bert_tiny(*overrides)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_masking_bound_is_the_one_the_refusal_quotes():
+    assert bert_tiny("mlm.rate=0.001").mlm.rate == 0.001  # 0.001 x 63 x 16 = 1.008 masked tokens a batch
+    assert bert_tiny("mlm.rate=0.13", "seq_len=2", "batch_size=8").seq_len == 2  # 1.04 a batch
+    assert tiny("seq_len=1").seq_len == 1  # a decoder's window of one token still has a target
+
+
 LIGO = ["stages.M3.growth.0.init=ligo", "stages.M3.reset_optimizer=true", "stages.M3.teachers=none", "stages.M3.beta=0"]
 
 

@@ -144,7 +144,7 @@ def test_a_run_that_failed_before_its_first_step_does_not_block_a_corrected_conf
     from loire_jax.data import DataError
     from loire_jax.train import trainer
 
-    monkeypatch.setattr(trainer, "peak_flops", lambda devices: (None, "not measured"))  # the summary's matmul
+    monkeypatch.setattr(trainer, "peak_flops", lambda devices: trainer.Peak(None, "not measured"))  # no matmul
 
     bad = run_dict(tmp_path / "data")
     good_paths = bad["data"]["domains"][0]["source"]["paths"]

@@ -72,7 +72,8 @@ def gate(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Mapping[
         n, number = max(1, stage.steps // 10), stage_number(k)
         losses = [train[number, s]["lm_loss"] for s in range(stage.steps - n + 1, stage.steps + 1)
                   if (number, s) in train]
-        end = statistics.fmean(losses) if len(losses) == n else None
+        scored = [x for x in losses if x is not None]  # None: a step with no masked token has no loss
+        end = statistics.fmean(scored) if len(losses) == n and scored else None
         h = entropy.get(stage.domains[0])
         rows.append({"stage": number, "domain": stage.domains[0], "end_loss": end, "unigram": h,
                      "below": None if end is None or h is None else h - end,

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from loire_jax import paths
 from loire_jax.analysis import downstream
-from loire_jax.analysis.flops import stage_flops
+from loire_jax.analysis.flops import MEASURED_NOTE, mfu_text, stage_flops
 from loire_jax.analysis.metrics import lifelong_metrics, preservation
 from loire_jax.analysis.records import METRICS_FILE, read_records
 from loire_jax.analysis.tables import markdown_table
@@ -81,7 +81,10 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
         number = stage_number(k)
         steps = [r for (s, _), r in sorted(train.items()) if s == number]
         rates = [r["tokens_per_s"] for r in steps[1:]]  # the first step of a session includes compilation
-        mfus = [r["mfu"] for r in steps[1:] if r.get("mfu") is not None and math.isfinite(r["mfu"])]
+        mfus = [r.get("mfu") for r in steps[1:]]
+        # n/a unless every timed step has an honest MFU: one above 100% (an older run's record)
+        # says the CPU peak was measured too low for all of them
+        honest = bool(mfus) and all(m is not None and math.isfinite(m) and 0.0 <= m <= 1.0 for m in mfus)
         stages.append({
             "stage": number, "name": stage.name, "domains": list(stage.domains),
             "growth": [f"{g.op}->{g.size}" for g in stage.growth],
@@ -90,7 +93,9 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
             "flops": flops[k], "flops_cumulative": cumulative,
             "wall_s": wall.get(number), "eval_s": eval_s.get(number),
             "tokens_per_s": statistics.median(rates) if rates else None,
-            "mfu": statistics.median(mfus) if mfus else None,
+            "mfu": statistics.median(mfus) if honest else None,
+            # over a peak measured on a CPU; an older run's records do not say, and count as measured
+            "mfu_approximate": any(r.get("mfu_approximate", True) for r in steps),
         })
     finished_wall = [s["wall_s"] for s in stages if s["finished"] and s["wall_s"] is not None]
     curves = [{"stage": s, "step": i, "global_step": global_step(run, s - 1, i),
@@ -147,6 +152,11 @@ def _f(x: float | None, digits: int = 2) -> str:
 def _sci(x: float | None) -> str:
     return "-" if x is None else f"{x:.3e}"
 
+
+
+_MFU_NOTE = (f"MFU {MEASURED_NOTE} (the fastest of a few large matmuls at the run's start; an older run's records "
+             "do not say, and count as measured). n/a: no peak, or a step above 100% of it, which says the peak was "
+             "measured too low.")
 
 
 def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
@@ -208,9 +218,11 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
                     + [_f(s["totals"]["wall_s"], 1), _f(sum(walls) / len(walls) if walls else None, 1)])
         rows.append([s["name"], "params"] + pad([f"{st['params']:,}" for st in s["stages"]]) + ["", ""])
         rows.append([s["name"], "tokens/s"] + pad([_f(st["tokens_per_s"], 0) for st in s["stages"]]) + ["", ""])
-        rows.append([s["name"], "MFU %"] + pad([_f(None if st["mfu"] is None else 100 * st["mfu"], 1)
-                                                for st in s["stages"]]) + ["", ""])
+        rows.append([s["name"], "MFU"] + pad([mfu_text(st["mfu"], st.get("mfu_approximate", False))
+                                              for st in s["stages"]]) + ["", ""])
     lines += markdown_table(header, rows) + [""]
+    if any(st.get("mfu_approximate") for s in summaries for st in s["stages"]):
+        lines += [_MFU_NOTE, ""]
 
     if comparisons:
         lines += ["## Cost ratios (Table 4), in %", "",
@@ -309,6 +321,11 @@ def _init_final_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
     return fig
 
 
+def _gap(x: float | None) -> float:
+    """A value to plot: a step without a loss (no masked token) is a gap in the curve."""
+    return float("nan") if x is None else x
+
+
 def _training_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
     """The loss, gate alpha and KD beta over the run's one step axis."""
     from matplotlib.figure import Figure
@@ -318,8 +335,8 @@ def _training_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
     for s in summaries:
         c = s["curves"]
         x = [r["global_step"] for r in c]
-        (line,) = ax_loss.plot(x, [r["loss"] for r in c], lw=1, label=f"{s['name']} loss")
-        ax_loss.plot(x, [r["lm_loss"] for r in c], lw=0.8, ls="--", color=line.get_color(),
+        (line,) = ax_loss.plot(x, [_gap(r["loss"]) for r in c], lw=1, label=f"{s['name']} loss")
+        ax_loss.plot(x, [_gap(r["lm_loss"]) for r in c], lw=0.8, ls="--", color=line.get_color(),
                      label=f"{s['name']} LM loss")
         ax_alpha.plot(x, [r["alpha"] for r in c], lw=1, color=line.get_color(), label=s["name"])
         ax_beta.plot(x, [r["beta"] if r["beta"] is not None else float("nan") for r in c], lw=1,
@@ -355,6 +372,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
     "setup": {"stage": _INT, "what": _TEXT, "seconds": _NUMBER},
 }
 _OPTIONAL = {"train": {"mfu": _NUMBER, "beta": _NUMBER}}  # may be absent or null
+_LOSSES = ("loss", "lm_loss", "kd_loss")  # null in a train record whose tokens is 0
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -368,12 +386,17 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
     """Why the report cannot use ``record`` (a field missing or of the wrong type), or None.
     A hand-edited or foreign ``metrics.jsonl`` line must not stop the report with a TypeError."""
     kind = record.get("kind")
+    unscored = record.get("tokens") == 0  # a step or an evaluation that scored no token
     for name, want in RECORD_FIELDS.get(kind, {}).items():  # type: ignore[arg-type]
+        if kind == "train" and unscored and name in _LOSSES and record.get(name) is None:
+            continue  # a step with no masked token has no loss
         if not _is(record.get(name), want):
             return f"a {kind} record's {name} is {record.get(name)!r:.40}, not a {want}"
     for name, want in _OPTIONAL.get(kind, {}).items():  # type: ignore[arg-type]
         if record.get(name) is not None and not _is(record[name], want):
             return f"a {kind} record's {name} is {record[name]!r:.40}, not a {want}"
+    if kind == "eval" and unscored:  # exp(0 / 0) read as 1.00: older runs logged it
+        return "an eval record scored no token (tokens 0): its ppl is no measurement"
     if kind == "eval" and not record["ppl"] > 0:  # AP is a geometric mean: it needs positive perplexities
         return f"an eval record's ppl is {record['ppl']!r}, not positive"
     return None

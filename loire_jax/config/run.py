@@ -23,6 +23,7 @@ from typing import Any, Literal, Mapping, Sequence
 from loire_jax.config.data import DataConfig, TokenizerSpec
 from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, INITS, MODES, OPS
 from loire_jax.config.mesh import parse_mesh
+from loire_jax.config.mlm import mlm_problems
 from loire_jax.config.model import PRESETS, ModelConfig
 from loire_jax.errors import ConfigError, raise_problems
 
@@ -450,6 +451,9 @@ class RunConfig:
                                 f"precision {self.precision!r} {dtypes}; set precision, not model.dtype")
         if self.seq_len > self.model.max_seq_len:
             problems.append(f"seq_len={self.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}")
+        if self.model.encoder:
+            problems += mlm_problems(self.mlm.rate, seq_len=self.seq_len, max_seq_len=self.model.max_seq_len,
+                                     batch_size=self.batch_size, domain_prompts=self.domain_prompts is True)
         problems += _vocab_problems(self.model, self.data.tokenizer)
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):

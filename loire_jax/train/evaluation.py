@@ -12,7 +12,9 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import prompt_ids, prompt_position, seen_domains_at, stage_number
+from loire_jax.errors import RunError
 from loire_jax.parallel.sharding import batch_sharding
 from loire_jax.train.loop import StageClock
 from loire_jax.train.program import Programs
@@ -67,7 +69,9 @@ class Evaluator:
                     args = (params, {key: self._replicated_input(value) for key, value in batch.items()})
                     s, c = self.programs.eval_fn(index, args)(*args)
                     total, count = total + float(s), count + float(c)
-                mean = total / max(count, 1.0)
+                if not count > 0:  # exp(0 / 0) would read as a perfect perplexity of 1.00
+                    raise RunError(_nothing_scored(run, self.programs.models[index].encoder, n, point, name))
+                mean = total / count
                 out[name] = math.exp(mean) if mean < 709.0 else math.inf  # exp overflows a float past ~709
                 if point == "final":
                     self.finals[n, name] = out[name]
@@ -91,3 +95,15 @@ class Evaluator:
         over the batch axes: each process contributes the rows its devices hold."""
         mesh = self.programs.mesh
         return jax.make_array_from_callback(host.shape, batch_sharding(mesh, host.ndim), lambda i: host[i])
+
+
+def _nothing_scored(run: RunConfig, encoder: bool, n: int, point: str, domain: str) -> str:
+    """Why an evaluation scored no token, and what gives it some: an encoder masked none of
+    its validation windows' tokens; a decoder's validation split has no target."""
+    if encoder:
+        cause = (f"none of its validation tokens was masked (mlm.rate={run.mlm.rate:g}, seq_len={run.seq_len}, "
+                 f"eval.batches={run.eval.batches}); raise mlm.rate, seq_len or eval.batches")
+    else:
+        cause = "its validation split has no token to predict; give the domain more validation text"
+    return (f"stage {n}'s {point} evaluation of domain {domain!r} scored no token, so it has no perplexity: "
+            f"{cause}")

@@ -38,6 +38,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from loire_jax import paths
+from loire_jax.analysis.flops import mfu_text
 from loire_jax.analysis.records import METRICS_FILE
 from loire_jax.errors import Diverged, RunError
 from loire_jax.train.context import say, stage_index, stage_label
@@ -72,7 +73,8 @@ class StopOnNonFinite(Hook):
     checkpoint before it stays the latest); the message names stage and step."""
 
     def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
-        if record.get("kind") == "train" and not math.isfinite(record["loss"]):
+        # a loss of None is a step with no masked token (``LateMetrics``): nothing diverged
+        if record.get("kind") == "train" and record["loss"] is not None and not math.isfinite(record["loss"]):
             where = stage_label(ctx.run_config, stage_index(record["stage"]))
             raise Diverged(f"non-finite loss ({record['loss']}) in {where} at step {record['step']}; the last "
                            "good checkpoint is kept. Lower the learning rate or check the data.")
@@ -142,6 +144,8 @@ class TensorBoard(Hook):
 
 class ProgressBar(Hook):
     """A tqdm bar per stage with loss, KD loss, gate alpha, tokens/s and MFU, on a terminal.
+    MFU is "~x%" over a CPU peak measured at the start (approximate) and "n/a" where it has
+    no honest figure (``analysis.flops.mfu``), never above 100%.
 
     Where stdout is not a terminal (a batch job's log file, a pipe) a bar's every refresh
     would be written out, so the same figures come as plain lines instead: about ten per
@@ -171,8 +175,12 @@ class ProgressBar(Hook):
     def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
         if record.get("kind") != "train":
             return
-        figures = (f"{record['phase']} loss {record['loss']:.3f} kd {record['kd_loss']:.4f} a {record['alpha']:.2f} "
-                   f"{record['tokens_per_s']:,.0f} tok/s MFU {100 * record['mfu']:.1f}%")
+        if record["loss"] is None:
+            losses = "loss n/a (no masked token)"
+        else:
+            losses = f"loss {record['loss']:.3f} kd {record['kd_loss']:.4f}"
+        mfu = mfu_text(record.get("mfu"), bool(record.get("mfu_approximate")))
+        figures = f"{record['phase']} {losses} a {record['alpha']:.2f} {record['tokens_per_s']:,.0f} tok/s MFU {mfu}"
         if self._lines is not None:
             self._lines.step(record["step"], figures)
         elif self._bar is not None:

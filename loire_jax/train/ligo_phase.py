@@ -69,20 +69,20 @@ def make_operator_step(spec: StepSpec, old: ModelConfig, optimizer: optax.Gradie
     LM (or masked-LM) loss of the composed model; the metrics are the step loop's."""
     new = spec.model
 
-    def loss(operator: Any, frozen: Any, obj: Any) -> tuple[jax.Array, jax.Array]:
+    def loss(operator: Any, frozen: Any, obj: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         grown = apply_operator(old, new, jax.lax.stop_gradient(frozen), operator)
-        total, (lm, _, count) = lm_and_kd(spec, grown, obj)
-        count = jnp.maximum(count, 1.0)
-        return total / count, lm / count
+        total, (lm, _, scored) = lm_and_kd(spec, grown, obj)
+        count = jnp.maximum(scored, 1.0)  # no masked token: no loss (the record says so), not 0/0
+        return total / count, (lm / count, scored)
 
     def step(state: TrainState, batch: dict[str, jax.Array], frozen: Any):
         tokens = batch["tokens"]
         keys = row_keys(spec.masking, state.step, jnp.arange(tokens.shape[0])) if new.encoder else None
-        (value, lm), grads = jax.value_and_grad(loss, has_aux=True)(state.params, frozen,
+        (value, (lm, scored)), grads = jax.value_and_grad(loss, has_aux=True)(state.params, frozen,
                                                                     objective(spec, tokens, keys=keys))
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         metrics = {"loss": value, "lm_loss": lm, "kd_loss": jnp.zeros_like(value),
-                   "grad_norm": optax.tree.norm(grads), "alpha": jnp.ones_like(value)}
+                   "grad_norm": optax.tree.norm(grads), "alpha": jnp.ones_like(value), "tokens": scored}
         return TrainState(params=optax.apply_updates(state.params, updates), opt_state=opt_state,
                           step=state.step + 1), metrics
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import jax
 
-from loire_jax.analysis.flops import train_flops_per_token
+from loire_jax.analysis.flops import Peak, mfu, train_flops_per_token
 from loire_jax.config.mesh import BATCH_AXES
 from loire_jax.config.schedule import Phase, phase_at, prompt_ids, prompt_position, replay_domains, stage_number
 from loire_jax.errors import RunError
@@ -85,7 +85,7 @@ class LateMetrics:
     mid-stage evaluations out of it."""
 
     def __init__(self, run_config: "RunConfig", programs: "Programs", index: int,
-                 emit: Callable[[dict[str, Any]], None], peak: float | None) -> None:
+                 emit: Callable[[dict[str, Any]], None], peak: Peak | None) -> None:
         self._run, self._index, self._emit, self._peak = run_config, index, emit, peak
         masking = programs.masking
         self._flops = {distill: train_flops_per_token(programs.models[index], run_config.seq_len,
@@ -105,14 +105,17 @@ class LateMetrics:
         step, metrics, phase = self._held
         self._held = None
         values = {key: float(v) for key, v in jax.device_get(metrics).items()}
+        if values.get("tokens") == 0.0:  # no masked token: the step has no loss, and 0.0 would read as perfect
+            values.update(loss=None, lm_loss=None, kd_loss=None)
         done_at = time.perf_counter()
         run = self._run
         rate = run.batch_size * run.seq_len / max(done_at - self._since, 1e-9)
-        mfu = rate * self._flops[phase.distill] / self._peak if self._peak else float("nan")
+        peak = self._peak or Peak(None, "none")
         self._since = done_at
         self._emit({"kind": "train", "stage": stage_number(self._index), "step": step, "phase": phase.name,
                     **values, "beta": run.stages[self._index].beta if phase.distill else 0.0,
-                    "tokens_per_s": rate, "mfu": mfu})
+                    "tokens_per_s": rate, "mfu": mfu(rate * self._flops[phase.distill], peak.flops),
+                    "mfu_approximate": peak.measured})
 
     def restart(self) -> None:
         """The next interval starts now (after a compilation, which is not step time)."""

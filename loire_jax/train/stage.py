@@ -38,6 +38,7 @@ from loire_jax.train.state import TrainState, grow_train_state, new_train_state,
 from loire_jax.train.step import frozen_teacher
 
 if TYPE_CHECKING:
+    from loire_jax.analysis.flops import Peak
     from loire_jax.config.run import RunConfig
     from loire_jax.train.context import RunContext
     from loire_jax.train.evaluation import Evaluator
@@ -56,7 +57,7 @@ class StageHost(Protocol):
     evaluator: "Evaluator"
     ctx: "RunContext"
     hooks: list["Hook"]
-    peak: float | None
+    peak: Peak | None
 
     def call(self, event: str, *args: Any) -> None: ...
 

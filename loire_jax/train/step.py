@@ -190,13 +190,15 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
             zero = jax.tree_util.tree_map(jnp.zeros_like, trainable(params))
             aux0 = (jnp.zeros((), jnp.promote_types(cfg.compute_dtype, jnp.float32)),) * 3
             (grads, (lm, kd, count)), _ = jax.lax.scan(accumulate, (zero, aux0), parts)
-        count = jnp.maximum(count, 1.0)  # a batch with no masked token has no loss, not 0/0
+        # A batch with no masked token has no loss (its record says so: ``LateMetrics``) and
+        # no gradient, not 0/0; the optimizer steps on with its moments alone.
+        scored, count = count, jnp.maximum(count, 1.0)
         grads = jax.tree_util.tree_map(lambda g: (g / count).astype(g.dtype), grads)
         lm, kd = lm / count, kd / count
         updates, opt_state = optimizer.update(grads, state.opt_state, trainable(params))
         new_params = {**optax.apply_updates(trainable(params), updates), GATES: gates}
         metrics = {"loss": lm + kd, "lm_loss": lm, "kd_loss": kd, "grad_norm": optax.tree.norm(grads),
-                   "alpha": jnp.min(gates)}
+                   "alpha": jnp.min(gates), "tokens": scored}
         return TrainState(params=new_params, opt_state=opt_state, step=state.step + 1), metrics
 
     return step

@@ -37,7 +37,7 @@ from jax.sharding import Mesh
 
 from loire_jax import paths
 from loire_jax.analysis import memory
-from loire_jax.analysis.flops import peak_flops
+from loire_jax.analysis.flops import MEASURED_NOTE, Peak, peak_flops
 from loire_jax.analysis.records import read_records
 from loire_jax.config.mesh import parse_mesh
 from loire_jax.config.run import RunConfig
@@ -123,7 +123,7 @@ class Trainer:
             mesh = make_mesh(parse_mesh(run_config.mesh if mesh is None else mesh))
         self.mesh = mesh
         self.platform = mesh.devices.flat[0].platform
-        self.peak: float | None = None
+        self.peak: Peak | None = None
         self.session = RunSession(run_config, workdir, async_save=self.platform != "cpu")
         self.workdir = self.session.workdir
         self.programs = Programs(run_config, mesh, self.emit, self.session.stop_point)
@@ -170,10 +170,11 @@ class Trainer:
     def summary(self) -> None:
         """The mesh, the peak for MFU and one line per stage: model Mn, growth, size, teachers."""
         run, say = self.run_config, self.session.say
-        self.peak, source = peak_flops(list(self.mesh.devices.flat))
-        peak = f"{self.peak / 1e9:,.1f} GFLOP/s" if self.peak else "n/a"
+        self.peak = peak_flops(list(self.mesh.devices.flat))
+        peak = f"{self.peak.flops / 1e9:,.1f} GFLOP/s" if self.peak.flops else "n/a"
+        note = f"; {MEASURED_NOTE}" if self.peak.measured else ""
         say(f"mesh {dict(self.mesh.shape)} of {self.mesh.devices.size} {self.platform} device(s); peak for MFU "
-            f"{peak} ({source})")
+            f"{peak} ({self.peak.source}{note})")
         say(f"run {run.name!r}: {len(run.stages)} stages, batch {run.batch_size} x seq {run.seq_len}, "
             f"{run.precision}, workdir {self.workdir}")
         for k, (stage, cfg) in enumerate(zip(run.stages, self.programs.models)):
