@@ -105,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     mean, half = result.mean_half_range
     if jax.process_index() == 0:  # the run's report gains its downstream table
         from loire_jax.analysis.reports import ReportError, write_report
+        from loire_jax.store.checkpoints import stage_digest
 
         try:
-            say(f"report: {write_report([run_dir]) / 'report.md'}")
+            say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
         except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
             say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
     say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "

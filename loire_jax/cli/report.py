@@ -26,9 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("workdirs", nargs="+", help="run workdirs; the first is compared to the others")
     parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
-    out = write_report(args.workdirs, args.out)  # a workdir that is none: ReportError; an unwritable --out: OSError
+    # a workdir that is none: ReportError; an unwritable --out: OSError
+    out = write_report(args.workdirs, args.out, checkpoint_digest=_stage_digest)
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
+
+
+def _stage_digest(workdir, stage: int) -> str:
+    """``store.checkpoints.stage_digest``, loading Orbax only for a run with fine-tuning results."""
+    from loire_jax.store.checkpoints import stage_digest
+
+    return stage_digest(workdir, stage)
 
 
 def entry() -> None:
