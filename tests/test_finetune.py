@@ -8,7 +8,12 @@ Specifications:
 - a job stopped by SIGTERM or killed by SIGKILL resumes and reproduces the uninterrupted job's
   losses and scores bit for bit; a finished job is not redone;
 - two processes fine-tune as one process does on the same mesh;
-- bad input is one line, exit 2, and nothing is written.
+- bad input is one line, exit 2, and nothing is written;
+- a finished or stopped job is reused or resumed only while the checkpoint and data it
+  records still hold: after a --fresh retrain, a swapped stage checkpoint or flipped
+  labels, the old job is moved aside and the current model and data are scored; the
+  report leaves the old score out; one writer per job (a held lock refuses a second);
+  a damaged results.json is one line naming it.
 """
 
 from __future__ import annotations

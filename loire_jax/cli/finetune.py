@@ -12,7 +12,9 @@ trains it on the task's training split, scoring the validation split after every
 the seeds), and rewrites the run's report (``RUN_DIR/report``), whose Downstream table
 lists every fine-tuning of the run. Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
 or its files (``task.files.train=my.jsonl``). Rerunning the command resumes a stopped seed
-and skips finished ones. Several processes (one per host or GPU) take ``loire-train``'s
+and skips finished ones, while the checkpoint, data and settings they record still hold
+(else they are moved aside and recomputed, or, for other settings, refused); a second
+command on the same job is refused while the first holds its lock. Several processes (one per host or GPU) take ``loire-train``'s
 flags: each feeds its own shards of the batch, process 0 writes the results.
 
 Exit codes: 0 done; 2 bad input or environment (one line says what to fix); 75 stopped by

@@ -9,6 +9,8 @@ A workdir is recognised by its marker file, written when the run creates it. Onl
 directory with the marker (or an empty one) is used, and ``--fresh`` deletes in it only the
 names a run writes (:data:`RUN_ENTRIES`); anything else, such as a user's notes next to the
 checkpoints, is left in place: a mistyped ``--workdir ~/thesis`` must not delete a thesis.
+What other commands derived from the old checkpoints (``finetune/``) is moved aside, never
+deleted.
 
 The lock file holds the pid and host of the run using the directory and a lease it renews
 while it runs; a second run is refused. A lock is taken over with a message when its
