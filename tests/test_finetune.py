@@ -8,7 +8,12 @@ Specifications:
 - a job stopped by SIGTERM or killed by SIGKILL resumes and reproduces the uninterrupted job's
   losses and scores bit for bit; a finished job is not redone;
 - two processes fine-tune as one process does on the same mesh;
-- bad input is one line, exit 2, and nothing is written.
+- bad input is one line, exit 2, and nothing is written;
+- a finished or stopped job is reused or resumed only while the checkpoint and data it
+  records still hold: after a --fresh retrain, a swapped stage checkpoint or flipped
+  labels, the old job is moved aside and the current model and data are scored; the
+  report leaves the old score out; one writer per job (a held lock refuses a second);
+  a damaged results.json is one line naming it.
 """
 
 from __future__ import annotations
@@ -314,3 +319,149 @@ def test_bad_input_is_one_line_and_writes_nothing(decoder_run, tmp_path, case, e
     result = finetune_cli(run_dir, task, *args)
     assert expect in one_line_error(result)
     _nothing_written(run_dir, before)
+
+
+# ----------------------------------------------------------------------------- a result is reused only while true
+def _small_task(folder: Path, **hyper) -> Path:
+    """64 / 48 examples; epochs 0 (the untrained head's score, which the backbone and the
+    data decide as a trained one does) unless told: no train step to compile."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return word_task(folder, n_train=64, n_valid=48, **{"epochs": 0, **hyper})
+
+
+def _flip_labels(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**r, "label": "no" if r["label"] == "yes" else "yes"}) + "\n" for r in rows))
+
+
+def _logged(run_dir: Path, task: Path, *overrides: str, **kw):
+    lines: list[str] = []
+    from runs import users_numerics
+
+    from loire_jax.downstream.finetune import finetune
+
+    with users_numerics():
+        return finetune(run_dir, str(task), overrides=overrides, log=lines.append, **kw), lines
+
+
+def test_a_result_is_reused_only_for_the_checkpoint_it_scored(decoder_run, tmp_path, capsys):
+    """The reported case: R fine-tuned, then retrained with --fresh and another seed. --fresh
+    moves finetune/ aside and says so; and a stage checkpoint swapped in without --fresh is
+    caught by the fine-tuning itself: the old result is moved aside (kept), the new model is
+    scored, and the report never shows the old score as the current model's."""
+    import shutil
+
+    from loire_jax.analysis.reports import write_report
+    from loire_jax.store.checkpoints import stage_digest
+
+    run = tmp_path / "R"
+    shutil.copytree(decoder_run, run, ignore=shutil.ignore_patterns("finetune", "report"))
+    task = _small_task(tmp_path / "task")
+    first, _ = _logged(run, task)
+    job = run / "finetune" / "marker" / "stage2"
+    scored = json.loads((job / "seed1" / "results.json").read_text())
+    assert scored["provenance"]["checkpoint"] == {"stage": 2, "step": 2, "digest": stage_digest(run, 2)}
+    assert set(scored["provenance"]["data"]) == {"train", "validation"}
+
+    retrained = tmp_path / "R2"
+    shutil.copytree(run, retrained)
+    capsys.readouterr()
+    assert in_process(decoder_run.parent / "ft-dec.yaml", retrained, "seed=1", fresh=True).complete
+    said = [line for line in capsys.readouterr().out.splitlines() if "--fresh" in line]
+    assert len(said) == 1 and "moved finetune/ aside to finetune.stale-1/" in said[0], said
+    assert not (retrained / "finetune").exists()
+    assert json.loads((retrained / "finetune.stale-1" / "marker" / "stage2" / "seed1" / "results.json")
+                      .read_text()) == scored
+    assert stage_digest(retrained, 2) != stage_digest(run, 2)
+
+    shutil.rmtree(run / "stage_2")  # the retrained model in place of the scored one, without --fresh
+    shutil.copytree(retrained / "stage_2", run / "stage_2")
+    report = (write_report([run], checkpoint_digest=stage_digest) / "report.md").read_text()
+    table = report.split("## Downstream (Table 5)")[1]
+    assert f"{first.seeds[0].score:.2f}" not in table.split("Left out")[0] and "marker (M2) seed 1" in table, table
+
+    again, lines = _logged(run, task)
+    assert not again.seeds[0].skipped and not any("done earlier" in line for line in lines), lines
+    assert any("seed 1: the stage 2 checkpoint changed since it was scored; moved that job to "
+               f"{job / 'seed1.stale-1'}; recomputing" in line for line in lines), lines
+    rescored = json.loads((job / "seed1" / "results.json").read_text())
+    assert rescored["provenance"]["checkpoint"]["digest"] == stage_digest(run, 2)
+    assert json.loads((job / "seed1.stale-1" / "results.json").read_text()) == scored  # kept, aside
+    assert _logged(run, task)[0].seeds[0].skipped  # and the new result holds: reused
+
+
+def test_changed_task_data_is_scored_anew_and_never_mixed_into_a_resumed_job(decoder_run, tmp_path):
+    """Labels flipped after a job finished: recomputed, the old job kept aside. Flipped
+    between a crash and the resume: the job starts over on the new data, and its losses and
+    scores are those of an uninterrupted job on the new data (nothing of the old data in it)."""
+    task = _small_task(tmp_path / "done", tag="data")
+    first, _ = _logged(decoder_run, task)
+    _flip_labels(tmp_path / "done" / "valid.jsonl")
+    again, lines = _logged(decoder_run, task)
+    assert not again.seeds[0].skipped, lines
+    assert any(f"the validation data ({tmp_path / 'done' / 'valid.jsonl'}) changed since it was scored" in line
+               for line in lines), lines
+    job = decoder_run / "finetune" / "marker-data" / "stage2"
+    assert (job / "seed1.stale-1" / "results.json").is_file()
+
+    class Crash(Exception):
+        pass
+
+    def crash(step: int) -> None:
+        if step == 7:
+            raise Crash
+
+    task = _small_task(tmp_path / "stopped", epochs=2, save_every=2, tag="resume")  # 4 steps an epoch
+    with pytest.raises(Crash):
+        _logged(decoder_run, task, on_step=crash)
+    job = decoder_run / "finetune" / "marker-resume" / "stage2" / "seed1"
+    assert not (job / "results.json").exists() and (job / "checkpoints" / "6").is_dir()
+    _flip_labels(tmp_path / "stopped" / "train.jsonl")
+    resumed, lines = _logged(decoder_run, task)
+    assert not any("resumed at step" in line for line in lines), lines
+    assert any("the train data" in line and "changed since this job began" in line for line in lines), lines
+    got = json.loads((job / "results.json").read_text())
+    uninterrupted, _ = _logged(decoder_run, task, "tag=resume-ref")
+    want = json.loads((uninterrupted.seeds[0].directory / "results.json").read_text())
+    assert got["train"] == want["train"] and got["epochs"] == want["epochs"]
+    assert got["provenance"] == want["provenance"]
+
+
+def test_one_writer_per_job(decoder_run, tmp_path):
+    """A second fine-tuning of the same job while one holds it (here: a lock held in this
+    process, as a concurrent call's would be) is refused in one line, exit 2, and writes
+    nothing; the checks that follow run under the lock, so two calls never both pass them."""
+    from loire_jax.errors import exit_code
+    from loire_jax.store.workdir import WorkdirError, WorkdirLock
+
+    task = _small_task(tmp_path, tag="lock")
+    root = decoder_run / "finetune" / "marker-lock" / "stage2"
+    root.mkdir(parents=True)
+    held = WorkdirLock(root)
+    held.acquire()
+    try:
+        with pytest.raises(WorkdirError) as err:
+            _logged(decoder_run, task, "lr=3e-3")
+        message = str(err.value)
+        assert f"fine-tuning job {root} is in use by pid {os.getpid()}" in message and "\n" not in message
+        assert f"delete {root / '.lock'}" in message and "--break-lock" not in message, message
+        assert exit_code(err.value) == 2
+        assert sorted(p.name for p in root.iterdir()) == [".lock"]
+    finally:
+        held.release()
+    assert _logged(decoder_run, task, "lr=3e-3")[0].complete
+    assert not (root / ".lock").exists()
+
+
+@pytest.mark.parametrize("text", ["{", '{"score": 50.0}'])
+def test_a_damaged_results_file_is_one_line_naming_it(decoder_run, tmp_path, text):
+    from loire_jax.downstream import FinetuneError
+
+    task = _small_task(tmp_path, tag="damaged")
+    job = decoder_run / "finetune" / "marker-damaged" / "stage2" / "seed1"
+    job.mkdir(parents=True, exist_ok=True)
+    (job / "results.json").write_text(text)
+    with pytest.raises(FinetuneError) as err:
+        _logged(decoder_run, task)
+    assert str(job / "results.json") in str(err.value) and "is damaged" in str(err.value)
+    assert (job / "results.json").read_text() == text

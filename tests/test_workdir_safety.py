@@ -137,6 +137,22 @@ def test_fresh_deletes_only_what_runs_write_and_names_what_it_left(run_config, t
     assert len(said) == 1 and "left 4 other entries in place: analysis, config.json.bak, notes.md, stage_x" in said[0]
 
 
+def test_fresh_moves_the_old_models_fine_tuning_results_aside_and_says_so(run_config, tmp_path, capsys):
+    """finetune/ holds scores of the model --fresh retrains: never deleted, never left in
+    place to pass for the new model's; moved aside (a second --fresh takes the next name)."""
+    workdir = tmp_path / "run"
+    preflight(run_config, workdir)
+    old = user_files(workdir, ["finetune/sent/stage1/seed1/results.json", "finetune/sent/stage1/summary.json"])
+    (workdir / "finetune.stale-1").mkdir()  # an earlier --fresh's: kept, and not reused as a name
+    preflight(run_config, workdir, fresh=True)
+    assert not (workdir / "finetune").exists()
+    assert snapshot(workdir / "finetune.stale-2") == {k[len("finetune/"):]: v for k, v in old.items()
+                                                      if k.startswith("finetune/")}
+    said = [line for line in capsys.readouterr().out.splitlines() if "--fresh" in line]
+    assert len(said) == 1 and "moved finetune/ aside to finetune.stale-2/ (results of the old model)" in said[0]
+    assert "left 1 other entry in place: finetune.stale-1" in said[0], said
+
+
 # --------------------------------------------------------------------------- history and the environment
 def test_a_run_that_failed_before_its_first_step_does_not_block_a_corrected_config(tmp_path, monkeypatch):
     """Bad data stops the run before it trains anything: the corrected data is no 'different run'."""

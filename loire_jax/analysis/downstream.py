@@ -4,17 +4,22 @@ Table 11: the plug-in layer beats layer-stack).
 
 Reads what ``loire_jax.downstream.finetune`` wrote in each run directory
 (``finetune/<task>/stage<k>/seed<s>/results.json``); the layout is defined here, where both
-the fine-tuning job and the reports can import it.
+the fine-tuning job and the reports can import it. A result names the digest of the stage
+checkpoint it scored; given the run's current digests (``checkpoint_digest``, which the
+callers take from ``store.checkpoints.stage_digest``), a result of another checkpoint is
+left out of every table and counted as stale: it is not the current model's score.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from loire_jax import paths
 from loire_jax.analysis.tables import MIN_SEEDS, lower, markdown_table, range_text, seed_stats, stat_cell
+from loire_jax.errors import LoireError
 
 FINETUNE_DIR = "finetune"
 RESULTS = "results.json"
@@ -25,39 +30,82 @@ PAPER_AVERAGE = {"GPT_S": 81.61, "GPT_L": 82.74, "GPT_R": 83.18, "Token-KD": 81.
                  "LOIRE": 84.84, "Layer-stack": 82.91}
 
 
+# (run_dir, stage) -> the digest of that stage's checkpoint now; raises where it has none
+CheckpointDigest = Callable[[paths.Path, int], str]
+_SEED = re.compile(r"seed(\d+)")
+_STAGE = re.compile(r"stage(\d+)")
+
+
+def scored_digest(saved: Any) -> str | None:
+    """The checkpoint digest a job's results record (None in an older job's results)."""
+    prov = saved.get("provenance") if isinstance(saved, dict) else None
+    ck = prov.get("checkpoint") if isinstance(prov, dict) else None
+    digest = ck.get("digest") if isinstance(ck, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
+class _Current:
+    """A run's current stage digests, each read once; None for a stage without a readable one."""
+
+    def __init__(self, run_dir: paths.PathLike, digest: CheckpointDigest | None) -> None:
+        self.run_dir, self.digest, self.seen = paths.as_path(run_dir), digest, {}
+
+    def holds(self, saved: Any, stage: int) -> bool:
+        """Whether ``saved`` scored the stage's current checkpoint (always, with no digest to check)."""
+        if self.digest is None:
+            return True
+        if stage not in self.seen:
+            try:
+                self.seen[stage] = self.digest(self.run_dir, stage)
+            except (LoireError, OSError, ValueError):
+                self.seen[stage] = None  # no checkpoint left to have scored
+        return self.seen[stage] is not None and scored_digest(saved) == self.seen[stage]
+
+
 def job_dir(run_dir: paths.PathLike, job: str, stage: int, seed: int) -> paths.Path:
     """Where one fine-tuning job of a run lives."""
     return paths.as_path(run_dir) / FINETUNE_DIR / job / f"stage{stage}" / f"seed{seed}"
 
 
-def read_scores(run_dir: paths.PathLike, tasks: Sequence[str], stage: int, seed: int) -> dict[str, float | None]:
+def read_scores(run_dir: paths.PathLike, tasks: Sequence[str], stage: int, seed: int,
+                checkpoint_digest: CheckpointDigest | None = None) -> dict[str, float | None]:
     """Each task's final validation score of the run's stage ``stage`` at ``seed`` (None
-    where that job has not finished)."""
+    where that job has not finished, or scored another checkpoint than the stage's current one)."""
+    current = _Current(run_dir, checkpoint_digest)
     out: dict[str, float | None] = {}
     for task in tasks:
         try:
-            out[task] = float(json.loads((job_dir(run_dir, task, stage, seed) / RESULTS).read_text())["score"])
+            saved = json.loads((job_dir(run_dir, task, stage, seed) / RESULTS).read_text())
+            out[task] = float(saved["score"]) if current.holds(saved, stage) else None
         except (OSError, ValueError, KeyError, TypeError):
             out[task] = None
     return out
 
 
-def run_jobs(run_dir: paths.PathLike) -> list[dict[str, Any]]:
+def run_jobs(run_dir: paths.PathLike, checkpoint_digest: CheckpointDigest | None = None) -> list[dict[str, Any]]:
     """Every finished fine-tuning of a run, one entry per (job, stage): ``job``, ``stage``,
     ``metric`` and ``seeds`` (seed -> final validation score), sorted by job and stage.
     Read from each seed's results (not the last call's summary, which holds only the seeds
-    that call ran)."""
+    that call ran). With ``checkpoint_digest``, a result that scored another checkpoint
+    than the stage's current one is left out of ``seeds`` and listed in ``stale``."""
     root = paths.as_path(run_dir) / FINETUNE_DIR
+    current = _Current(run_dir, checkpoint_digest)
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for res in sorted(root.glob(f"*/stage*/seed*/{RESULTS}")) if root.exists() else ():
+        stage_m, seed_m = _STAGE.fullmatch(res.parent.parent.name), _SEED.fullmatch(res.parent.name)
+        if not (stage_m and seed_m):
+            continue  # a job moved aside (seed1.stale-1) or not a job's folder
+        job, stage, seed = res.parent.parent.parent.name, int(stage_m.group(1)), int(seed_m.group(1))
         try:
             saved = json.loads(res.read_text())
-            job, stage, seed = res.parent.parent.parent.name, int(res.parent.parent.name[5:]), int(res.parent.name[4:])
             score = float(saved["score"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a job's results: skipped, not fatal to a report
         entry = found.setdefault((job, stage), {"job": job, "stage": stage, "metric": saved.get("metric"), "seeds": {}})
-        entry["seeds"][seed] = score
+        if current.holds(saved, stage):
+            entry["seeds"][seed] = score
+        else:
+            entry.setdefault("stale", []).append(seed)
     return [found[k] for k in sorted(found)]
 
 
@@ -77,10 +125,15 @@ def runs_section(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
         rows.append([s["name"], ",".join(map(str, seeds)) or "-", *map(stat_cell, cells),
                      f"{avg:.2f}" if avg is not None else "-"])
     header = ["run", "seeds", *(f"{job} (M{stage})" for job, stage in cols), "average"]
+    stale = [f"{s['name']} {j['job']} (M{j['stage']}) seed {seed}" for s in summaries
+             for j in s.get("downstream") or () for seed in j.get("stale", ())]
+    note = ["", f"Left out: {len(stale)} result(s) that scored another checkpoint than the run's current one "
+                f"({', '.join(stale[:6])}{' ...' if len(stale) > 6 else ''}); rerun `launch/finetune.py` to score the "
+                "current model."] if stale else []
     return ["", "## Downstream (Table 5)", "",
             "Final validation score of each fine-tuning (`launch/finetune.py`; accuracy, or the task's metric, "
             "percent): mean ± half the range over its seeds. The average is taken over the columns where the "
-            "run has every one.", "", *markdown_table(header, rows)]
+            "run has every one.", "", *markdown_table(header, rows), *note]
 
 
 def _average(r: Mapping[str, Any], tasks: Sequence[str]) -> float | None:

@@ -426,15 +426,18 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
     return run, records
 
 
-def write_report(workdirs: Sequence[Path], out: Path | None = None) -> Path:
-    """Writes report.md, report.json and the PNG plots; returns the output directory."""
+def write_report(workdirs: Sequence[Path], out: Path | None = None, *,
+                 checkpoint_digest: downstream.CheckpointDigest | None = None) -> Path:
+    """Writes report.md, report.json and the PNG plots; returns the output directory.
+    ``checkpoint_digest`` (``store.checkpoints.stage_digest``) leaves out the fine-tuning
+    results that scored another checkpoint than each run's current one."""
     workdirs = [paths.as_path(w) for w in workdirs]
     summaries = []
     for w in workdirs:
         run, records = load_run(w)
         summary = summarize(run, records, name=run.name)
         summary["workdir"] = str(w)
-        summary["downstream"] = downstream.run_jobs(w)
+        summary["downstream"] = downstream.run_jobs(w, checkpoint_digest)
         summaries.append(summary)
     names = [s["name"] for s in summaries]
     if len(set(names)) < len(names):  # same config name twice: tell them apart by workdir

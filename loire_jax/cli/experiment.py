@@ -322,6 +322,7 @@ class Experiment:
         from loire_jax.analysis import comparison
         from loire_jax.analysis.downstream import read_scores
         from loire_jax.config.loader import load_finetune_config
+        from loire_jax.store.checkpoints import stage_digest
 
         results: dict[str, list] = {}
         ds = self.suite.downstream
@@ -330,7 +331,7 @@ class Experiment:
             result = dict(self._outcome(planned))
             if tasks and planned.system in ds.systems:
                 result["downstream"] = read_scores(self.root / planned.workdir, tasks, len(planned.config.stages),
-                                                   planned.seed)
+                                                   planned.seed, checkpoint_digest=stage_digest)
             results.setdefault(planned.system, []).append(result)
         meta = {"name": self.suite.name, "seeds": list(self.suite.seeds), "setting": list(setting), "why": why,
                 "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}

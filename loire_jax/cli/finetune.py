@@ -14,7 +14,9 @@ lists every fine-tuning of the run. Several ``--task`` run one after the other, 
 config and records checked (and two tasks of one name refused) before the first starts.
 Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
 or its files (``task.files.train=my.jsonl``) of every task. Rerunning the command resumes a stopped seed
-and skips finished ones. Several processes (one per host or GPU) take ``loire-train``'s
+and skips finished ones, while the checkpoint, data and settings they record still hold
+(else they are moved aside and recomputed, or, for other settings, refused); a second
+command on the same job is refused while the first holds its lock. Several processes (one per host or GPU) take ``loire-train``'s
 flags: each feeds its own shards of the batch, process 0 writes the results.
 
 Exit codes: 0 done; 2 bad input or environment (one line says what to fix); 75 stopped by
@@ -119,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         return results
     if jax.process_index() == 0:  # the run's report gains its downstream table
         from loire_jax.analysis.reports import ReportError, write_report
+        from loire_jax.store.checkpoints import stage_digest
 
         try:
-            say(f"report: {write_report([run_dir]) / 'report.md'}")
+            say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
         except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
             say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
     for result in results:

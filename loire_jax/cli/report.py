@@ -27,9 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from loire_jax.analysis.reports import PLOTS, write_report
 
-    out = write_report(args.workdirs, args.out)  # a workdir that is none: ReportError; an unwritable --out: OSError
+    # a workdir that is none: ReportError; an unwritable --out: OSError
+    out = write_report(args.workdirs, args.out, checkpoint_digest=_stage_digest)
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
+
+
+def _stage_digest(workdir, stage: int) -> str:
+    """``store.checkpoints.stage_digest``, loading Orbax only for a run with fine-tuning results."""
+    from loire_jax.store.checkpoints import stage_digest
+
+    return stage_digest(workdir, stage)
 
 
 def entry() -> None:

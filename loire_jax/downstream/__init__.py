@@ -5,7 +5,8 @@ Owns the task configs' data (``tasks``: built-in offline tasks in ``builtin_task
 files read by ``task_files``, TFDS), the sequence layouts each model kind reads (``encoding``), the heads
 (``heads``), the metrics (``scoring``: accuracy, F1, Matthews, SQuAD EM/F1) and the
 fine-tuning job itself (``finetune``: a finished stage's model, the run's mesh, checkpoints,
-resume and signals).
+resume and signals; its jitted steps in ``programs``), and what made each stored result,
+whether it still holds and the job's lock (``provenance``).
 
 May import: ``config``, ``parallel``, ``model``, ``data``, ``analysis``, ``store``, ``train``
 (its state, optimizer mask and signals), ``errors``, ``paths``; never ``growth`` or ``cli``.

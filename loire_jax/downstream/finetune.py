@@ -12,7 +12,8 @@ Each seed is its own job in ``<run_dir>/finetune/<task>/stage<k>/seed<s>/``: che
 at any point resumes from its newest checkpoint and reproduces the uninterrupted job bit
 for bit: the batch order is a function of (seed, epoch), the head's initialisation of the
 seed, and the history of losses and scores travels in the checkpoint. SIGTERM saves and
-stops (exit 75 from the CLI); a finished job is skipped, not redone.
+stops (exit 75 from the CLI); a finished job is skipped, not redone, while the checkpoint,
+data and settings it records still hold (``provenance``, which also holds the job's lock).
 
 The stage's own run directory is only read, never changed, apart from ``finetune/``.
 """
@@ -37,18 +38,14 @@ from loire_jax.config.finetune import FinetuneConfig, TaskConfig
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.run import RunConfig
 from loire_jax.config.shapes import GATES
-from loire_jax.downstream import encoding, heads, scoring
+from loire_jax.downstream import encoding, heads, provenance, scoring
+from loire_jax.downstream.errors import FinetuneError
+from loire_jax.downstream.programs import Programs, data_ways, host, make_optimizer
 from loire_jax.downstream.tasks import TaskError, load_examples
-from loire_jax.errors import LoireError
 from loire_jax.parallel import peers
 from loire_jax.paths import Path
 
 METRICS = "metrics.jsonl"
-
-
-class FinetuneError(LoireError):
-    """A fine-tuning request that cannot be carried out: no such run or stage, a stage that
-    has not finished, a head that cannot work on this model, a task too small for a batch."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,103 +157,16 @@ def _sample(records: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
     return [records[i] for i in keep]
 
 
-# ----------------------------------------------------------------------------- the programs
-def _batch_axes(mesh: Mesh) -> tuple[str, ...]:
-    from loire_jax.config.mesh import BATCH_AXES
-
-    return tuple(a for a in BATCH_AXES if a in mesh.axis_names)
-
-
-def _data_ways(mesh: Mesh) -> int:
-    return int(np.prod([mesh.shape[a] for a in _batch_axes(mesh)]))
-
-
-def _decay_mask(params: dict[str, Any]) -> dict[str, Any]:
-    """Weight decay on the backbone's matrices (``optimizer.decay_mask``) and the head's kernels."""
-    from loire_jax.train.optimizer import decay_mask
-
-    head = {name: {"kernel": True, "bias": False} for name in params["head"]}
-    return {"backbone": decay_mask(params["backbone"]), "head": head}
-
-
-def make_optimizer(cfg: FinetuneConfig, total_steps: int) -> optax.GradientTransformation:
-    """AdamW with a linear warmup over ``warmup_ratio`` of the steps, then linear decay to 0
-    (Table 8), after global-norm clipping."""
-    warm = int(round(cfg.warmup_ratio * total_steps))
-    schedule = optax.join_schedules([optax.linear_schedule(0.0, cfg.lr, max(warm, 1)),
-                                     optax.linear_schedule(cfg.lr, 0.0, max(total_steps - warm, 1))], [warm])
-    core = optax.adamw(schedule, b1=0.9, b2=0.98, eps=1e-6, weight_decay=cfg.weight_decay, mask=_decay_mask)
-    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), core) if cfg.clip_norm else core
-
-
-class Programs:
-    """The jitted train and evaluation steps of one (model, task, mesh)."""
-
-    def __init__(self, model: ModelConfig, kind: str, mesh: Mesh, optimizer: optax.GradientTransformation,
-                 gates: jax.Array, state_shardings: Any) -> None:
-        from loire_jax.model.kernels import for_platform
-        from loire_jax.model.transformer import features
-
-        self.kind, self.mesh, self.optimizer = kind, mesh, optimizer
-        platform = mesh.devices.flat[0].platform
-        cfg = for_platform(model, platform)
-        encoder = model.encoder
-
-        def forward(params: dict[str, Any], inputs: dict[str, jax.Array]) -> Any:
-            tokens = inputs["tokens"]
-            flat = tokens.reshape(-1, tokens.shape[-1])
-            valid = inputs["valid"].reshape(flat.shape) if encoder else None
-            types = inputs["types"].reshape(flat.shape) if encoder and cfg.type_vocab_size else None
-            states = features(cfg, {**params["backbone"], GATES: gates}, flat, valid, types)
-            return heads.head_logits(kind, params["head"], states, inputs)
-
-        def loss_fn(params, inputs, targets, weights):
-            return heads.head_loss(kind, forward(params, inputs), targets, weights)
-
-        def train_step(state, inputs, targets, weights):
-            loss, grads = jax.value_and_grad(loss_fn)(state.params, inputs, targets, weights)
-            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-            params = optax.apply_updates(state.params, updates)
-            return state.replace(params=params, opt_state=opt_state, step=state.step + 1), loss
-
-        def eval_step(params, inputs, targets, weights):
-            logits = forward(params, inputs)
-            return logits, heads.head_loss(kind, logits, targets, weights)
-
-        # the state's layout is pinned, not left to propagation: a fresh, a restored and a
-        # stepped state then run the very same programs, so a resumed job is bitwise the same
-        replicated = NamedSharding(mesh, PartitionSpec())
-        self.train_step = jax.jit(train_step, donate_argnums=0, out_shardings=(state_shardings, replicated))
-        self.eval_step = jax.jit(eval_step)
-
-    def put(self, arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-        """Host arrays (the whole global batch, on every process) as arrays split over the
-        data axes; each process supplies only the shards its devices hold."""
-        out = {}
-        axes = _batch_axes(self.mesh)
-        for name, value in arrays.items():
-            sharding = NamedSharding(self.mesh, PartitionSpec(axes if axes else None))
-            out[name] = jax.make_array_from_callback(value.shape, sharding, lambda idx, v=value: v[idx])
-        return out
-
-
-def _host(x: jax.Array) -> np.ndarray:
-    """A (small) sharded result as one host array on every process."""
-    if jax.process_count() == 1:
-        return np.asarray(x)
-    from jax.experimental import multihost_utils
-
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-
-
 # ----------------------------------------------------------------------------- one seed
 class _Job:
     """One seed's fine-tuning: state, data order, checkpoints, evaluation."""
 
     def __init__(self, cfg: FinetuneConfig, sm: StageModel, mesh: Mesh, train: encoding.Encoded,
                  valid: encoding.Encoded, valid_records: list[dict[str, Any]], directory: Path, seed: int,
-                 signals: Any, log: Callable[[str], None], on_step: Callable[[int], None] | None = None) -> None:
+                 signals: Any, log: Callable[[str], None], on_step: Callable[[int], None] | None = None, *,
+                 made_of: dict[str, Any]) -> None:
         self.cfg, self.sm, self.mesh, self.seed, self.log, self.on_step = cfg, sm, mesh, seed, log, on_step
+        self.made_of = made_of  # the checkpoint and data every stored state of this job names
         self.train, self.valid, self.valid_records = train, valid, valid_records
         self.directory, self.signals = directory, signals
         self.steps_per_epoch = max(len(train) // cfg.batch_size, 1)
@@ -290,7 +200,8 @@ class _Job:
         shardings = param_shardings(model, self.mesh)
         abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                 abstract_params(model), shardings)
-        params = checkpoints.restore_params(self.sm.directory, abstract)
+        made = self.made_of["checkpoint"]  # the very step that was digested, or a refusal
+        params = checkpoints.restore_params(self.sm.directory, abstract, step=made["step"], digest=made["digest"])
         gates = params.pop(GATES)
         replicated = NamedSharding(self.mesh, PartitionSpec())
         head = jax.jit(lambda k: heads.init_head(self.cfg.task.kind, model.hidden, self.cfg.task.num_labels,
@@ -309,7 +220,7 @@ class _Job:
     # evaluation -----------------------------------------------------------------------
     def evaluate(self, programs: Programs, params: dict[str, Any]) -> dict[str, float]:
         """The validation split's loss and score (the task's metric, percent)."""
-        n, bs, ways = len(self.valid), self.cfg.eval_batch_size, _data_ways(self.mesh)
+        n, bs, ways = len(self.valid), self.cfg.eval_batch_size, data_ways(self.mesh)
         bs = -(-bs // ways) * ways
         outputs, losses, weights = [], [], []
         for lo in range(0, n, bs):
@@ -318,7 +229,7 @@ class _Job:
             inputs, targets = self._rows(self.valid, np.minimum(idx, n - 1))
             logits, loss = programs.eval_step(params, programs.put(inputs), programs.put(targets),
                                               programs.put({"w": w})["w"])
-            outputs.append(jax.tree.map(_host, logits))
+            outputs.append(jax.tree.map(host, logits))
             losses.append(float(loss) * w.sum())
             weights.append(w.sum())
         result = {"loss": sum(losses) / sum(weights)}
@@ -366,6 +277,9 @@ class _Job:
             if ck.latest_step() is not None:
                 abstract = jax.tree.map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), state, layout)
                 state, meta = ck.restore(abstract)
+                if provenance.changes(meta.get(provenance.PROVENANCE), self.made_of):  # check_job ran first
+                    raise FinetuneError(f"{ck_dir} holds another checkpoint's or data's job; move {self.directory} "
+                                        "aside and rerun")
                 history = meta["history"]
                 start = int(state.step)
                 self.log(f"  seed {self.seed}: resumed at step {start} of {self.total}")
@@ -393,8 +307,8 @@ class _Job:
                     if epoch_end:
                         self._epoch_end(programs, state.params, history, done)
                     if epoch_end or stop or done % every == 0:
-                        ck.save(done, state, meta={"history": history, "config": cfg.to_dict(), "seed": self.seed},
-                                force=epoch_end or stop)
+                        ck.save(done, state, meta={"history": history, "config": cfg.to_dict(), "seed": self.seed,
+                                                   provenance.PROVENANCE: self.made_of}, force=epoch_end or stop)
                     if stop:
                         ck.wait()
                         return int(self.signals.signum or 15)
@@ -408,7 +322,7 @@ class _Job:
                   "steps": self.total, "train_examples": self.train.examples,
                   "validation_examples": self.valid.examples,
                   "truncated": {"train": self.train.truncated, "validation": self.valid.truncated},
-                  "wall_s_last_call": round(wall, 2), "config": cfg.to_dict()}
+                  "wall_s_last_call": round(wall, 2), "config": cfg.to_dict(), provenance.PROVENANCE: self.made_of}
         if cfg.task.kind == "qa":  # rows the model read: a long context's windows
             result["windows"] = {"train": len(self.train), "validation": len(self.valid)}
         if jax.process_index() == 0:  # one writer; every process holds the same history
@@ -416,10 +330,10 @@ class _Job:
         return SeedResult(self.seed, final["score"], self._metric_name(), history["eval"], self.directory)
 
     def _write(self, result: dict[str, Any], history: dict[str, list]) -> None:
-        _write_atomic(self.directory / METRICS, "".join(json.dumps(r) + "\n" for r in
-                                                        history["train"] + [dict(e, kind="eval")
-                                                                            for e in history["eval"]]))
-        _write_atomic(self.directory / RESULTS, json.dumps(result, indent=1))  # last: it marks the job done
+        paths.write_atomic(self.directory / METRICS, "".join(json.dumps(r) + "\n" for r in
+                                                             history["train"] + [dict(e, kind="eval")
+                                                                                 for e in history["eval"]]))
+        paths.write_atomic(self.directory / RESULTS, json.dumps(result, indent=1))  # last: it marks the job done
 
     def _epoch_end(self, programs: Programs, params: Any, history: dict, done: int) -> None:
         """Score the validation split after an epoch, into the history and the log."""
@@ -437,12 +351,6 @@ class _Job:
     def _record(history: dict, step: int, loss: jax.Array, every: int) -> None:
         if (step + 1) % every == 0 or not history["train"]:
             history["train"].append({"step": step + 1, "loss": float(loss)})
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 # ----------------------------------------------------------------------------- the library call
@@ -471,21 +379,33 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
         cfg = dataclasses.replace(cfg, task=task) if cfg is not None else FinetuneConfig(task=task)
     elif cfg is None:
         cfg = load_finetune_config(task, overrides)
-    sm, mesh, (train, train_records), (valid, valid_records) = _prepare(run_dir, cfg, stage, mesh)
+    sm, mesh, (train, train_records), (valid, valid_records), data = _prepare(run_dir, cfg, stage, mesh)
+    made_of = provenance.record(sm.directory, sm.stage, sm.run.stages[sm.stage - 1].steps, data)  # once per call
     seeds = list(seeds) if seeds is not None else [cfg.seed]
     root = paths.as_path(run_dir) / FINETUNE_DIR / cfg.job_name / f"stage{sm.stage}"
-    for seed in seeds:  # an earlier job with other settings is never resumed, reused or overwritten
-        _check_same_job(root / f"seed{seed}", dataclasses.replace(cfg, seed=seed))
-    log(f"fine-tuning stage {sm.stage} ({sm.run.stages[sm.stage - 1].name}) of {sm.run.name} on {cfg.job_name} "
-        f"({cfg.task.kind}, {train.examples} train / {valid.examples} validation examples"
-        + (f" in {len(train)} / {len(valid)} windows" if len(train) + len(valid) > train.examples + valid.examples
-           else "") + f", {cfg.epochs} epochs of {len(train) // cfg.batch_size} steps) at seeds {seeds}")
     out: list[SeedResult] = []
     signals = RunSignals()
     several = jax.process_count() > 1  # a peer's failure or loss ends this process too, not a hang
+    writer = jax.process_index() == 0
     try:
-        with signals, peers.PeerWatch() if several else contextlib.nullcontext():
-            stopped = _run_seeds(cfg, sm, mesh, train, valid, valid_records, root, seeds, signals, log, on_step, out)
+        with signals, peers.PeerWatch() if several else contextlib.nullcontext(), \
+                provenance.job_lock(root, writer, log):
+            # under the lock: an earlier job is reused or resumed only while what made it still holds
+            reuse = {seed: provenance.check_job(root / f"seed{seed}", dataclasses.replace(cfg, seed=seed), made_of,
+                                                log, writer=writer) for seed in seeds}
+            if several:  # every process decided before process 0's moves change what the others read
+                from jax.experimental import multihost_utils
+
+                multihost_utils.sync_global_devices("fine-tuning jobs checked")
+            log(f"fine-tuning stage {sm.stage} ({sm.run.stages[sm.stage - 1].name}) of {sm.run.name} on "
+                f"{cfg.job_name} ({cfg.task.kind}, {train.examples} train / {valid.examples} validation examples"
+                + (f" in {len(train)} / {len(valid)} windows" if len(train) + len(valid) > train.examples
+                   + valid.examples else "") + f", {cfg.epochs} epochs of {len(train) // cfg.batch_size} steps) "
+                f"at seeds {seeds}")
+            stopped = _run_seeds(cfg, sm, mesh, train, valid, valid_records, root, reuse, made_of, signals, log,
+                                 on_step, out)
+            if stopped is None and writer:
+                _write_summary(root, FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out), made_of)
     except Stopped:
         raise
     except BaseException as err:
@@ -494,28 +414,24 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
         raise
     if stopped is not None:
         return FinetuneResult(cfg.job_name, sm.stage, cfg.task.metric, out, stopped=stopped)
-    result = FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out)
-    if jax.process_index() == 0:
-        _write_summary(root, result)
-    return result
+    return FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out)
 
 
 def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any, valid_records: Any, root: Path,
-               seeds: Sequence[int], signals: Any, log: Callable[[str], None],
-               on_step: Callable[[int], None] | None, out: list[SeedResult]) -> int | None:
-    """Each seed's job in turn, finished ones read back; appends to ``out`` and returns the
-    stopping signal's number, or None when every seed is done."""
-    for seed in seeds:
+               reuse: dict[int, dict[str, Any] | None], made_of: dict[str, Any], signals: Any,
+               log: Callable[[str], None], on_step: Callable[[int], None] | None, out: list[SeedResult]) -> int | None:
+    """Each seed's job in turn (``reuse``: seed -> its stored results that still hold, or
+    None); appends to ``out`` and returns the stopping signal's number, or None when every
+    seed is done."""
+    for seed, saved in reuse.items():
         directory = root / f"seed{seed}"
-        done = directory / RESULTS
-        if done.is_file():
-            saved = json.loads(done.read_text())
+        if saved is not None:
             log(f"  seed {seed}: done earlier, {saved['metric']} {saved['score']:.2f}")
             out.append(SeedResult(seed, saved["score"], saved["metric"], saved["epochs"], directory, True))
             continue
         directory.mkdir(parents=True, exist_ok=True)
         job = _Job(dataclasses.replace(cfg, seed=seed), sm, mesh, train, valid, valid_records, directory, seed,
-                   signals, log, on_step)
+                   signals, log, on_step, made_of=made_of)
         got = job.run()
         if isinstance(got, int):
             return got
@@ -524,8 +440,9 @@ def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any,
 
 
 def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, mesh: Mesh | str | None) -> tuple:
-    """(stage model, mesh, (train arrays, records), (validation arrays, records)), every
-    check made: the model against the task's settings and the mesh, the task's records."""
+    """(stage model, mesh, (train arrays, records), (validation arrays, records), the data's
+    record for provenance), every check made: the model against the task's settings and the
+    mesh, the task's records."""
     from loire_jax.config.mesh import parse_mesh
     from loire_jax.parallel.sharding import check_divisible, make_mesh
 
@@ -542,10 +459,11 @@ def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, me
         check_divisible(sm.model, mesh)
     except ValueError as err:
         raise FinetuneError(str(err)) from None
-    ways = _data_ways(mesh)
+    ways = data_ways(mesh)
     if cfg.batch_size % ways:
         raise FinetuneError(f"batch_size {cfg.batch_size} does not split over the mesh's {ways} data-parallel ways")
     examples = load_examples(cfg.task, sm.run.data.root / "downloads")
+    data = provenance.data_record(cfg.task, examples)  # every record read, before any sample
     train_records = _sample(examples["train"], cfg.max_train_examples)
     valid_records = _sample(examples["validation"], cfg.max_eval_examples)
     if len(train_records) < cfg.batch_size:
@@ -556,42 +474,11 @@ def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, me
         train, valid = (encode(cfg, r, sm.tokenizer, layout) for r in (train_records, valid_records))
     except ValueError as err:
         raise TaskError(f"task {cfg.task.name!r}: {str(err).splitlines()[0]}") from None
-    return sm, mesh, (train, train_records), (valid, valid_records)
+    return sm, mesh, (train, train_records), (valid, valid_records), data
 
 
-def _check_same_job(directory: Path, cfg: FinetuneConfig) -> None:
-    """Refuse a job directory that holds a job of other settings (its results, or its newest
-    checkpoint's meta), naming the settings that differ."""
-    from loire_jax.store import checkpoints
-
-    saved = None
-    if (directory / RESULTS).is_file():
-        saved = json.loads((directory / RESULTS).read_text()).get("config")
-    elif checkpoints.latest_complete_step(directory / "checkpoints") is not None:
-        saved = checkpoints.read_latest_meta(directory / "checkpoints").get("config")
-    if saved is None:
-        return
-    want = json.loads(json.dumps(cfg.to_dict()))
-    flat_saved, flat_want = _flat(saved), _flat(want)
-    free = {"mesh", "keep", "save_every"}  # where and how often it saves: not what it computes
-    differ = sorted(k for k in set(flat_saved) | set(flat_want) if k not in free and flat_saved.get(k) != flat_want.get(k))
-    if differ:
-        shown = ", ".join(f"{k} {flat_saved.get(k)!r} -> {flat_want.get(k)!r}" for k in differ[:4])
-        raise FinetuneError(f"{directory} holds a job with other settings ({shown}); set tag=NAME to keep both, "
-                            "or move that directory away")
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for k, v in tree.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: tree}
-
-
-def _write_summary(root: Path, result: FinetuneResult) -> None:
+def _write_summary(root: Path, result: FinetuneResult, made_of: dict[str, Any]) -> None:
     mean, half = result.mean_half_range
     summary = {"task": result.task, "stage": result.stage, "metric": result.metric, "mean": mean,
-               "half_range": half, "seeds": {s.seed: s.score for s in result.seeds}}
-    _write_atomic(root / "summary.json", json.dumps(summary, indent=1))
+               "half_range": half, "seeds": {s.seed: s.score for s in result.seeds}, provenance.PROVENANCE: made_of}
+    paths.write_atomic(root / "summary.json", json.dumps(summary, indent=1))

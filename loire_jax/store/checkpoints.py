@@ -583,11 +583,14 @@ class StageCheckpoints:
         self.close()
 
 
-def restore_params(directory: str | Path, abstract_params: Any, *, step: int | None = None) -> Any:
+def restore_params(directory: str | Path, abstract_params: Any, *, step: int | None = None,
+                   digest: str | None = None) -> Any:
     """A teacher: the params of an earlier stage's final (latest complete) checkpoint.
 
     Only the ``params`` item is read, so no optimizer state is ever loaded; leaves land
-    with the shardings of ``abstract_params`` (ShapeDtypeStructs).
+    with the shardings of ``abstract_params`` (ShapeDtypeStructs). ``digest``: the
+    ``checkpoint_digest`` the caller recorded for this step; a step that no longer has it
+    (rewritten since) is refused, so what was recorded is what was read.
     """
     directory = paths.absolute(directory)
     steps = _complete_steps(directory)
@@ -599,6 +602,9 @@ def restore_params(directory: str | Path, abstract_params: Any, *, step: int | N
         raise CheckpointError(f"step {step} is not a complete checkpoint in {directory}; complete steps: {steps}")
     with _read_only(directory) as mngr:
         meta = _read_meta(mngr, directory, step)
+        if digest is not None and _step_digest(step, meta) != digest:
+            raise CheckpointError(f"step {step} in {directory} changed after it was first read (rewritten by another "
+                                  "run?); rerun the same command once nothing writes that stage")
         metadata = _item_metadata(mngr, directory, step)
         _check_matches(PARAMS, abstract_params, metadata[PARAMS] if PARAMS in metadata else None, meta, directory,
                        step)
@@ -633,6 +639,37 @@ def read_latest_meta(directory: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"no complete checkpoint in {directory}")
     with _read_only(directory) as mngr:
         return _restore_meta(mngr, directory, step)
+
+
+def _step_digest(step: int, meta: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps({"step": int(step), "meta": meta}, sort_keys=True,
+                                     separators=(",", ":")).encode()).hexdigest()
+
+
+def checkpoint_digest(directory: str | Path, step: int | None = None) -> str:
+    """What a result computed from ``step`` (default: the newest complete one) names as its
+    source: a SHA-256 of the step number and its whole checked meta, which holds a checksum
+    of every array (verified whenever the arrays are read) and the layout of every tree.
+
+    Reads one small JSON file, never an array: as cheap for a 100 GB model as for a tiny
+    one, and sound, since arrays that no longer match their recorded checksums are refused
+    as damaged at restore. A retrained model has other checksums, so another digest.
+    """
+    directory = paths.absolute(directory)
+    steps = _complete_steps(directory)
+    if not steps:
+        raise CheckpointError(f"no complete checkpoint in {directory}")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise CheckpointError(f"step {step} is not a complete checkpoint in {directory}; complete steps: {steps}")
+    with _read_only(directory) as mngr:
+        return _step_digest(step, _read_meta(mngr, directory, step))
+
+
+def stage_digest(workdir: str | Path, stage: int) -> str:
+    """``checkpoint_digest`` of stage ``stage``'s newest checkpoint in the run ``workdir``
+    (the reports hold each fine-tuning result against it)."""
+    return checkpoint_digest(stage_dir(workdir, stage))
 
 
 def _restore_meta(mngr: ocp.CheckpointManager, directory: Path, step: int) -> dict[str, Any]:

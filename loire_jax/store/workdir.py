@@ -9,6 +9,8 @@ A workdir is recognised by its marker file, written when the run creates it. Onl
 directory with the marker (or an empty one) is used, and ``--fresh`` deletes in it only the
 names a run writes (:data:`RUN_ENTRIES`); anything else, such as a user's notes next to the
 checkpoints, is left in place: a mistyped ``--workdir ~/thesis`` must not delete a thesis.
+What other commands derived from the old checkpoints (``finetune/``) is moved aside, never
+deleted.
 
 The lock file holds the pid and host of the run using the directory and a lease it renews
 while it runs; a second run is refused. A lock is taken over with a message when its
@@ -30,6 +32,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import NamedTuple
 
 from loire_jax import paths
 from loire_jax.errors import LoireError
@@ -42,6 +45,10 @@ LEASE_S = 600.0  # a lock not renewed for this long is stale: its holder is gone
 # the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
 RUN_ENTRIES = re.compile(r"stage_\d+(_ligo)?|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
                          r"|diverged\.json|\.slurm")  # .slurm: launch/slurm.sbatch's exit codes
+# What other commands derive from a run's checkpoints (loire-finetune's results): --fresh
+# retrains those checkpoints, so it moves these aside as ``<name>.stale-<n>``, where they
+# can no longer pass for the new model's results; it never deletes them.
+DERIVED = ("finetune",)
 # A killed ``paths.write_atomic`` leaves ``.<name>.<random>.tmp`` next to the file it wrote.
 _RUN_TEMPORARY = re.compile(r"\.(config\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)\..+\.tmp")
 
@@ -167,22 +174,46 @@ def is_run_entry(name: str) -> bool:
     return bool(RUN_ENTRIES.fullmatch(name) or _RUN_TEMPORARY.fullmatch(name))
 
 
-def fresh(workdir: Path) -> list[str]:
+class Emptied(NamedTuple):
+    """What ``fresh`` left: the names it kept (not a run's), and the derived results it
+    moved aside, as (name, new name) pairs."""
+
+    kept: list[str]
+    moved: list[tuple[str, str]]
+
+
+def set_aside(path: Path, label: str = "stale") -> Path:
+    """Rename ``path`` to the first free ``<name>.<label>-<n>`` beside it, and return that:
+    results that no longer hold are kept for the user, out of every reader's way."""
+    n = 1
+    while (target := path.with_name(f"{path.name}.{label}-{n}")).exists():
+        n += 1
+    path.rename(target)
+    return target
+
+
+def fresh(workdir: Path) -> Emptied:
     """Delete what runs wrote in a loire_jax run directory, for ``--fresh``; refuse any other
     directory. Only :data:`RUN_ENTRIES` are deleted: whatever else is there was not written
-    by a run and stays. Returns those names, for the caller to say so.
+    by a run and stays. The results derived from the old checkpoints (:data:`DERIVED`) are
+    moved aside, never deleted, nor left to pass for the new model's. Returns what was kept
+    and moved, for the caller to say so.
 
     Call only after the new config and the environment have been validated: a run that
     then fails must not have destroyed the old one for nothing.
     """
     workdir = resolve(workdir)
     if not workdir.exists():
-        return []
+        return Emptied([], [])
     check_usable(workdir)  # a foreign directory is refused here, whatever it holds
-    kept = []
+    kept: list[str] = []
+    moved: list[tuple[str, str]] = []
     for child in sorted(workdir.iterdir(), key=lambda p: p.name):
         if child.name in (LOCK, MARKER):
             continue  # the lock is the caller's; the marker stays, so a cut-off --fresh can be rerun
+        if child.name in DERIVED:
+            moved.append((child.name, set_aside(child).name))
+            continue
         if not is_run_entry(child.name):
             kept.append(child.name)
             continue
@@ -192,7 +223,7 @@ def fresh(workdir: Path) -> list[str]:
             child.rmtree()
         else:
             child.unlink()
-    return kept
+    return Emptied(kept, moved)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -227,8 +258,12 @@ class WorkdirLock:
     job requeued onto another node after a node loss must not wait out the lease); after
     ``lease_s`` without renewal otherwise. Any other holder is refused in one line."""
 
-    def __init__(self, workdir: Path, break_lock: bool = False, *, lease_s: float = LEASE_S) -> None:
+    def __init__(self, workdir: Path, break_lock: bool = False, *, lease_s: float = LEASE_S,
+                 what: str | None = None, unlock: str | None = None) -> None:
         self.path, self.break_lock, self.lease_s, self.held = paths.as_path(workdir) / LOCK, break_lock, lease_s, False
+        # how a refusal names the directory and the way to free it (a fine-tuning job has no --break-lock)
+        self.what = what or f"workdir {self.path.parent}"
+        self.unlock = unlock or f"add --break-lock (or delete {self.path})"
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -263,10 +298,9 @@ class WorkdirLock:
                         f"{age:.0f} s (lease {self.lease_s:.0f} s), so its run is gone")
             else:
                 raise WorkdirError(
-                    f"workdir {self.path.parent} is in use by pid {holder.get('pid')} on host {holder.get('host')} "
-                    f"(lock renewed {max(age, 0):.0f} s ago); wait for it to finish, or if no run is using it, add "
-                    f"--break-lock (or delete {self.path}); a lock not renewed for {self.lease_s:.0f} s is taken "
-                    "over by itself")
+                    f"{self.what} is in use by pid {holder.get('pid')} on host {holder.get('host')} "
+                    f"(lock renewed {max(age, 0):.0f} s ago); wait for it to finish, or if no run is using it, "
+                    f"{self.unlock}; a lock not renewed for {self.lease_s:.0f} s is taken over by itself")
             self.path.unlink(missing_ok=True)
         raise WorkdirError(f"could not take the lock {self.path}: another run took it at the same time")
 

@@ -173,11 +173,14 @@ class RunSession:
                     self.say(f"workdir {self.workdir}: {note}")
             if fresh and first:
                 self.close()
-                kept = rundir.fresh(self.workdir)
-                if kept:
-                    self.say(f"workdir {self.workdir}: --fresh deleted what earlier runs wrote and left "
-                             f"{len(kept)} other entr{'y' if len(kept) == 1 else 'ies'} in place: "
-                             + ", ".join(kept[:8]) + (" ..." if len(kept) > 8 else ""))
+                kept, moved = rundir.fresh(self.workdir)
+                if kept or moved:
+                    parts = [f"moved {a}/ aside to {b}/ (results of the old model)" for a, b in moved]
+                    if kept:
+                        parts.append(f"left {len(kept)} other entr{'y' if len(kept) == 1 else 'ies'} in place: "
+                                     + ", ".join(kept[:8]) + (" ..." if len(kept) > 8 else ""))
+                    self.say(f"workdir {self.workdir}: --fresh deleted what earlier runs wrote, "
+                             + " and ".join(parts))
             if first:
                 rundir.create(self.workdir)
         except OSError as err:

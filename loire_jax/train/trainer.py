@@ -102,9 +102,10 @@ def _write_report(workdir: Path) -> Path:
     """The complete run's report (what ``python launch/report.py WORKDIR`` writes), announced
     in one line; a failure is one ``ReportError`` line naming the command that retries it."""
     from loire_jax.analysis.reports import ReportError, write_report
+    from loire_jax.store.checkpoints import stage_digest
 
     try:
-        out = write_report([workdir])
+        out = write_report([workdir], checkpoint_digest=stage_digest)
     except (ReportError, ValueError, OSError) as err:
         raise ReportError(f"the run is complete, but its report failed: {err}; rerun it with "
                           f"loire-report {workdir}") from None
