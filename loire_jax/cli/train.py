@@ -30,6 +30,7 @@ from loire_jax.errors import (
     PEER_LOST,
     USER,
     USER_ERRORS,
+    LoireError,
     PeerLost,
     command,
     fail,
@@ -90,9 +91,10 @@ def _set_up(args: argparse.Namespace):
         mesh_spec = args.mesh or run_config.mesh
         processes = devices.processes_from_args(args)
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
+        _fetch_init_from(run_config, args)
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)
-    except (ValueError, FileNotFoundError) as err:  # ConfigError, and the config loader's ValueErrors
+    except (ValueError, FileNotFoundError, LoireError) as err:  # ConfigError, the loader's ValueErrors, RunError
         return fail(err)
     except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
         return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
@@ -138,6 +140,25 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
     return devices.finished(code)  # every process ended the same way: leave in order, the coordinator last
+
+
+def _fetch_init_from(run_config, args: argparse.Namespace) -> None:
+    """M1's Hugging Face hub id (``stages.0.init_from=gpt2``), downloaded before any device is
+    simulated, where stage 1 will start from it: offline or without huggingface_hub, the run is
+    refused at once, in one line. The run resolves it again (the cache serves it), at the
+    commit its workdir pinned."""
+    from loire_jax.interop import hub, pretrained
+
+    source = run_config.stages[0].init_from
+    if not source or hub.parse(source) is None:
+        return
+    from loire_jax.store import checkpoints
+    from loire_jax.store import workdir as rundir
+
+    workdir = rundir.resolve(args.workdir or rundir.default_workdir(run_config.name))
+    if not args.fresh and checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, 1)) is not None:
+        return  # stage 1 resumes from its own checkpoints and needs no download
+    pretrained.resolve(source, None if args.fresh else pretrained.read_pin(workdir))
 
 
 def _check_mesh(run_config, mesh_spec: str, processes) -> None:
