@@ -97,9 +97,15 @@ def test_offline_a_hub_id_fails_in_one_line_naming_the_local_directory_route(off
         pretrained.resolve("gpt2", None)
 
 
-def test_offline_the_train_cli_exits_2_with_one_line_before_any_workdir(offline, capsys, tmp_path):
+def test_offline_the_train_cli_exits_2_with_one_line_before_any_device_or_workdir(offline, capsys, tmp_path,
+                                                                                   monkeypatch):
+    from loire_jax.cli import devices
     from loire_jax.cli.train import main
 
+    def no_devices(*a, **kw):
+        raise AssertionError("devices were set up before the hub id was checked")
+
+    monkeypatch.setattr(devices, "configure", no_devices)
     assert main(["--workdir", str(tmp_path / "w"), "--no-progress", "stages.0.init_from=gpt2",
                  "model.preset=gpt2"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
