@@ -91,9 +91,10 @@ def test_offline_a_hub_id_fails_in_one_line_naming_the_local_directory_route(off
     with pytest.raises(hub.HubError) as err:
         hf.load("gpt2@v2")
     message = str(err.value)
-    assert message.startswith("load gpt2@v2: cannot reach the Hugging Face Hub (HF_HUB_OFFLINE is set)")
+    assert message.startswith("load gpt2@v2: no such local path, and cannot reach the Hugging Face Hub "
+                              "(HF_HUB_OFFLINE is set)")
     assert "hf download gpt2 --revision v2" in message and "load('DIR')" in message and "\n" not in message
-    with pytest.raises(RunError, match=r"^init_from gpt2: cannot reach .* stages\.0\.init_from=DIR$"):
+    with pytest.raises(RunError, match=r"^init_from gpt2: no such local path, and cannot reach .* stages\.0\.init_from=DIR$"):
         pretrained.resolve("gpt2", None)
 
 
@@ -109,7 +110,8 @@ def test_offline_the_train_cli_exits_2_with_one_line_before_any_device_or_workdi
     assert main(["--workdir", str(tmp_path / "w"), "--no-progress", "stages.0.init_from=gpt2",
                  "model.preset=gpt2"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: init_from gpt2: cannot reach the Hugging Face Hub"), lines
+    assert len(lines) == 1 and lines[0].startswith("error: init_from gpt2: no such local path, and cannot reach "
+                                                   "the Hugging Face Hub"), lines
     assert "stages.0.init_from=DIR" in lines[0]
     assert not (tmp_path / "w").exists()
 

@@ -83,11 +83,11 @@ def download(hub_id: HubId, *, where: str, route: str) -> tuple[Path, str]:
         raise HubError(f"{where}: no such local path, and no Hugging Face model {hub_id.repo} that this "
                        "host may read (a private or gated one needs `hf auth login`); for a path, write it "
                        f"as ./{hub_id}") from None
-    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled, errors.HfHubHTTPError, OSError) as err:
+    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled, errors.HfHubHTTPError) as err:
         why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else \
             f"{type(err).__name__}: {str(err).splitlines()[0][:100] if str(err) else 'no network'}"
-        raise HubError(f"{where}: cannot reach the Hugging Face Hub ({why}) and {hub_id} is not in its cache; "
-                       + local_route(hub_id, route)) from None
+        raise HubError(f"{where}: no such local path, and cannot reach the Hugging Face Hub ({why}) to download "
+                       f"{hub_id}, which its cache lacks; {local_route(hub_id, route)}") from None
     commit = Path(folder).name  # the cache's snapshots/<commit>
     if not _COMMIT.fullmatch(commit):
         raise HubError(f"{where}: huggingface_hub gave {folder}, not a snapshots/<commit> directory of its cache, "
