@@ -442,6 +442,10 @@ SHELL = {
     "--num-processes 2 --process-id 0":
         "not run here: it needs two hosts and the paper's TFDS data; tests/test_multiprocess.py runs two local "
         "processes joined the same way",
+    # docs/interop.md
+    "pip install -e '.[hf]'":
+        "not run here: the install is the environment's, and this machine cannot reach the Hub; tests/test_hub.py "
+        "runs the client offline and against a stand-in for the Hub",
     "pip install -e '.[gcs]'":
         "not run here: the install is the environment's, and this machine has no Cloud Storage; tests/test_paths.py "
         "runs the object-store code paths on local paths",

@@ -36,6 +36,7 @@ from loire_jax.errors import (  # noqa: E402
     RESUME,
     USER,
     USER_ERRORS,
+    LoireError,
     PeerLost,
     command,
     fail,
@@ -101,11 +102,12 @@ def _set_up(args: argparse.Namespace):
         stopped = startup.stop_if_signalled()  # a SIGTERM that came during the imports or the checks
         if stopped is not None:
             return stopped
+        _fetch_init_from(run_config, args)
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
                                               processes=processes, heartbeat_s=args.heartbeat_s)
     except PeerLost as err:  # a process did not join in time (rendezvous.NotJoined)
         return fail(err, PEER_LOST)
-    except (ValueError, FileNotFoundError) as err:  # ConfigError, and the config loader's ValueErrors
+    except (ValueError, FileNotFoundError, LoireError) as err:  # ConfigError, the loader's ValueErrors, RunError
         return fail(err)
     except Stopped as stop:  # a SIGTERM while the processes joined: nothing done yet
         print(startup.stopped_line(stop.signum, stop.where), file=sys.stderr, flush=True)
@@ -155,6 +157,25 @@ def _run(args: argparse.Namespace, run_config, workdir, sizes, devs, note: str, 
         if early.exists() and early.stat().st_size == 0:  # a refusal before the workdir: leave no empty litter
             early.unlink()
     return devices.finished(code)  # every process ended the same way: leave in order, the coordinator last
+
+
+def _fetch_init_from(run_config, args: argparse.Namespace) -> None:
+    """M1's Hugging Face hub id (``stages.M1.init_from=gpt2``), downloaded before any device is
+    simulated, where stage 1 will start from it: offline or without huggingface_hub, the run is
+    refused at once, in one line. The run resolves it again (the cache serves it), at the
+    commit its workdir pinned."""
+    from loire_jax.interop import hub, pretrained
+
+    source = run_config.stages[0].init_from
+    if not source or hub.parse(source) is None:
+        return
+    from loire_jax.store import checkpoints
+    from loire_jax.store import workdir as rundir
+
+    workdir = rundir.resolve(args.workdir or rundir.default_workdir(run_config.name))
+    if not args.fresh and checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, 1)) is not None:
+        return  # stage 1 resumes from its own checkpoints and needs no download
+    pretrained.resolve(source, None if args.fresh else pretrained.read_pin(workdir))
 
 
 def _check_mesh(run_config, mesh_spec: str, processes) -> None:

@@ -1,5 +1,6 @@
 """Interoperation: Hugging Face GPT-2, Llama, BERT and RoBERTa checkpoints in and out (``hf``,
-``hf_encoders``, without torch), and the pretrained model a run's M1 may start from (``pretrained``).
+``hf_encoders``, without torch), models by hub id (``hub``: downloaded and pinned to a commit), and
+the pretrained model a run's M1 may start from (``pretrained``).
 
 May import: ``config``, ``parallel``, ``model``, ``data``, ``store``, ``errors``, ``paths``.
 """

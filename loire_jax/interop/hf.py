@@ -40,7 +40,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
 from loire_jax.errors import LoireError
-from loire_jax.interop import hf_encoders
+from loire_jax.interop import hf_encoders, hub
 
 DECODERS = ("GPT2LMHeadModel", "LlamaForCausalLM")
 ARCHITECTURES = DECODERS + hf_encoders.ARCHITECTURES
@@ -196,8 +196,11 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
 
     if cfg.encoder:
         return hf_encoders.config_to_hf(cfg, need)
-    need(cfg.norm_position == "pre", "norm_position 'post' (the paper's GPT) has no Hugging Face class here; "
-                                     "GPT2LMHeadModel and LlamaForCausalLM are pre-norm")
+    need(cfg.norm_position == "pre", "the model is post-norm (norm_position 'post': preset paper, the paper's GPT, "
+                                     "as in --config tiny, gpt_paper and gpt_1b), and Hugging Face has no post-norm "
+                                     "GPT class (GPT2LMHeadModel and LlamaForCausalLM are pre-norm); to export, train "
+                                     "a pre-norm model: model.preset=gpt2 (as --config tiny_gpt2_general or mini) or "
+                                     "model.preset=modern")
     dtype = cfg.param_dtype
     if cfg.norm == "layernorm":
         need((cfg.activation, cfg.position, cfg.use_bias) == ("gelu_tanh", "learned", True),
@@ -459,7 +462,8 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
 
 def load(path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None,
          **overrides: Any) -> tuple[ModelConfig, dict[str, Any]]:
-    """``(ModelConfig, params)`` of a local transformers checkpoint directory.
+    """``(ModelConfig, params)`` of a local transformers checkpoint directory, or of a Hugging
+    Face model id (``gpt2``, ``org/name@revision``) downloaded first (``hub``; a path wins).
 
     Every tensor is checked against the config before any is read (a missing tensor, a
     wrong shape, an unexpected one are refused, naming it); nothing is loaded partially or
@@ -469,7 +473,7 @@ def load(path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None,
     stored tensor its own devices hold. ``overrides`` set ModelConfig execution fields
     (``dtype``, ``param_dtype``, ``pad_vocab_to``, ...).
     """
-    folder = Path(path).expanduser()
+    folder = hub.checkpoint_dir(path)
     hf = read_config(folder)
     cfg = config_from_hf(hf, where=str(folder / "config.json"), **overrides)
     cfg.check_dtype_support()

@@ -8,6 +8,12 @@ An Orbax checkpoint records its tokenizer's identity; a Hugging Face directory w
 ``hf.save`` carries it in ``loire_tokenizer.json``; any other Hugging Face directory is
 matched through its ``tokenizer.json`` (the run must then use that file, kind
 ``tokenizer_json``). Anything else is refused, naming what to do.
+
+``init_from`` may also name a Hugging Face model by hub id (``gpt2``, ``org/name@revision``;
+a local path always wins): ``resolve`` downloads it (``hub``) and returns the pin, the commit
+it resolved to, which the run keeps in ``<workdir>/init_from.json`` and its stage 1
+checkpoints. A resume downloads that commit again, whatever the branch says now, and a
+revision that resolves to another commit is refused: M1 does not change under a run.
 """
 
 from __future__ import annotations
@@ -21,12 +27,62 @@ import jax
 from loire_jax import paths
 from loire_jax.config.model import ModelConfig
 from loire_jax.errors import RunError
-from loire_jax.interop import hf
+from loire_jax.interop import hf, hub
 from loire_jax.store import checkpoints
 
 IDENTITY_FILE = hf.TOKENIZER_IDENTITY
+PIN_FILE = "init_from.json"  # in the workdir: the commit a hub id resolved to
+ROUTE = "stages.M1.init_from=DIR"
 # Fields that say how a model runs, not what it computes: they may differ from the checkpoint's.
 EXECUTION_FIELDS = ("dtype", "param_dtype", "attention", "remat", "init_std")
+
+
+def resolve(source: str, pin: Mapping[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    """``(directory, pin)``: ``source`` itself and None for a path; for a hub id, its download
+    and ``{"source", "repo", "revision", "commit"}``. ``pin``, the workdir's, binds: the same
+    repo at the same (or no) revision downloads the pinned commit; another repo, or a revision
+    that resolves to another commit, is a RunError naming --fresh."""
+    hub_id = hub.parse(source)
+    if hub_id is None:
+        return source, None
+    where = f"init_from {source}"
+    if pin and pin.get("repo") != hub_id.repo:
+        raise RunError(f"{where}: this workdir's run started from the Hugging Face model {pin.get('repo')} "
+                       f"(pinned in {PIN_FILE}); resume with init_from={pin.get('source')}, or start over with "
+                       "--fresh")
+    pinned = pin and hub_id.revision in (None, pin.get("revision"), pin.get("commit"))
+    try:
+        folder, commit = hub.download(hub.HubId(hub_id.repo, pin["commit"]) if pinned else hub_id, where=where,
+                                      route=ROUTE)
+    except hub.HubError as err:
+        raise RunError(str(err)) from None
+    if pin and commit != pin.get("commit"):
+        raise RunError(f"{where}: this workdir's run started from {hub_id.repo} at commit {pin.get('commit')} "
+                       f"(pinned in {PIN_FILE}), but {hub_id} is commit {commit} now; resume with "
+                       f"init_from={pin.get('source')} to keep the pinned commit, or start over with --fresh")
+    return str(folder), dict(pin) if pin else {"source": source, "repo": hub_id.repo,
+                                               "revision": hub_id.revision, "commit": commit}
+
+
+def read_pin(workdir: Any) -> dict[str, Any] | None:
+    """The workdir's pin (``PIN_FILE``), or None if it has none."""
+    file = paths.as_path(workdir) / PIN_FILE
+    if not file.exists():
+        return None
+    pin = _json(file, f"in workdir {workdir}")
+    if not all(isinstance(pin.get(k), str) for k in ("source", "repo", "commit")):
+        raise RunError(f"{file}: not a pin of init_from (source, repo, commit); restore it, or start over with "
+                       "--fresh")
+    return pin
+
+
+def write_pin(workdir: Any, pin: Mapping[str, Any] | None) -> None:
+    """Record ``pin`` in the workdir; None removes an earlier one (init_from is a path now)."""
+    file = paths.as_path(workdir) / PIN_FILE
+    if pin is not None:
+        paths.write_atomic(file, json.dumps(dict(pin), indent=1, sort_keys=True) + "\n")
+    elif file.exists():
+        file.unlink()
 
 
 def kind(source: str) -> str:
@@ -113,7 +169,7 @@ def load(source: str, model: ModelConfig, abstract_params: Any, mesh: jax.shardi
     if kind(source) == "hf":
         try:
             _, params = hf.load(Path(str(source)), mesh=mesh, **_execution(model))
-        except hf.HFError as err:
+        except (hf.HFError, hub.HubError) as err:
             raise RunError(str(err)) from None
         return params
     return checkpoints.restore_params(paths.as_path(source), abstract_params)

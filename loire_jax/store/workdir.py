@@ -44,13 +44,14 @@ LEASE_S = 600.0  # a lock not renewed for this long is stale: its holder is gone
 # The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py,
 # the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
 RUN_ENTRIES = re.compile(r"stage_\d+(_ligo)?|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
-                         r"|diverged\.json|\.slurm")  # .slurm: launch/slurm.sbatch's exit codes
+                         r"|diverged\.json|init_from\.json|\.slurm")  # .slurm: launch/slurm.sbatch's exit codes
 # What other commands derive from a run's checkpoints (loire-finetune's results): --fresh
 # retrains those checkpoints, so it moves these aside as ``<name>.stale-<n>``, where they
 # can no longer pass for the new model's results; it never deletes them.
 DERIVED = ("finetune",)
 # A killed ``paths.write_atomic`` leaves ``.<name>.<random>.tmp`` next to the file it wrote.
-_RUN_TEMPORARY = re.compile(r"\.(config\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)\..+\.tmp")
+_RUN_TEMPORARY = re.compile(r"\.(config\.json|init_from\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)"
+                            r"\..+\.tmp")
 
 
 class WorkdirError(LoireError):

@@ -47,6 +47,7 @@ class RunSession:
         # interleave collectives differently per device and deadlock, so save synchronously there.
         self._async_save = async_save
         self._ckpts: dict[Any, checkpoints.StageCheckpoints] = {}  # stage index, or ("ligo", index)
+        self._init: tuple[str, dict | None] | None = None  # stage 1's init_from resolved, and its pin
 
     @contextlib.contextmanager
     def guarded(self) -> Iterator[None]:
@@ -119,6 +120,28 @@ class RunSession:
                 yield
             finally:
                 self.in_loop = False
+
+    # ------------------------------------------------------------------ stage 1's pretrained source
+    def init_source(self, fresh: bool = False) -> str:
+        """Stage 1's ``init_from`` as a directory or URI: a path as it is; a Hugging Face hub
+        id downloaded, at the commit this workdir pinned (not under ``fresh``, which empties it)."""
+        if self._init is None:
+            source = self.run_config.stages[0].init_from
+            self._init = pretrained.resolve(source, None if fresh else pretrained.read_pin(self.workdir))
+            if self._init[1] is not None:
+                self.say(f"init_from {source}: the Hugging Face model {self._init[1]['repo']} at commit "
+                         f"{self._init[1]['commit']} ({self._init[0]})")
+            self.record_init()
+        return self._init[0]
+
+    def init_pin(self) -> dict | None:
+        """The hub commit stage 1 started from (None for a path): what its checkpoints record."""
+        return self._init[1] if self._init is not None else pretrained.read_pin(self.workdir)
+
+    def record_init(self) -> None:
+        """Keep the pin in the workdir once this process holds it (process 0, after the checks)."""
+        if self.lock is not None and self._init is not None:
+            pretrained.write_pin(self.workdir, self._init[1])
 
     # ------------------------------------------------------------------ checkpoints
     def ckpt(self, index: int) -> checkpoints.StageCheckpoints:
@@ -201,6 +224,7 @@ def preflight(session: RunSession, programs: "Programs", fresh: bool, break_lock
     _check_checkpoints(session, programs)
     if jax.process_index() == 0:
         paths.write_atomic(session.workdir / "config.json", json.dumps(session.run_config.to_dict(), indent=1))
+        session.record_init()
 
 
 def _check_inputs(session: RunSession, programs: "Programs", fresh: bool) -> None:
@@ -211,12 +235,12 @@ def _check_inputs(session: RunSession, programs: "Programs", fresh: bool) -> Non
         programs.exec(cfg)  # an attention kernel this platform cannot run is refused here
     first_dir = checkpoints.stage_dir(session.workdir, stage_number(0))
     if run.stages[0].init_from and (fresh or checkpoints.latest_complete_step(first_dir) is None):  # configs only
-        source = run.stages[0].init_from
-        source = rundir.resolve(source) if paths.is_local(source) else paths.as_path(source)
-        if fresh and str(source).startswith(str(session.workdir).rstrip("/") + "/"):
+        source = session.init_source(fresh)  # a hub id: downloaded (at the workdir's pinned commit)
+        where = rundir.resolve(source) if paths.is_local(source) else paths.as_path(source)
+        if fresh and str(where).startswith(str(session.workdir).rstrip("/") + "/"):
             raise RunError(f"init_from {run.stages[0].init_from} lies inside the workdir, which --fresh would "
                            "empty; copy it elsewhere first")
-        pretrained.check_architecture(run.stages[0].init_from, programs.models[0])
+        pretrained.check_architecture(source, programs.models[0])
     for what, where in (("data_dir", run.data.data_dir), ("cache_dir", run.data.cache_dir)):
         if where and paths.as_path(where).exists() and not paths.as_path(where).is_dir():
             raise RunError(f"{what} {where} is a file, not a directory; set data.{what} to a directory")

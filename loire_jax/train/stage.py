@@ -130,7 +130,7 @@ class StageRun:
             session.say(f"{self.label}: resuming at step {start}/{self.stage.steps}")
             return state, start
         if index == 0 and self.stage.init_from:
-            pretrained.check_tokenizer(self.stage.init_from, tokenizer_identity)
+            pretrained.check_tokenizer(self.session.init_source(), tokenizer_identity)
         t = time.perf_counter()
         state = jax.block_until_ready(start_state(self.programs, session, index))
         self.ctx.emit({"kind": "setup", "stage": stage_number(index), "what": "growth" if index else "init",
@@ -139,10 +139,12 @@ class StageRun:
         return state, 0
 
     def _meta(self, tokenizer_identity: dict) -> dict[str, Any]:
-        """What the stage's checkpoints record of what they are."""
-        return {"model": self.programs.models[self.index].to_dict(), "tokenizer": tokenizer_identity,
+        """What the stage's checkpoints record of what they are (stage 1 from a hub id: its commit)."""
+        meta = {"model": self.programs.models[self.index].to_dict(), "tokenizer": tokenizer_identity,
                 "stage": stage_number(self.index), "name": self.stage.name, "run": self.run_config.to_dict(),
                 "processes": jax.process_count()}
+        pin = self.session.init_pin() if self.index == 0 and self.stage.init_from else None
+        return {**meta, "init_from": pin} if pin else meta
 
     def _teachers(self) -> tuple:
         """The frozen final parameters of the stage's teachers (earlier stages, §2.6)."""
@@ -193,7 +195,7 @@ def start_state(programs: "Programs", session: "RunSession", index: int) -> Trai
     opt, shardings, _ = programs.layout(index)
     key = jax.random.key(run.seed)
     if index == 0 and run.stages[0].init_from:
-        params = pretrained.load(run.stages[0].init_from, programs.models[0], programs.abstract(0).params,
+        params = pretrained.load(session.init_source(), programs.models[0], programs.abstract(0).params,
                                  programs.mesh)
         session.stop_point(f"loading {model_name(0)}'s weights")
         return state_from_params(params, opt, shardings)
