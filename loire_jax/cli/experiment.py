@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         # every system shares the base's batch: a mesh that cannot split it creates no device
         devices.check_batch(parse_mesh(mesh_spec), base.batch_size // base.microbatches,
                             "the suite's microbatch (batch_size / microbatches)")
+        from loire_jax.store import workdir as rundir
+
+        try:  # resolved (.., links), refused if it holds other work or is not an experiment's, before any device
+            root = rundir.take_experiment_root(suites.workdir_for(suite, args.workdir))
+        except (rundir.WorkdirError, OSError) as err:
+            return fail(err)
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=False)
     except (ValueError, FileNotFoundError) as err:
         return fail(err)
@@ -81,14 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"compilation cache {args.compile_cache}: {err.strerror or err}")
     from loire_jax.cli.train import _library_logs_to
     from loire_jax.parallel.sharding import make_mesh
-    from loire_jax.store import workdir as rundir
 
-    try:  # resolved (.., links) and refused if it holds other work, before anything is created
-        root = rundir.resolve(suites.workdir_for(suite, args.workdir))
-        rundir.check_place(root)
-    except (rundir.WorkdirError, OSError) as err:
-        return fail(err)
-    root.mkdir(parents=True, exist_ok=True)
     _library_logs_to(root / "python.log")
     print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds"
           f"{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")

@@ -26,9 +26,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("workdirs", nargs="+", help="run workdirs; the first is compared to the others")
     parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
-    out = write_report(args.workdirs, args.out)  # a workdir that is none: ReportError; an unwritable --out: OSError
+    # a workdir that is none: ReportError; another run's checkpoint in it: CheckpointError; an unwritable --out: OSError
+    out = write_report(args.workdirs, args.out, check=_check_stages)
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
+
+
+def _check_stages(run, workdir) -> None:
+    """Every stage checkpoint in the workdir is the run's own (``store.provenance``): its
+    fine-tunings are reported under the run's name. Orbax is loaded only if there are any."""
+    if not any((workdir / f"stage_{k}").is_dir() for k in range(1, len(run.stages) + 1)):
+        return
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
+    from loire_jax.store import checkpoints
+    from loire_jax.store.provenance import check_stage
+
+    for k in range(1, len(run.stages) + 1):
+        if checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k)) is not None:
+            check_stage(run, k, workdir)
 
 
 def entry() -> None:

@@ -98,7 +98,7 @@ def config_to_hf(cfg: ModelConfig, need: Callable[[bool, str], None]) -> dict[st
             "intermediate_size": cfg.ffn, "hidden_act": "gelu" if cfg.activation == "gelu" else "gelu_new",
             "max_position_embeddings": cfg.position_rows, "type_vocab_size": max(cfg.type_vocab_size, 1),
             "layer_norm_eps": cfg.norm_eps, "position_embedding_type": "absolute",
-            "pad_token_id": cfg.position_offset - 1 if roberta else 0, "tie_word_embeddings": cfg.tie_embeddings,
+            "pad_token_id": cfg.position_offset - 1 if roberta else None,  # BERT's: hf.save, from the tokenizer "tie_word_embeddings": cfg.tie_embeddings,
             "is_decoder": False, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
             "dtype": cfg.param_dtype}
 
