@@ -9,6 +9,8 @@ and evaluation batches. The sweep runs first and picks the one setting all syste
 then every system runs at every seed; then ``report/report.md`` gives AP and AP+ per
 stage, Init versus Final, cost ratios, where the wall time went and a verdict on each of
 the paper's claims. Rerunning the command skips finished runs and resumes a killed one.
+The workdir is the experiment's own (``.loire_experiment``): a new or empty directory, or
+one an experiment made; any other is refused before anything is written.
 
 The base's model kind names the fixed-size baselines: GPT_S, GPT_L and GPT_R beside a
 decoder (paper-mini), BERT_S, BERT_L and BERT_R beside an encoder (bert-mini, LOIRE-Bert);
