@@ -37,7 +37,10 @@ def listing(folder: Path, shown: int = 5) -> str:
 
 def check_creatable(folder: Path, what: str, how: str, error: type[LoireError]) -> None:
     """Refuse, in one line, a ``folder`` that is a file or lies under one (``mkdir`` would say
-    "File exists" or "Not a directory" and name neither); ``how`` says what to do."""
+    "File exists" or "Not a directory" and name neither); ``how`` says what to do. An object
+    store (``gs://``) has no such files: nothing to check."""
+    if not paths.is_local(folder):
+        return
     for place in [folder, *folder.parents]:
         if place.exists():
             if place.is_dir():

@@ -106,6 +106,18 @@ def test_a_stage_of_the_other_model_kind_is_refused_by_finetune_export_and_repor
     assert _snapshot(workdir) == before  # nothing written: no report/, no fine-tuning folder
 
 
+def test_the_report_names_a_stage_it_cannot_check_and_goes_on(runs, tmp_path, capsys):
+    from loire_jax.cli.report import _check_stages
+
+    workdir = tmp_path / "run"
+    shutil.copytree(runs["decoder"], workdir)
+    meta = next((workdir / "stage_1").glob("*/meta/metadata"))
+    meta.write_text(meta.read_text().replace('"name": "A"', '"name": "Z"'))  # no longer the JSON written at save
+    _check_stages(_run(tmp_path, "decoder"), workdir)  # the report reads none of its arrays
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("warning: stage 1 could not be checked against the run (") and "digest mismatch" in line
+
+
 def test_the_runs_own_stage_passes_the_check(runs, capsys):
     from loire_jax.downstream.finetune import FinetuneError, stage_model
 

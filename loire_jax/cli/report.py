@@ -34,18 +34,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_stages(run, workdir) -> None:
     """Every stage checkpoint in the workdir is the run's own (``store.provenance``): its
-    fine-tunings are reported under the run's name. Orbax is loaded only if there are any."""
+    fine-tunings are reported under the run's name. Another run's is refused; one whose meta
+    cannot be read (damaged, an older format) is named in a warning, the report needing none
+    of its arrays. Orbax is loaded only if there are any."""
     if not any((workdir / f"stage_{k}").is_dir() for k in range(1, len(run.stages) + 1)):
         return
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
     from loire_jax.store import checkpoints
-    from loire_jax.store.provenance import check_stage
+    from loire_jax.store.provenance import StageMismatch, check_stage
 
     for k in range(1, len(run.stages) + 1):
         if checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k)) is not None:
-            check_stage(run, k, workdir)
+            try:
+                check_stage(run, k, workdir)
+            except StageMismatch:
+                raise
+            except checkpoints.CheckpointError as err:
+                print(f"warning: stage {k} could not be checked against the run ({err})", file=sys.stderr)
 
 
 def entry() -> None:

@@ -29,6 +29,10 @@ _EXECUTION = tuple(key.split(".", 1)[1] for key in RESUME_MUTABLE if key.startsw
 _FIRST = ("kind", "vocab_size", "hidden", "ffn", "heads", "head_dim", "kv_heads", "layers")  # named first
 
 
+class StageMismatch(CheckpointError):
+    """A stage checkpoint that another run made: another model, stage, or config."""
+
+
 def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
@@ -80,13 +84,14 @@ def stage_mismatch(run: RunConfig, stage: int, meta: Mapping[str, Any]) -> str |
 
 def check_stage(run: RunConfig, stage: int, workdir: paths.PathLike) -> dict[str, Any]:
     """The meta of the newest complete step of ``workdir``'s ``stage_<stage>``, once it is
-    known to be that stage of ``run`` (the run's ``config.json``); otherwise CheckpointError,
-    in one line naming the stage's folder and the first differences."""
+    known to be that stage of ``run`` (the run's ``config.json``); otherwise StageMismatch,
+    in one line naming the stage's folder and the first differences (CheckpointError if its
+    meta cannot be read)."""
     directory = checkpoints.stage_dir(workdir, stage)
     meta = checkpoints.read_latest_meta(directory)
     problem = stage_mismatch(run, stage, meta)
     if problem:
-        raise CheckpointError(f"{directory} does not hold stage {stage} of the run in {paths.as_path(workdir)} (its "
+        raise StageMismatch(f"{directory} does not hold stage {stage} of the run in {paths.as_path(workdir)} (its "
                               f"config.json): {problem}; a checkpoint of another run was put there, so move it away "
                               "(or use the workdir of the run that made it)")
     return meta
