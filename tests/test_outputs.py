@@ -355,3 +355,14 @@ def test_the_export_command_writes_the_pad_id_the_encoder_was_trained_with(tmp_p
     written = json.loads((tmp_path / "bert" / "config.json").read_text())
     pad = special_tokens(tokenizer, run.model.vocab_size).pad
     assert written["architectures"] == ["BertForMaskedLM"] and written["pad_token_id"] == pad == 321  # appended
+
+
+def test_the_export_command_refuses_a_users_folder_before_reading_the_run(runs, tmp_path, capsys):
+    from loire_jax.cli import export_hf
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.md").write_text("mine")
+    line = one_line(capsys, export_hf.main, [str(runs["decoder"]), str(mine)])
+    assert f"{mine}: exists and is not an empty directory, and no export made it (no {outputs.EXPORT}" in line
+    assert [p.name for p in mine.iterdir()] == ["notes.md"] and (mine / "notes.md").read_text() == "mine"

@@ -39,11 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
     from loire_jax.config.loader import run_config_from_dict
     from loire_jax.config.model import ModelConfig
-    from loire_jax.interop import hf
+    from loire_jax.interop import export_folder, hf
     from loire_jax.model.params import abstract_params
     from loire_jax.store import checkpoints
     from loire_jax.store.provenance import check_stage
 
+    export_folder.check_target(Path(args.out).expanduser(), hf.HFError)  # OUT before any reading: never the user's
     workdir = Path(args.workdir).expanduser()
     if not (workdir / "config.json").is_file():
         raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)")
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     params = checkpoints.restore_params(directory, abstract)
     tokenizer, note = _tokenizer(run, meta["tokenizer"])
     pad = _pad_id(tokenizer, cfg)
-    if cfg.encoder and pad is None:
+    if cfg.encoder and cfg.position_offset == 0 and pad is None:  # a BERT (RoBERTa's follows its positions)
         note += "; its config.json leaves pad_token_id null (the [PAD] id needs the tokenizer)"
     out = hf.save(cfg, params, args.out, tokenizer_files=tokenizer.files if tokenizer else {},
                   tokenizer_identity=meta["tokenizer"], pad_token_id=pad)
