@@ -59,6 +59,13 @@ def _umask_by_setting() -> int:
     return mask
 
 
+def file_mode() -> int:
+    """The permissions a plain ``open`` gives a new file (0o666 less the umask): for files a
+    library wrote owner-only (``mkstemp``, safetensors' ``save_file``), so that every file
+    a command writes has the same."""
+    return 0o666 & ~_umask()
+
+
 def as_path(path: PathLike) -> epath.Path:
     """An ``epath.Path`` for a local path (``~`` expanded) or a ``scheme://`` URI; a URI
     whose filesystem library is missing is refused here, in one line."""
@@ -119,7 +126,7 @@ def _replacing(path: epath.Path, mode: str) -> Iterator[IO]:
     (``mkstemp`` makes it owner-only)."""
     fd, tmp = tempfile.mkstemp(dir=os.fspath(path.parent), prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, mode) as f:
             yield f
         os.replace(tmp, os.fspath(path))

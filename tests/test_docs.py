@@ -371,7 +371,7 @@ def test_run_from_python_writes_the_report_and_files_the_cli_writes(library_run,
     assert f"report: {(tmp_path / 'cli').resolve() / 'report' / 'report.md'}" in done.stdout
     cli_files = _files(tmp_path / "cli")
     assert {f for f in cli_files if f.startswith("report/")} == {
-        "report/report.md", "report/report.json", "report/ap.png", "report/ppl_heatmap.png",
+        "report/.loire_report", "report/report.md", "report/report.json", "report/ap.png", "report/ppl_heatmap.png",
         "report/init_final.png", "report/training.png"}
     assert cli_files - {"python.log"} == _files(from_python)  # python.log: the CLI's library log file
     (a,) = json.loads((tmp_path / "cli" / "report" / "report.json").read_text())["runs"]

@@ -71,7 +71,7 @@ def test_the_llama3_frequencies_matter():
 # --------------------------------------------------------------------------- round trips
 def _export_and_reload(cfg, params, folder):
     hf.save(cfg, params, folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == [".loire_export", "config.json", "model.safetensors"]
     stored = load_file(str(folder / "model.safetensors"))
     vocab_rows = stored.get("transformer.wte.weight", stored.get("model.embed_tokens.weight"))
     assert vocab_rows.shape[0] == cfg.vocab_size  # padding stripped on export

@@ -204,6 +204,7 @@ def test_a_metrics_line_with_a_wrong_type_is_skipped_with_one_warning_and_the_re
 
     config = run_config_from_dict(tiny_run(tiny_config_dict(tmp_path / "data"), "hostile", "1",
                                            stages=[{"name": "A", "domains": ["SCI"], "steps": 2}]))
+    (tmp_path / ".loire_run").write_text("{}\n")  # a run's workdir, as loire-train marks it
     (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
     step = {"kind": "train", "stage": 1, "phase": "train", "loss": 5.0, "lm_loss": 5.0, "kd_loss": 0.0,
             "alpha": 1.0, "beta": 0.0, "tokens_per_s": 100.0, "mfu": 0.1}

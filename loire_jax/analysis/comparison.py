@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from loire_jax import paths
 from loire_jax.analysis import downstream
-from loire_jax.analysis.reports import last_by, save_png, summarize
+from loire_jax.analysis.reports import last_by, report_folder, save_png, summarize
 from loire_jax.analysis.tables import MIN_SEEDS, lower, markdown_table, range_text, seed_stats, stat_cell
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import model_name, stage_number
@@ -492,8 +492,9 @@ def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):
 
 def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
           sweep: Sequence[Mapping[str, Any]] = ()) -> paths.Path:
-    """report.md, report.json and ap_by_stage.png in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
+    """report.md, report.json and ap_by_stage.png in ``out`` (made and marked; a folder the
+    report did not make is refused, as ``reports.report_folder`` says)."""
+    out = report_folder(out, {"report.md", "report.json", "ap_by_stage.png"}, {"suite", "runs", "verdicts"})
     paths.write_atomic(out / "report.md", markdown(suite, results, sweep))
     paths.write_atomic(out / "report.json", json.dumps(
         {"suite": suite, "runs": results, "aggregate": aggregate(results),

@@ -19,9 +19,9 @@ import json
 import math
 import statistics
 import sys
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from loire_jax import paths
+from loire_jax import outputs, paths
 from loire_jax.analysis import downstream
 from loire_jax.analysis.flops import MEASURED_NOTE, mfu_text, stage_flops
 from loire_jax.analysis.metrics import lifelong_metrics, preservation
@@ -407,6 +407,9 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
     fields the report reads have the wrong type) are left out with one warning line."""
     workdir = paths.as_path(workdir)
     config, metrics = workdir / "config.json", workdir / METRICS_FILE
+    if workdir.is_dir() and not (workdir / outputs.RUN).exists():  # another tool's folder: its keys are not ours
+        raise ReportError(f"{workdir} is not a loire_jax run (no {outputs.RUN}, which loire-train writes in every "
+                          "workdir it makes); pass the workdir of a run")
     if not config.exists() or not metrics.exists():
         raise ReportError(f"{workdir} is not a run workdir: it needs config.json and {METRICS_FILE} "
                           "(written by the trainer)")
@@ -426,15 +429,20 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
     return run, records
 
 
-def write_report(workdirs: Sequence[Path], out: Path | None = None, *,
+def write_report(workdirs: Sequence[Path], out: Path | None = None,
+                 check: Callable[[RunConfig, Path], None] | None = None, *,
                  checkpoint_digest: downstream.CheckpointDigest | None = None) -> Path:
     """Writes report.md, report.json and the PNG plots; returns the output directory.
+    ``check(run, workdir)``, if given, vets each run before anything is written (the CLI
+    holds its stage checkpoints against the run, a layer this one may not import).
     ``checkpoint_digest`` (``store.checkpoints.stage_digest``) leaves out the fine-tuning
     results that scored another checkpoint than each run's current one."""
     workdirs = [paths.as_path(w) for w in workdirs]
     summaries = []
     for w in workdirs:
         run, records = load_run(w)
+        if check is not None:
+            check(run, w)
         summary = summarize(run, records, name=run.name)
         summary["workdir"] = str(w)
         summary["downstream"] = downstream.run_jobs(w, checkpoint_digest)
@@ -446,8 +454,7 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None, *,
     if out is None:
         out = workdirs[0] / "report" if len(workdirs) == 1 else \
             paths.as_path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
-    out = paths.as_path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = report_folder(out, {"report.md", "report.json", *(f"{p}.png" for p in PLOTS)}, {"runs", "comparisons"})
     comparisons = compare(summaries) if len(summaries) > 1 else []
     md = "\n".join([markdown(summaries, comparisons), *downstream.runs_section(summaries)])
     paths.write_atomic(out / "report.md", md)
@@ -455,6 +462,32 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None, *,
     for stem, fig in figures(summaries).items():
         save_png(fig, out / f"{stem}.png")
     return out
+
+
+def report_folder(out: paths.PathLike, files: set[str], keys: set[str]) -> Path:
+    """``out`` made and marked for a report, or ReportError before anything is written: a
+    folder the report did not make is not overwritten (a user's ``report/report.md``). One an
+    older version wrote (no marker) is recognised by holding only the report's ``files`` (and
+    a killed write's temporaries), its ``report.json`` having ``keys``."""
+    def earlier(folder: Path) -> bool:
+        if not all(_written_name(p.name) in files for p in folder.iterdir()):
+            return False
+        try:
+            saved = json.loads((folder / "report.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(saved, dict) and keys <= set(saved)
+
+    return outputs.claim(out, outputs.REPORT, what="report folder", error=ReportError, ours=earlier,
+                         how="move what is there away, or pass another --out")
+
+
+def _written_name(name: str) -> str:
+    """The file a name stands for: ``report.md`` for ``.report.md.<random>.tmp``, which a
+    killed ``paths.write_atomic`` leaves beside it."""
+    if name.startswith(".") and name.endswith(".tmp") and name.count(".") >= 3:
+        return name[1:].rsplit(".", 2)[0]
+    return name
 
 
 def save_png(fig: Any, path: Path) -> None:

@@ -9,6 +9,8 @@ and evaluation batches. The sweep runs first and picks the one setting all syste
 then every system runs at every seed; then ``report/report.md`` gives AP and AP+ per
 stage, Init versus Final, cost ratios, where the wall time went and a verdict on each of
 the paper's claims. Rerunning the command skips finished runs and resumes a killed one.
+The workdir is the experiment's own (``.loire_experiment``): a new or empty directory, or
+one an experiment made; any other is refused before anything is written.
 
 The base's model kind names the fixed-size baselines: GPT_S, GPT_L and GPT_R beside a
 decoder (paper-mini), BERT_S, BERT_L and BERT_R beside an encoder (bert-mini, LOIRE-Bert);
@@ -74,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         # every system shares the base's batch: a mesh that cannot split it creates no device
         devices.check_batch(parse_mesh(mesh_spec), base.batch_size // base.microbatches,
                             "the suite's microbatch (batch_size / microbatches)")
+        from loire_jax.store import workdir as rundir
+
+        try:  # resolved (.., links), refused if it holds other work or is not an experiment's, before any device
+            root = rundir.take_experiment_root(suites.workdir_for(suite, args.workdir))
+        except (rundir.WorkdirError, OSError) as err:
+            return fail(err)
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=False)
     except (ValueError, FileNotFoundError) as err:
         return fail(err)
@@ -83,14 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"compilation cache {args.compile_cache}: {err.strerror or err}")
     from loire_jax.cli.logs import library_logs_to
     from loire_jax.parallel.sharding import make_mesh
-    from loire_jax.store import workdir as rundir
 
-    try:  # resolved (.., links) and refused if it holds other work, before anything is created
-        root = rundir.resolve(suites.workdir_for(suite, args.workdir))
-        rundir.check_place(root)
-    except (rundir.WorkdirError, OSError) as err:
-        return fail(err)
-    root.mkdir(parents=True, exist_ok=True)
     library_logs_to(root / "python.log")
     print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds"
           f"{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from loire_jax.cli import usage
 from loire_jax.errors import command
@@ -38,10 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
     from loire_jax.config.loader import run_config_from_dict
     from loire_jax.config.model import ModelConfig
-    from loire_jax.interop import hf
+    from loire_jax.interop import export_folder, hf
     from loire_jax.model.params import abstract_params
     from loire_jax.store import checkpoints
+    from loire_jax.store.provenance import check_stage
 
+    export_folder.check_target(Path(args.out).expanduser(), hf.HFError)  # OUT before any reading: never the user's
     workdir = Path(args.workdir).expanduser()
     if not (workdir / "config.json").is_file():
         raise hf.HFError(f"{workdir} is not a loire_jax workdir (no config.json)")
@@ -62,32 +65,46 @@ def main(argv: list[str] | None = None) -> int:
     if stage not in stages:
         raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
     directory, step = checkpoints.stage_dir(workdir, stage), steps[stage]
-    meta = checkpoints.read_latest_meta(directory)
+    meta = check_stage(run, stage, workdir)  # another run's checkpoint put in stage_<k>: refused, one line
     cfg = ModelConfig.from_dict(meta["model"])
     arch = hf.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), abstract_params(cfg))
     params = checkpoints.restore_params(directory, abstract)
-    files, note = _tokenizer_files(run, meta["tokenizer"])
-    out = hf.save(cfg, params, args.out, tokenizer_files=files, tokenizer_identity=meta["tokenizer"])
+    tokenizer, note = _tokenizer(run, meta["tokenizer"])
+    pad = _pad_id(tokenizer, cfg)
+    if cfg.encoder and cfg.position_offset == 0 and pad is None:  # a BERT (RoBERTa's follows its positions)
+        note += "; its config.json leaves pad_token_id null (the [PAD] id needs the tokenizer)"
+    out = hf.save(cfg, params, args.out, tokenizer_files=tokenizer.files if tokenizer else {},
+                  tokenizer_identity=meta["tokenizer"], pad_token_id=pad)
     total = run.stages[stage - 1].steps
     when = "its final step" if step == total else f"step {step} of {total}: the stage has not finished"
     print(f"exported stage {stage} of {run.name} ({run.stages[stage - 1].name}), {when}, as {arch} to {out}{note}")
     return 0
 
 
-def _tokenizer_files(run, identity: dict) -> tuple[dict, str]:
-    """The run's tokenizer file, if its data cache still holds the very tokenizer the model
-    was trained with; otherwise none (the identity file is written regardless)."""
+def _tokenizer(run, identity: dict) -> tuple[Any, str]:
+    """The run's tokenizer, if its data cache still holds the very tokenizer the model was
+    trained with (its file is copied, and an encoder's [PAD] id read from it); otherwise None
+    and why (the identity file is written regardless)."""
     from loire_jax.data import load_tokenizer
 
     try:
         tokenizer = load_tokenizer(run.data, build=False)
     except Exception as err:  # a data cache that is gone or moved: the weights still export
-        return {}, f" (tokenizer file not copied: {str(err).splitlines()[0][:120]})"
+        return None, f" (tokenizer file not copied: {str(err).splitlines()[0][:120]})"
     if tokenizer.identity != identity:
-        return {}, " (tokenizer file not copied: the data cache now holds another tokenizer)"
-    return tokenizer.files, ""
+        return None, " (tokenizer file not copied: the data cache now holds another tokenizer)"
+    return tokenizer, ""
+
+
+def _pad_id(tokenizer, cfg) -> int | None:
+    """An encoder's [PAD] id, as its training used it (``data.special``); None without the tokenizer."""
+    if tokenizer is None or not cfg.encoder:
+        return None
+    from loire_jax.data.special import special_tokens
+
+    return special_tokens(tokenizer, cfg.vocab_size).pad
 
 
 def entry() -> None:

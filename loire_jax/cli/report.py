@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from loire_jax.analysis.reports import PLOTS, write_report
 
-    # a workdir that is none: ReportError; an unwritable --out: OSError
-    out = write_report(args.workdirs, args.out, checkpoint_digest=_stage_digest)
+    # a workdir that is none: ReportError; another run's checkpoint in it: CheckpointError; an unwritable --out: OSError
+    out = write_report(args.workdirs, args.out, check=_check_stages, checkpoint_digest=_stage_digest)
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
 
@@ -38,6 +38,29 @@ def _stage_digest(workdir, stage: int) -> str:
     from loire_jax.store.checkpoints import stage_digest
 
     return stage_digest(workdir, stage)
+
+
+def _check_stages(run, workdir) -> None:
+    """Every stage checkpoint in the workdir is the run's own (``store.provenance``): its
+    fine-tunings are reported under the run's name. Another run's is refused; one whose meta
+    cannot be read (damaged, an older format) is named in a warning, the report needing none
+    of its arrays. Orbax is loaded only if there are any."""
+    if not any((workdir / f"stage_{k}").is_dir() for k in range(1, len(run.stages) + 1)):
+        return
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
+    from loire_jax.store import checkpoints
+    from loire_jax.store.provenance import StageMismatch, check_stage
+
+    for k in range(1, len(run.stages) + 1):
+        if checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k)) is not None:
+            try:
+                check_stage(run, k, workdir)
+            except StageMismatch:
+                raise
+            except checkpoints.CheckpointError as err:
+                print(f"warning: stage {k} could not be checked against the run ({err})", file=sys.stderr)
 
 
 def entry() -> None:

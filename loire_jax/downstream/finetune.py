@@ -96,6 +96,7 @@ def stage_model(run_dir: paths.PathLike, stage: int | None = None) -> StageModel
     from loire_jax.data import load_tokenizer
     from loire_jax.data.errors import DataError
     from loire_jax.store import checkpoints
+    from loire_jax.store.provenance import check_stage
 
     run_dir = paths.as_path(run_dir)
     if not (run_dir / "config.json").is_file():
@@ -110,12 +111,13 @@ def stage_model(run_dir: paths.PathLike, stage: int | None = None) -> StageModel
         raise FinetuneError(f"stage must be in 1..{n} (the run's stages), got {stage}")
     directory = checkpoints.stage_dir(run_dir, stage)
     step = checkpoints.latest_complete_step(directory)
+    # another run's checkpoint put in stage_<k> is refused first, in one line naming the difference
+    meta = check_stage(run, stage, run_dir) if step is not None else {}
     total = run.stages[stage - 1].steps
     if step != total:
         done = "has no checkpoint" if step is None else f"is at step {step} of {total}"
         raise FinetuneError(f"stage {stage} ({run.stages[stage - 1].name}) of {run_dir} has not finished: it {done}; "
                             "finish the run first, or pick a finished stage with --stage")
-    meta = checkpoints.read_latest_meta(directory)
     model = ModelConfig.from_dict(meta["model"])
     try:
         tokenizer = load_tokenizer(run.data, build=False)

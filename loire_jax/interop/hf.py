@@ -40,7 +40,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
 from loire_jax.errors import LoireError
-from loire_jax.interop import hf_encoders, hub
+from loire_jax.interop import export_folder, hf_encoders, hub
 
 DECODERS = ("GPT2LMHeadModel", "LlamaForCausalLM")
 ARCHITECTURES = DECODERS + hf_encoders.ARCHITECTURES
@@ -375,9 +375,10 @@ class _Checkpoint:
         index, single = folder / INDEX, folder / SINGLE
         if index.is_file():
             try:
-                where = {str(k): folder / str(v) for k, v in json.loads(index.read_text())["weight_map"].items()}
+                weight_map = dict(json.loads(index.read_text())["weight_map"].items())
             except (ValueError, KeyError, AttributeError, TypeError) as err:
                 raise HFError(f"{index}: not a safetensors index ({err})") from None
+            where = {str(k): folder / _inside(index, v) for k, v in weight_map.items()}
         elif single.is_file():
             where = {k: single for k in self._keys(single)}
         else:
@@ -434,6 +435,15 @@ class _Checkpoint:
         for handle in self._files.values():
             handle.__exit__(None, None, None)
         self._files.clear()
+
+
+def _inside(index: Path, name: Any) -> str:
+    """A shard the index names, refused unless it lies in the checkpoint's folder: a name
+    that is absolute or climbs out with ``..`` would read any file on the machine."""
+    if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts:
+        raise HFError(f"{index}: its weight_map names {name!r}, which is not a file inside {index.parent}; an index "
+                      "names the shard files beside it")
+    return name
 
 
 _HEADS = ("lm_head.",) + hf_encoders.HEAD_PREFIXES  # head tensors, stored without the base prefix
@@ -574,9 +584,10 @@ def _ignorable(name: str, cfg: ModelConfig, arch: str, stored: Container[str]) -
 # --------------------------------------------------------------------------- writing
 def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *,
          max_shard_bytes: int = 2 << 30, tokenizer_files: Mapping[str, str | os.PathLike] | None = None,
-         tokenizer_identity: Mapping[str, Any] | None = None) -> Path:
+         tokenizer_identity: Mapping[str, Any] | None = None, pad_token_id: int | None = None) -> Path:
     """Write ``params`` as a transformers checkpoint directory at ``path`` (created; an
-    existing non-empty directory is refused, never overwritten).
+    existing non-empty directory is refused, never overwritten, unless an earlier export
+    made it and it holds nothing else: ``export_folder``).
 
     Exports only what the target class computes exactly: every layer's gate must be 1
     (a half-ramped copied layer has no Hugging Face form), and the config must map to
@@ -585,20 +596,22 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     shards of at most ``max_shard_bytes`` with an index when there is more than one. ``tokenizer_files`` (name → file) are copied in
     beside the weights, and ``tokenizer_identity`` (``Tokenizer.identity``) is written to
     ``loire_tokenizer.json``, so that a later run starting from this directory can prove it
-    uses the same tokenizer.
+    uses the same tokenizer. ``pad_token_id``: a BERT's [PAD] id (``data.special``); its
+    ``config.json`` says null without it, never an id that is not the model's padding.
     """
     hf = config_to_hf(cfg)
     # transformers' defaults (GPT-2's 50256) would name ids outside a smaller vocabulary
     eos = (tokenizer_identity or {}).get("eos_id")
     hf.update(eos_token_id=eos, bos_token_id=eos if hf["model_type"] == "gpt2" else None)
+    if hf["model_type"] == "bert":  # RoBERTa's is fixed by its position offset
+        hf["pad_token_id"] = pad_token_id
     gates = np.asarray(jax.device_get(params[GATES]))
     if not np.all(gates == 1):
         raise HFError(f"cannot export: layer gate(s) {np.flatnonzero(gates != 1).tolist()} are not 1 (values "
                       f"{gates[gates != 1].tolist()}); a partly plugged-in layer has no Hugging Face form. "
                       "Train through the gate ramp first")
     folder = Path(path).expanduser()
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise HFError(f"{folder}: exists and is not an empty directory; choose a new path")
+    export_folder.check_target(folder, HFError)
     tensors = _stored_tensors(cfg, params, hf["architectures"][0])
     # Written into a sibling directory, then renamed into place: an interrupted export leaves
     # no half-written checkpoint at ``path`` (and a retry is not refused as "not empty").
@@ -608,9 +621,7 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     tmp.mkdir()
     try:
         _write(tmp, tensors, hf, max_shard_bytes, tokenizer_files, tokenizer_identity)
-        if folder.exists():
-            folder.rmdir()  # empty (checked above)
-        os.replace(tmp, folder)
+        export_folder.put_in_place(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -74,7 +74,8 @@ def config_fields(hf: Mapping[str, Any], arch: str, refuse: Refuse) -> dict[str,
 
 def config_to_hf(cfg: ModelConfig, need: Callable[[bool, str], None]) -> dict[str, Any]:
     """The ``config.json`` of an encoder: ``RobertaForMaskedLM`` where positions are offset
-    (its ``pad_token_id`` is the offset less 1), ``BertForMaskedLM`` otherwise."""
+    (its ``pad_token_id`` is the offset less 1), ``BertForMaskedLM`` otherwise (its
+    ``pad_token_id`` null: the [PAD] id is the tokenizer's, which ``hf.save`` is given)."""
     need((cfg.norm, cfg.norm_position) == ("layernorm", "post"),
          f"an encoder exports as BertForMaskedLM or RobertaForMaskedLM, which are post-norm LayerNorm (this one: "
          f"{cfg.norm_position}-norm {cfg.norm})")
@@ -98,7 +99,7 @@ def config_to_hf(cfg: ModelConfig, need: Callable[[bool, str], None]) -> dict[st
             "intermediate_size": cfg.ffn, "hidden_act": "gelu" if cfg.activation == "gelu" else "gelu_new",
             "max_position_embeddings": cfg.position_rows, "type_vocab_size": max(cfg.type_vocab_size, 1),
             "layer_norm_eps": cfg.norm_eps, "position_embedding_type": "absolute",
-            "pad_token_id": cfg.position_offset - 1 if roberta else 0, "tie_word_embeddings": cfg.tie_embeddings,
+            "pad_token_id": cfg.position_offset - 1 if roberta else None, "tie_word_embeddings": cfg.tie_embeddings,
             "is_decoder": False, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
             "dtype": cfg.param_dtype}
 

@@ -2,7 +2,8 @@
 
 Owns the Orbax checkpoints of every stage (``checkpoints``: atomic, verified, never
 overwritten by a partial save), the run's workdir (``workdir``: lock, marker, what
-``--fresh`` may delete) and whether a saved run can be resumed under a config (``resume``).
+``--fresh`` may delete; an experiment's root), whether a saved run can be resumed under a
+config (``resume``) and whether a stage checkpoint is the one its run made (``provenance``).
 
 May import: ``config``, ``errors``, ``paths``, jax, orbax, grain.
 """

@@ -51,6 +51,12 @@ def _history_view(run: RunConfig, frozen: int) -> dict[str, Any]:
     return d
 
 
+def history_changes(saved: RunConfig, new: RunConfig, frozen: int) -> list[str]:
+    """Every setting that shaped ``saved``'s first ``frozen`` stages and differs in ``new``,
+    as ``path: old -> new`` (``RESUME_MUTABLE`` left out)."""
+    return _diff(_history_view(saved, frozen), _history_view(new, frozen))
+
+
 def history_compatible(saved: RunConfig, new: RunConfig, completed_stages: int,
                        stage_started: bool = False) -> str | None:
     """Why resuming ``saved``'s workdir with ``new`` would rewrite history, or None if it would not.
@@ -67,7 +73,7 @@ def history_compatible(saved: RunConfig, new: RunConfig, completed_stages: int,
     if len(new.stages) < frozen:
         return (f"the new config has {len(new.stages)} stage(s) but {frozen} have already run; "
                 "stages that ran cannot be removed")
-    changes = _diff(_history_view(saved, frozen), _history_view(new, frozen))
+    changes = history_changes(saved, new, frozen)
     if not changes:
         return None
     return ("the new config changes settings that already shaped the saved run: " + "; ".join(changes[:6])

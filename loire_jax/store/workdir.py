@@ -34,11 +34,11 @@ import time
 import uuid
 from typing import NamedTuple
 
-from loire_jax import paths
+from loire_jax import outputs, paths
 from loire_jax.errors import LoireError
 from loire_jax.paths import Path
 
-MARKER = ".loire_run"
+MARKER = outputs.RUN
 LOCK = ".lock"
 LEASE_S = 600.0  # a lock not renewed for this long is stale: its holder is gone
 # The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py,
@@ -168,6 +168,41 @@ def create(workdir: Path) -> None:
     marker = workdir / MARKER
     if not marker.exists():
         paths.write_atomic(marker, json.dumps({"created": time.time(), "host": socket.gethostname()}) + "\n")
+
+
+# What loire-experiment writes in its root (the runs and the sweep under their own markers).
+EXPERIMENT_ENTRIES = frozenset({outputs.EXPERIMENT, "suite.json", "python.log", "report", "runs", "sweep"})
+_SUITE_KEYS = {"suite", "setting", "why", "grid"}  # the experiment's suite.json
+
+
+def take_experiment_root(root: paths.PathLike) -> Path:
+    """The resolved experiment root, made and marked, under a run's rules: refused if it holds
+    other work (:func:`check_place`), is a file, or is a non-empty directory that no
+    experiment made, before anything is written (its ``suite.json``, ``report/`` and
+    ``python.log`` would be the user's). A root an earlier version made (no marker) is
+    recognised by :func:`_earlier_experiment` and marked."""
+    root = resolve(root)
+    check_place(root)
+    return outputs.claim(root, outputs.EXPERIMENT, what="experiment workdir", error=WorkdirError,
+                         how="pass a new or empty directory as --workdir", ours=_earlier_experiment)
+
+
+def _earlier_experiment(root: Path) -> bool:
+    """Whether an unmarked root is an earlier version's experiment: it holds only what an
+    experiment writes, and its ``suite.json`` is the experiment's (exactly its keys); or,
+    before the sweep had chosen (no ``suite.json``, no ``report/`` yet), a run under ``runs/``
+    or ``sweep/`` carries a run's marker."""
+    names = {p.name for p in root.iterdir()}
+    if not names <= EXPERIMENT_ENTRIES:
+        return False
+    if "suite.json" in names:
+        try:
+            saved = json.loads((root / "suite.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(saved, dict) and set(saved) == _SUITE_KEYS
+    return "report" not in names and any(any((root / part).glob(f"*/*/{MARKER}")) for part in ("runs", "sweep")
+                                         if (root / part).is_dir())
 
 
 def is_run_entry(name: str) -> bool:
