@@ -108,7 +108,7 @@ def run_case(case: dict) -> dict:
     opt = make_optimizer("adam", learning_rate=1e-4)
     masking = None
     if student.encoder:  # the last ids stand for [CLS]/[SEP]/[MASK]/[PAD]: the masks are what matter
-        from loire_jax.config.run import MlmConfig
+        from loire_jax.config.mlm import MlmConfig
         from loire_jax.train.masking import MaskingSpec
 
         v = student.vocab_size

@@ -33,7 +33,7 @@ from loire_jax.analysis import downstream
 from loire_jax.analysis.reports import last_by, save_png, summarize
 from loire_jax.analysis.tables import MIN_SEEDS, lower, markdown_table, range_text, seed_stats, stat_cell
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import model_name, stage_number
+from loire_jax.config.stage import model_name, stage_number
 
 # Growth "preserves the function" when Init is within this share of the previous Final on
 # every growth stage: float32 rounding of an exact construction is ~1e-6 of it.
