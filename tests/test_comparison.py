@@ -13,16 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loire_jax import load_run_config
-from loire_jax.analysis.comparison import (
-    MIN_SEEDS,
-    breakdown,
-    cost_ratios,
-    family,
-    gate,
-    markdown,
-    run_result,
-    verdicts,
-)
+from loire_jax.analysis.claims import verdicts
+from loire_jax.analysis.comparison import markdown
+from loire_jax.analysis.suite_results import breakdown, cost_ratios, family, gate, run_result
+from loire_jax.analysis.tables import MIN_SEEDS
 from loire_jax.experiments.suite import Suite, Sweep, choose_setting
 
 ROOT = Path(__file__).resolve().parents[1]
