@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -257,6 +258,89 @@ def test_the_size_check_catches_a_long_module_and_a_stale_pending_entry():
     assert size_problems(sizes, {"loire_jax/a.py", "tools/c.py", "loire_jax/b.py", "tools/gone.py"}) == [
         "loire_jax/b.py has 500 lines, within its limit 500: remove it from PENDING_SPLITS",
         "tools/gone.py is in PENDING_SPLITS but does not exist: remove it"]
+
+
+# Modules that still build markdown tables by hand while they are being split (issue 44);
+# each leaves this set when it writes its tables with analysis.tables.markdown_table.
+PENDING_TABLES = {"tools/docs_figures.py"}
+TABLE_WRITER = "loire_jax/analysis/tables.py"
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))]
+    return {id(n.body[0].value) for n in nodes
+            if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def hand_built_table_rows(source: str, where: str) -> list[str]:
+    """String literals that write a markdown table row or rule by hand: one that starts a row
+    (``"| "``, ``f"| {x} |"``, ``"|---"``, a bare ``"|"`` concatenated to cells) or holds a rule
+    (``---|``, ``|---``, ``| ---``). Docstrings may show tables; ``" | ".join`` alone is a
+    separator, ``"|x|"`` an absolute value, ``.replace("|", "/")`` an escape: none is a row."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    concatenated = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)  # judged as a whole, below
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            concatenated.update((id(node.left), id(node.right)))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value for v in node.values if isinstance(v, ast.Constant)]
+            first = node.values[0].value if node.values and isinstance(node.values[0], ast.Constant) else ""
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts, first = [node.value], node.value
+        else:
+            continue
+        row = re.match(r"\n*\|[ \-:|]", first) or (first == "|" and id(node) in concatenated)
+        if row or any(r in p for p in parts for r in ("---|", "|---", "| ---", "|:--")):
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def table_problems(sources: dict[str, str], pending: set[str]) -> list[str]:
+    """Hand-built rows outside the table writer, and pending entries that build none."""
+    problems = []
+    for path, source in sorted(sources.items()):
+        rows = hand_built_table_rows(source, path) if path != TABLE_WRITER else []
+        if rows and path not in pending:
+            problems += [f"{row} (write tables with analysis.tables.markdown_table)" for row in rows]
+        elif not rows and path in pending:
+            problems.append(f"{path} builds no table by hand: remove it from PENDING_TABLES")
+    return problems
+
+
+def test_every_markdown_table_comes_from_the_table_writer():
+    """One table format everywhere: the package, the benchmarks and the tools write their
+    markdown tables with ``analysis.tables.markdown_table`` (or a helper on top of it)."""
+    sources = {p.relative_to(ROOT).as_posix(): p.read_text()
+               for top in ("loire_jax", "benchmarks", "tools") for p in sorted((ROOT / top).rglob("*.py"))}
+    assert table_problems(sources, PENDING_TABLES) == []
+
+
+def test_the_table_check_catches_a_hand_built_row():
+    built = {
+        "header": 'head = "| a | b |"\n',
+        "rule": 'lines = [head, "|" + "---|" * 2]\n',
+        "f-string row": 'row = f"| {a} | {b} |"\n',
+        "joined": 'row = "| " + " | ".join(cells) + " |"\n',
+        "rule inside": 'head = "x\\n|---|---|"\n',
+        "bare bars": 'row = "|" + " | ".join(cells) + "|"\n',
+    }
+    for what, source in built.items():
+        assert hand_built_table_rows(source, "m"), what
+    fine = ('def f():\n    """| a | b |\n    |---|---|"""\n    return " | ".join(x) + f"{a} | {b}" + '
+            'f"|x| = {x}" + y.replace("|", "/")\n')
+    assert hand_built_table_rows(fine, "m") == []
+    assert table_problems({"tools/t.py": built["header"]}, set()) == [
+        'tools/t.py:1: \'| a | b |\' (write tables with analysis.tables.markdown_table)']
+    assert table_problems({"tools/t.py": fine}, {"tools/t.py"}) == [
+        "tools/t.py builds no table by hand: remove it from PENDING_TABLES"]
+    assert table_problems({TABLE_WRITER: built["joined"]}, set()) == []
 
 
 MAX_CLASS_LINES, MAX_FUNCTION_LINES = 250, 80
