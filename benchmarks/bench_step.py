@@ -108,7 +108,7 @@ def run_case(case: dict) -> dict:
     opt = make_optimizer("adam", learning_rate=1e-4)
     masking = None
     if student.encoder:  # the last ids stand for [CLS]/[SEP]/[MASK]/[PAD]: the masks are what matter
-        from loire_jax.config.run import MlmConfig
+        from loire_jax.config.mlm import MlmConfig
         from loire_jax.train.masking import MaskingSpec
 
         v = student.vocab_size
@@ -378,14 +378,15 @@ def _cases(args) -> list[dict]:
 
 def _table(records: list[dict]) -> str:
     from loire_jax.analysis.flops import MEASURED_NOTE, mfu_text
+    from loire_jax.analysis.tables import markdown_table
 
-    head = ("| shape (h, f, heads, L) | dtype | teachers | batch x seq | attention / remat | tokens/s | MFU | "
-            "compiled peak GiB | device peak GiB | compile s | PyTorch eager tokens/s | torch.compile tokens/s |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    head = ["shape (h, f, heads, L)", "dtype", "teachers", "batch x seq", "attention / remat", "tokens/s", "MFU",
+            "compiled peak GiB", "device peak GiB", "compile s", "PyTorch eager tokens/s", "torch.compile tokens/s"]
+    rows = []
     for r in records:
+        case = [r["shape"], r["dtype"], str(r["teachers"]), f"{r['batch']} x {r['seq']}"]
         if "error" in r:
-            lines.append(f"| {r['shape']} | {r['dtype']} | {r['teachers']} | {r['batch']} x {r['seq']} | | "
-                         f"error: {r['error'][:80]} | | | | | | |")
+            rows.append(case + ["", f"error: {r['error'][:80]}"] + [""] * (len(head) - len(case) - 2))
             continue
         student, _ = _configs(r)
         shape = f"{r['shape']} ({student.hidden}, {student.ffn}, {student.heads}, {student.layers}) V{student.vocab_size}"
@@ -400,11 +401,11 @@ def _table(records: list[dict]) -> str:
             elif r.get(prefix + "error"):
                 col = f"error: {r[prefix + 'error'][:60]}"
             torch_cols.append(col)
-        lines.append(f"| {shape} | {r['dtype']} | {r['teachers']} | {r['batch']} x {r['seq']} | "
-                     f"{r['attention_run']} / {r['remat_run']} | {f(r.get('tokens_per_s'), ',.0f')} | "
-                     f"{mfu_text(r.get('mfu'), bool(r.get('peak_measured')))} | "
-                     f"{f(r.get('compiled_peak_gib'), '.2f')} | {f(r.get('device_peak_gib'), '.2f')} | "
-                     f"{r['compile_s']:.1f} | {' | '.join(torch_cols)} |")
+        rows.append([shape, r["dtype"], str(r["teachers"]), f"{r['batch']} x {r['seq']}",
+                     f"{r['attention_run']} / {r['remat_run']}", f(r.get("tokens_per_s"), ",.0f"),
+                     mfu_text(r.get("mfu"), bool(r.get("peak_measured"))), f(r.get("compiled_peak_gib"), ".2f"),
+                     f(r.get("device_peak_gib"), ".2f"), f"{r['compile_s']:.1f}", *torch_cols])
+    lines = markdown_table(head, rows, narrow_blanks=True)
     if any(r.get("peak_measured") for r in records):
         lines += ["", f"MFU {MEASURED_NOTE}; n/a: above 100% of it, a peak measured too low"]
     return "\n".join(lines)

@@ -13,16 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loire_jax import load_run_config
-from loire_jax.analysis.comparison import (
-    MIN_SEEDS,
-    breakdown,
-    cost_ratios,
-    family,
-    gate,
-    markdown,
-    run_result,
-    verdicts,
-)
+from loire_jax.analysis.claims import verdicts
+from loire_jax.analysis.comparison import markdown
+from loire_jax.analysis.suite_results import breakdown, cost_ratios, family, gate, run_result
+from loire_jax.analysis.tables import MIN_SEEDS, markdown_table
 from loire_jax.experiments.suite import Suite, Sweep, choose_setting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -433,3 +427,12 @@ def test_the_run_report_tables_every_fine_tuning_of_each_run(tmp_path):
     assert "| a | 1,2 | 72.00 ± 2.00 | 51.00 | 61.50 |" in lines
     assert "| b | 3 | 60.00 | - | - |" in lines
     assert runs_section([{"name": "c", "downstream": []}]) == []
+
+
+def test_the_table_writer_keeps_each_tables_blank_cells_as_they_were_written():
+    """One writer for every table (``markdown_table``): a blank cell is ``|  |`` in the reports
+    and ``| |`` where a table always had it so (``narrow_blanks``: the benchmark tables)."""
+    rows = [["a", "", "b"]]
+    assert markdown_table(["x", "y", "z"], rows) == ["| x | y | z |", "|---|---|---|", "| a |  | b |"]
+    assert markdown_table(["x", "", "z"], rows, narrow_blanks=True) == [
+        "| x | | z |", "|---|---|---|", "| a | | b |"]

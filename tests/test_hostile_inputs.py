@@ -23,7 +23,8 @@ from runs import tiny_run
 
 from loire_jax.config.loader import load_run_config, run_config_from_dict
 from loire_jax.config.mesh import parse_mesh
-from loire_jax.config.run import OptimizerConfig, max_seed
+from loire_jax.config.optimizer import OptimizerConfig
+from loire_jax.config.run import max_seed
 from loire_jax.train.optimizer import optimizer_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +94,9 @@ def test_the_largest_accepted_seed_keeps_every_derived_data_seed_in_graines_rang
 def test_an_lr_warmup_longer_than_a_stage_is_refused_naming_the_key_and_the_stage():
     message = refusal("optimizer.warmup_steps=1000000")
     assert "optimizer.warmup_steps=1000000" in message and "'M1-WB'" in message and "steps=40" in message
+    assert "(stages.M1, steps=40) and 4 more" in message  # the stage's M-number, as config paths name it
+    later = refusal("optimizer.warmup_steps=39", "stages.M3.steps=38")
+    assert "stage 'M3-REV' (stages.M3, steps=38):" in later and "more" not in later
     assert load_run_config(TINY, ["optimizer.warmup_steps=40"]).optimizer.warmup_steps == 40  # as long: fine
 
 

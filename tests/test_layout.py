@@ -1,13 +1,15 @@
-"""The package's layering, as CONTRIBUTING.md maps it: imports go one way, and there are no cycles.
+"""The package's layering, as CONTRIBUTING.md maps it: imports go one way, there are no
+cycles, and no module outgrows its limit.
 
 Parsed from the source, every ``import`` counted (module level, inside functions, and under
-``TYPE_CHECKING``): a deferred import is still a dependency.
+``TYPE_CHECKING``): a deferred or type-only import is still a dependency, and can close a cycle.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,26 +60,14 @@ def layer(module: str) -> str:
     return parts[1] if parts[1] in ALLOWED else "base"
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    """ids of the import nodes under ``if TYPE_CHECKING:`` (annotations only, never executed)."""
-    ids: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            ids.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return ids
-
-
-def imports_of(module: str, source: str | None = None, *, runtime_only: bool = False) -> set[str]:
-    """Every module ``module`` imports: loire_jax modules by name, others by top-level package.
-    ``runtime_only`` leaves out the imports under ``if TYPE_CHECKING:``."""
+def imports_of(module: str, source: str | None = None) -> set[str]:
+    """Every module ``module`` imports, wherever the import sits (module level, in a function,
+    under ``if TYPE_CHECKING:``): loire_jax modules by name, others by top-level package."""
     path = MODULES.get(module)
     tree = ast.parse(source if source is not None else path.read_text())
     package = module if path is None or path.name == "__init__.py" else module.rpartition(".")[0]
-    skip = _type_checking_nodes(tree) if runtime_only else set()
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -103,7 +93,6 @@ def imports_of(module: str, source: str | None = None, *, runtime_only: bool = F
 
 
 GRAPH = {m: imports_of(m) for m in MODULES}
-RUNTIME = {m: imports_of(m, runtime_only=True) for m in MODULES}
 
 
 def violations(graph: dict[str, set[str]]) -> list[str]:
@@ -166,26 +155,29 @@ def test_every_import_goes_down_a_layer():
 
 
 def test_there_are_no_import_cycles():
-    """Counting every executed import, deferred ones too; a type-only import (under
-    ``TYPE_CHECKING``) is checked for its layer above but cannot form a cycle at run time."""
-    assert cycles(RUNTIME) == []
+    """Of any kind: a type-only import (under ``TYPE_CHECKING``) or one deferred into a
+    function is an edge like any other. Two modules that need each other's names put the
+    shared part below both (as ``config.lineage`` sits below ``config.run`` and ``config.schedule``)."""
+    assert cycles(GRAPH) == []
 
 
-def test_the_checks_catch_an_upward_import_and_a_cycle():
+def test_the_checks_catch_an_upward_import_and_a_cycle_of_any_kind():
     """The two checks above are not vacuous: a growth module importing the trainer, and two
-    modules importing each other, are caught."""
+    modules importing each other, at module level, inside a function or only for type
+    checking, are caught."""
     graph = {m: set(d) for m, d in GRAPH.items()}
     graph["loire_jax.growth.transforms"].add("loire_jax.train.trainer")
     assert "loire_jax.growth.transforms (growth) imports loire_jax.train.trainer (train)" in violations(graph)
-    graph = {m: set(d) for m, d in RUNTIME.items()}
-    graph["loire_jax.config.model"].add("loire_jax.config.run")
-    assert any({"loire_jax.config.model", "loire_jax.config.run"} <= set(c) for c in cycles(graph))
-    deferred = "def f():\n    from loire_jax.train import trainer\n"
-    assert "loire_jax.train.trainer" in imports_of("loire_jax.config.model", deferred)
     assert "flax" in imports_of("loire_jax.config.model", "import flax.linen as nn\n")
-    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loire_jax.train import trainer\n"
-    assert "loire_jax.train.trainer" in imports_of("loire_jax.config.model", typed)
-    assert "loire_jax.train.trainer" not in imports_of("loire_jax.config.model", typed, runtime_only=True)
+    back = {  # config.run imports config.model; each of these imports it back
+        "module level": "from loire_jax.config.run import RunConfig\n",
+        "in a function": "def f():\n    from loire_jax.config import run\n",
+        "type only": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loire_jax.config.run import RunConfig\n",
+    }
+    for how, source in back.items():
+        graph = {m: set(d) for m, d in GRAPH.items()}
+        graph["loire_jax.config.model"] |= imports_of("loire_jax.config.model", source)
+        assert any({"loire_jax.config.model", "loire_jax.config.run"} <= set(c) for c in cycles(graph)), how
 
 
 def test_every_subpackage_says_what_it_owns_and_what_it_may_import():
@@ -216,6 +208,138 @@ def test_loading_every_preset_imports_no_training_stack():
     result = json.loads(out.stdout.splitlines()[-1])
     assert len(result["loaded"]) >= 6
     assert result["heavy"] == []
+
+
+# The most lines a module may hold, by where it lives: past it, it holds more than one job.
+MAX_MODULE_LINES = {"loire_jax": 500, "benchmarks": 600, "tools": 600}
+# Oversized modules being split right now (issue 44): each one leaves this set as its split
+# lands. An entry already within its limit fails the test, so the set cannot go stale.
+PENDING_SPLITS = {
+    "loire_jax/interop/hf.py",
+    "loire_jax/store/checkpoints.py",
+    "benchmarks/accelerator_check.py",
+    "tools/docs_figures.py",
+}
+
+
+def module_sizes() -> dict[str, int]:
+    """Lines of every Python module under the limited folders, by path from the root."""
+    return {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+            for top in MAX_MODULE_LINES for p in sorted((ROOT / top).rglob("*.py"))}
+
+
+def size_problems(sizes: dict[str, int], pending: set[str]) -> list[str]:
+    """Modules past their folder's limit that are not pending a split, and pending entries
+    that are within it already (or gone)."""
+    problems = []
+    for path, n in sorted(sizes.items()):
+        limit = MAX_MODULE_LINES[path.split("/")[0]]
+        if n > limit and path not in pending:
+            problems.append(f"{path} has {n} lines (limit {limit}): split it by what its pieces own")
+        elif n <= limit and path in pending:
+            problems.append(f"{path} has {n} lines, within its limit {limit}: remove it from PENDING_SPLITS")
+    problems += [f"{path} is in PENDING_SPLITS but does not exist: remove it" for path in sorted(pending - set(sizes))]
+    return problems
+
+
+def test_no_module_past_its_size_limit():
+    """No module in loire_jax/ past 500 lines, none in benchmarks/ or tools/ past 600, but for
+    the ones being split (``PENDING_SPLITS``), which must leave that set once they fit."""
+    assert size_problems(module_sizes(), PENDING_SPLITS) == []
+
+
+def test_the_size_check_catches_a_long_module_and_a_stale_pending_entry():
+    sizes = {"loire_jax/a.py": 501, "loire_jax/b.py": 500, "tools/c.py": 601, "benchmarks/d.py": 600}
+    assert size_problems(sizes, set()) == [
+        "loire_jax/a.py has 501 lines (limit 500): split it by what its pieces own",
+        "tools/c.py has 601 lines (limit 600): split it by what its pieces own"]
+    assert size_problems(sizes, {"loire_jax/a.py", "tools/c.py"}) == []
+    assert size_problems(sizes, {"loire_jax/a.py", "tools/c.py", "loire_jax/b.py", "tools/gone.py"}) == [
+        "loire_jax/b.py has 500 lines, within its limit 500: remove it from PENDING_SPLITS",
+        "tools/gone.py is in PENDING_SPLITS but does not exist: remove it"]
+
+
+# Modules that still build markdown tables by hand while they are being split (issue 44);
+# each leaves this set when it writes its tables with analysis.tables.markdown_table.
+PENDING_TABLES = {"tools/docs_figures.py"}
+TABLE_WRITER = "loire_jax/analysis/tables.py"
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))]
+    return {id(n.body[0].value) for n in nodes
+            if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def hand_built_table_rows(source: str, where: str) -> list[str]:
+    """String literals that write a markdown table row or rule by hand: one that starts a row
+    (``"| "``, ``f"| {x} |"``, ``"|---"``, a bare ``"|"`` concatenated to cells) or holds a rule
+    (``---|``, ``|---``, ``| ---``). Docstrings may show tables; ``" | ".join`` alone is a
+    separator, ``"|x|"`` an absolute value, ``.replace("|", "/")`` an escape: none is a row."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    concatenated = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)  # judged as a whole, below
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            concatenated.update((id(node.left), id(node.right)))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value for v in node.values if isinstance(v, ast.Constant)]
+            first = node.values[0].value if node.values and isinstance(node.values[0], ast.Constant) else ""
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts, first = [node.value], node.value
+        else:
+            continue
+        row = re.match(r"\n*\|[ \-:|]", first) or (first == "|" and id(node) in concatenated)
+        if row or any(r in p for p in parts for r in ("---|", "|---", "| ---", "|:--")):
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def table_problems(sources: dict[str, str], pending: set[str]) -> list[str]:
+    """Hand-built rows outside the table writer, and pending entries that build none."""
+    problems = []
+    for path, source in sorted(sources.items()):
+        rows = hand_built_table_rows(source, path) if path != TABLE_WRITER else []
+        if rows and path not in pending:
+            problems += [f"{row} (write tables with analysis.tables.markdown_table)" for row in rows]
+        elif not rows and path in pending:
+            problems.append(f"{path} builds no table by hand: remove it from PENDING_TABLES")
+    return problems
+
+
+def test_every_markdown_table_comes_from_the_table_writer():
+    """One table format everywhere: the package, the benchmarks and the tools write their
+    markdown tables with ``analysis.tables.markdown_table`` (or a helper on top of it)."""
+    sources = {p.relative_to(ROOT).as_posix(): p.read_text()
+               for top in ("loire_jax", "benchmarks", "tools") for p in sorted((ROOT / top).rglob("*.py"))}
+    assert table_problems(sources, PENDING_TABLES) == []
+
+
+def test_the_table_check_catches_a_hand_built_row():
+    built = {
+        "header": 'head = "| a | b |"\n',
+        "rule": 'lines = [head, "|" + "---|" * 2]\n',
+        "f-string row": 'row = f"| {a} | {b} |"\n',
+        "joined": 'row = "| " + " | ".join(cells) + " |"\n',
+        "rule inside": 'head = "x\\n|---|---|"\n',
+        "bare bars": 'row = "|" + " | ".join(cells) + "|"\n',
+    }
+    for what, source in built.items():
+        assert hand_built_table_rows(source, "m"), what
+    fine = ('def f():\n    """| a | b |\n    |---|---|"""\n    return " | ".join(x) + f"{a} | {b}" + '
+            'f"|x| = {x}" + y.replace("|", "/")\n')
+    assert hand_built_table_rows(fine, "m") == []
+    assert table_problems({"tools/t.py": built["header"]}, set()) == [
+        'tools/t.py:1: \'| a | b |\' (write tables with analysis.tables.markdown_table)']
+    assert table_problems({"tools/t.py": fine}, {"tools/t.py"}) == [
+        "tools/t.py builds no table by hand: remove it from PENDING_TABLES"]
+    assert table_problems({TABLE_WRITER: built["joined"]}, set()) == []
 
 
 MAX_CLASS_LINES, MAX_FUNCTION_LINES = 250, 80

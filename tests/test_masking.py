@@ -20,8 +20,8 @@ import optax
 import pytest
 
 from loire_jax import grow, init_params
+from loire_jax.config.mlm import MlmConfig
 from loire_jax.config.model import ModelConfig, preset
-from loire_jax.config.run import MlmConfig
 from loire_jax.errors import ConfigError
 from loire_jax.model.transformer import apply_model
 from loire_jax.train.masking import MaskingSpec, mlm_objective, row_keys

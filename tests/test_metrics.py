@@ -15,7 +15,7 @@ from loire_jax.analysis.metrics import (
     lifelong_metrics,
     preservation,
 )
-from loire_jax.config.schedule import seen_domains
+from loire_jax.config.stage import seen_domains
 
 DOMAINS = ["WB", "NEWS", "REV", "BIO", "CS"]
 # Table 10: the individual PPL of LOIRE-GPT1 on each seen domain after each stage.

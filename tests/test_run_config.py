@@ -13,16 +13,10 @@ import pytest
 from loire_jax.config.data import DataConfig, DomainSpec, SourceSpec, TokenizerSpec
 from loire_jax.config.loader import apply_overrides, load_run_config, run_config_from_dict
 from loire_jax.config.model import ModelConfig
-from loire_jax.config.run import GrowthSpec, OptimizerConfig, RunConfig, StageConfig
-from loire_jax.config.schedule import (
-    model_name,
-    replay_domains,
-    seen_domains,
-    seen_domains_at,
-    stage_models,
-    teacher_stages,
-    validate,
-)
+from loire_jax.config.optimizer import OptimizerConfig
+from loire_jax.config.run import RunConfig, validate
+from loire_jax.config.schedule import replay_domains, seen_domains_at, stage_models, teacher_stages
+from loire_jax.config.stage import GrowthSpec, StageConfig, model_name, seen_domains
 from loire_jax.errors import ConfigError
 from loire_jax.store.resume import history_compatible
 

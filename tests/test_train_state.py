@@ -15,7 +15,7 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 from loire_jax import apply_model, grow_optimizer_state, init_params, plan_growth, preset
-from loire_jax.config.run import OptimizerConfig
+from loire_jax.config.optimizer import OptimizerConfig
 from loire_jax.growth.transforms import grow_like
 from loire_jax.parallel.sharding import make_mesh
 from loire_jax.train.optimizer import optimizer_for

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from runs import ROOT, cli, final_losses, in_process, records, steps_saved
 
-from loire_jax.config.schedule import stage_number
+from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
 from loire_jax.store import checkpoints
 

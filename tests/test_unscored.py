@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import loire_jax.data
-from loire_jax.analysis.comparison import gate
 from loire_jax.analysis.flops import Peak
 from loire_jax.analysis.reports import record_problem
+from loire_jax.analysis.suite_results import gate
 from loire_jax.config.loader import load_run_config
 from loire_jax.errors import Diverged, RunError
 from loire_jax.train.evaluation import Evaluator

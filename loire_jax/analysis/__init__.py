@@ -1,8 +1,10 @@
 """Analysis: the paper's metrics and everything read back from a run's records.
 
 Owns AP and AP+ (``metrics``), FLOPs and peak throughput (``flops``), memory estimates
-(``memory``), the metrics file format (``records``), a run's report (``reports``) and the
-comparison of systems with verdicts (``comparison``).
+(``memory``), the metrics file format (``records``), a run's report (``reports``), the
+markdown tables every report shares (``tables``) and the comparison of systems: what each
+run measured (``suite_results``), the paper's claims and their verdicts (``claims``), and
+the report (``comparison``).
 
 May import: ``config``, ``errors``, ``paths``, jax (device queries), matplotlib.
 """

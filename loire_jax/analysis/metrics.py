@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from loire_jax.config.schedule import seen_domains, stage_number
+from loire_jax.config.stage import seen_domains, stage_number
 
 
 def average_perplexity(ppls: Sequence[float]) -> float:

@@ -29,8 +29,9 @@ from loire_jax.analysis.records import METRICS_FILE, read_records
 from loire_jax.analysis.tables import markdown_table
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import global_step, model_name, seen_domains, stage_models, stage_number
+from loire_jax.config.schedule import global_step, stage_models
 from loire_jax.config.shapes import param_count
+from loire_jax.config.stage import model_name, seen_domains, stage_number
 from loire_jax.errors import LoireError
 from loire_jax.paths import Path
 

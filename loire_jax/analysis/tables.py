@@ -11,9 +11,18 @@ from typing import Any, Mapping, Sequence
 MIN_SEEDS = 3  # counted runs of each system a verdict needs
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A GitHub-flavoured markdown table, as lines."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
+                   narrow_blanks: bool = False) -> list[str]:
+    """A GitHub-flavoured markdown table, as lines: every table the package, the benchmarks
+    and the tools write comes from here (tests/test_layout.py refuses hand-built rows).
+    ``narrow_blanks`` writes an empty cell as ``| |`` instead of ``|  |`` (the benchmark
+    tables and the docs' corner cells have always been written so)."""
+    def line(cells: Sequence[str]) -> str:
+        if narrow_blanks:
+            return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+        return "| " + " | ".join(cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
 
 
 def seed_stats(values: Sequence[float | None]) -> dict[str, Any] | None:

@@ -242,8 +242,8 @@ class Experiment:
         """The run's result if it is over (every stage evaluated, or recorded as diverged),
         else None; read once and kept. A workdir holding another config is refused: its
         numbers would pass for this one's."""
-        from loire_jax.analysis.comparison import run_result
         from loire_jax.analysis.reports import ReportError, load_run
+        from loire_jax.analysis.suite_results import run_result
 
         if planned.workdir in self._results:
             return self._results[planned.workdir]
@@ -320,7 +320,7 @@ class Experiment:
         return None
 
     def _report(self, main, setting, why, sweep_rows) -> int:
-        from loire_jax.analysis import comparison
+        from loire_jax.analysis import claims, comparison
         from loire_jax.analysis.downstream import read_scores
         from loire_jax.config.loader import load_finetune_config
         from loire_jax.store.checkpoints import stage_digest
@@ -338,7 +338,7 @@ class Experiment:
                 "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         print(f"report: {out / 'report.md'}")
-        for v in comparison.verdicts(results, tasks):
+        for v in claims.verdicts(results, tasks):
             print(f"  {v['verdict']:>13}: {v['claim']} ({v['where']})")
         return 0
 

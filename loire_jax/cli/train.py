@@ -184,7 +184,7 @@ def _check_mesh(run_config, mesh_spec: str, processes) -> None:
     a bare count becomes data x fsdp only once they have joined, so it is checked here as
     data parallelism alone (the batch split), and fully by the run."""
     from loire_jax.config.mesh import parse_mesh
-    from loire_jax.config.schedule import validate
+    from loire_jax.config.run import validate
 
     sizes = parse_mesh(mesh_spec)
     if processes is not None and str(mesh_spec).strip().isdigit():

@@ -1,10 +1,11 @@
 """Configuration: what a run is, validated before any compute.
 
-Owns the frozen config dataclasses (model, data, run, stages, optimizer), the model presets
-and the YAML presets in ``configs/``, loading YAML with ``key=value`` overrides, and the pure
-run plan: each stage's model (growth planning, ``growth_plan``), its phases, teachers and
-replay (``schedule``), the parameter layout a model config implies (``shapes``) and the mesh
-and partition rules it must fit (``mesh``).
+Owns the frozen config dataclasses, a module per section (``model``, ``data``, ``stage``,
+``optimizer``, ``mlm``, and ``run``, which holds them together), the model presets and the
+YAML presets in ``configs/``, loading YAML with ``key=value`` overrides, and the pure run
+plan: one growth step (``growth_plan``), each stage's model (``lineage``), its phases,
+teachers and replay (``schedule``), the parameter layout a model config implies (``shapes``)
+and the mesh and partition rules it must fit (``mesh``).
 
 May import: ``loire_jax.errors``, ``loire_jax.paths``, the standard library, jax (dtypes,
 PartitionSpec), numpy, yaml, omegaconf and pydantic. Never flax, optax, orbax, grain, or any
@@ -15,7 +16,9 @@ from loire_jax._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("ModelConfig", "preset"), "model"),
-    **dict.fromkeys(("RunConfig", "StageConfig", "GrowthSpec", "OptimizerConfig", "CheckpointConfig", "EvalConfig"), "run"),
+    **dict.fromkeys(("RunConfig", "CheckpointConfig", "EvalConfig"), "run"),
+    **dict.fromkeys(("StageConfig", "GrowthSpec"), "stage"),
+    "OptimizerConfig": "optimizer",
     **dict.fromkeys(("DataConfig", "DomainSpec", "SourceSpec", "TokenizerSpec"), "data"),
     **dict.fromkeys(("load_run_config", "run_config_from_dict", "load_data_config", "data_config_from_dict"), "loader"),
     **dict.fromkeys(("GrowthPlan", "plan_growth"), "growth_plan"),

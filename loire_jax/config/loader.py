@@ -33,8 +33,8 @@ from loire_jax.config import presets
 from loire_jax.config.data import DataConfig
 from loire_jax.config.finetune import FinetuneConfig
 from loire_jax.config.model import preset
-from loire_jax.config.run import DERIVED_MODEL_FIELDS, PRECISIONS, RunConfig, StageConfig
-from loire_jax.config.schedule import model_name, stage_number
+from loire_jax.config.run import DERIVED_MODEL_FIELDS, PRECISIONS, RunConfig
+from loire_jax.config.stage import StageConfig, model_name, stage_number
 from loire_jax.errors import ConfigError
 from loire_jax.paths import Path
 

@@ -7,10 +7,14 @@ memory of earlier domains and distils from earlier models (§2.6, App. D.1).
 
 Everything is checked when the object is built, before any array exists: growth that
 shrinks or is not exact, sizes the mesh does not divide, unknown domains, a vocabulary
-smaller than the tokenizer's, schedule lengths longer than their stage. The classes stand
-alone (``OptimizerConfig(lr=1e-3)`` validates); the rest lives by concern:
-``config_loader`` reads YAML and ``key=value`` overrides into them, ``stages`` plans growth
-across stages and checks a mesh, ``resume`` decides what a resume may change.
+smaller than the tokenizer's, schedule lengths longer than their stage. Each section stands
+alone in its own module and validates when built (``config.stage``: the stages and their
+growth; ``config.optimizer``; ``config.mlm``; ``config.model``; ``config.data``); this one
+holds the run, its small checkpoint and evaluation sections, and the checks across
+sections, ``validate`` among them. The rest lives by concern: ``config.loader`` reads YAML
+and ``key=value`` overrides into them, ``config.lineage`` plans each stage's model (below
+this module, which uses it), ``config.schedule`` plans each stage's phases (above it), and
+``store.resume`` decides what a resume may change.
 """
 
 from __future__ import annotations
@@ -20,18 +24,19 @@ import math
 import re
 from typing import Any, Literal, Mapping, Sequence
 
+from loire_jax.config.checks import is_int
 from loire_jax.config.data import DataConfig, TokenizerSpec
-from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, INITS, MODES, OPS
-from loire_jax.config.mesh import parse_mesh
-from loire_jax.config.mlm import mlm_problems
+from loire_jax.config.lineage import lineage_models
+from loire_jax.config.mesh import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh, simulate_hint
+from loire_jax.config.mlm import MlmConfig, mlm_problems
 from loire_jax.config.model import PRESETS, ModelConfig
+from loire_jax.config.optimizer import OptimizerConfig
+from loire_jax.config.stage import GrowthSpec, StageConfig, model_name
 from loire_jax.errors import ConfigError, raise_problems
 
-TEACHERS = ("all", "last", "none")
-REPLAY_FROM = ("all", "previous")
-REPLAY_WEIGHTS = ("size", "forgetting")
-OPTIMIZERS = ("adam", "adamw")
-SCHEDULES = ("constant", "cosine", "linear")
+# The sections are importable from here too, where they lived before each had a module.
+__all__ = ["CheckpointConfig", "EvalConfig", "GrowthSpec", "MlmConfig", "OptimizerConfig", "RunConfig",
+           "StageConfig", "max_seed", "validate"]
 # Run precision -> (compute dtype, master-parameter dtype). bf16 keeps fp32 masters so that
 # growth stays exact on the stored parameters; float64 is for exactness tests.
 PRECISIONS: dict[str, tuple[str, str]] = {
@@ -59,14 +64,6 @@ def max_seed(n_stages: int) -> int:
 
 
 # --------------------------------------------------------------------------- helpers
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _jsonable(x: Any) -> Any:
     if isinstance(x, Mapping):
         return {k: _jsonable(v) for k, v in x.items()}
@@ -76,234 +73,6 @@ def _jsonable(x: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- sections
-@dataclasses.dataclass(frozen=True)
-class GrowthSpec:
-    """One growth operator applied at a stage's start (paper §2.3-2.4; ``plan_growth`` args).
-
-    ``exact=False`` admits constructions that are not function-preserving (ablations such
-    as the paper's zero-padding ``method="paper"``); the default refuses them.
-    ``init: elle`` is ELLE's expansion (the rival of Table 2), with ``noise`` its std
-    (default 0.01); without ``positions`` its layer copies' sources are drawn from the run's seed.
-    """
-
-    op: str
-    size: int
-    init: str = "loire"
-    method: str = "auto"  # hidden; heads under GQA: "groups" or "within"
-    positions: tuple[int, ...] | None = None  # layers only: source layer of each copy
-    mode: str = "plugin"  # layers only: "plugin" (LOIRE) or "stack" (Fig. 6 ablation)
-    exact: bool = True
-    noise: float | None = None  # init "elle" only
-
-    def __post_init__(self) -> None:
-        if self.positions is not None:
-            object.__setattr__(self, "positions", tuple(self.positions))
-        problems = []
-        if self.op not in OPS:
-            problems.append(f"op must be one of {OPS}, got {self.op!r}")
-        if not (_is_int(self.size) and self.size > 0):
-            problems.append(f"size must be a positive integer, got {self.size!r}")
-        for name, allowed in (("init", INITS), ("method", tuple(dict.fromkeys(HIDDEN_METHODS + HEADS_METHODS))),
-                              ("mode", MODES)):
-            if getattr(self, name) not in allowed:
-                problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.positions is not None and not all(_is_int(p) for p in self.positions):
-            problems.append(f"positions must be integers, got {self.positions!r}")
-        if not isinstance(self.exact, bool):
-            problems.append(f"exact must be true or false, got {self.exact!r}")
-        if self.noise is not None:
-            if self.init not in ("elle", "ligo"):
-                problems.append(f"noise applies to init: elle or ligo only, not init: {self.init}")
-            elif not (_is_num(self.noise) and math.isfinite(self.noise) and self.noise >= 0):
-                problems.append(f"noise must be a finite number >= 0 (ELLE's std), got {self.noise!r}")
-        raise_problems(problems, "growth")
-
-
-@dataclasses.dataclass(frozen=True)
-class StageConfig:
-    """One lifelong stage: grow, then train on the stage's domain (paper §2.5-2.6, App. D.1).
-
-    - ``domains``: the stage's new data; the first is the domain D_t this stage adds (its
-      evaluation column in AP/AP+). Further names are trained alongside it, evenly mixed.
-      Replay during warmup draws on the recovery memory of every earlier stage's domains.
-    - ``warmup_steps``: the iterative-distillation warmup at the stage start (5k in App. D.1):
-      during it a ``replay_ratio`` share of each batch comes from recovery memory (the data
-      is split 9:1 into pre-training and recovery memory, §3.1) and the teachers distil.
-    - ``beta``/``beta_steps``: L = L_LM + beta * sum_j L_distill,j for the first ``beta_steps``
-      steps, then beta vanishes (0.1 for 1k steps, App. D.1).
-    - ``replay_from``: whose memory the replay draws on: every earlier stage's domains
-      (LOIRE, §2.6) or only the previous stage's (the ER baseline, App. D.2).
-    - ``teachers``: which earlier models M^(j)+ distil: all of them (§2.6), the last one, none.
-    - ``gate_ramp_steps``: new layers are gated, H + alpha (T(H) - H), alpha ramped linearly
-      from 0 to 1 over this many steps (the paper's lambda, 5k steps in App. D.1). It only
-      acts in stages that grow layers.
-    - ``reset_optimizer``: start Adam afresh instead of growing its moments with the plan.
-    - ``replay_weights``: how the replay shares its windows among the earlier domains:
-      ``size`` (each in proportion to its memory, the default) or ``forgetting`` (ELLE: each
-      in proportion to PPL now / PPL when it was learned, its rise in validation loss
-      exp'd, from the final evaluations of the earlier stages).
-    - ``recover_steps``: ELLE's function-recovering warmup (Qin et al., 2022): the first
-      ``recover_steps`` train on the recovery memory of earlier domains alone, before the
-      domain's data arrives; the replay share then applies from there on, as set.
-    - ``ligo_steps``: LiGO's operator training (Wang et al., 2023): with growth of ``init:
-      ligo``, the first ``ligo_steps`` train the learned growth operator on the stage's data
-      with the previous model frozen (AdamW, lr 2e-4, weight decay 0.1, clip 1.0); the grown
-      weights are then materialised and the rest of the stage trains them normally.
-    - ``init_from`` (first stage only): M1's weights from a Hugging Face checkpoint directory
-      or another run's Orbax stage directory instead of a random init (LOIRE-GPT2, §3.1);
-      the architecture and the tokenizer must be the run's (``loire_jax.interop.pretrained``).
-    """
-
-    name: str
-    domains: tuple[str, ...]
-    steps: int
-    growth: tuple[GrowthSpec, ...] = ()
-    warmup_steps: int = 0
-    gate_ramp_steps: int = 0
-    teachers: Literal["all", "last", "none"] = "none"
-    replay_ratio: float = 0.0
-    replay_from: Literal["all", "previous"] = "all"
-    replay_weights: Literal["size", "forgetting"] = "size"
-    beta: float = 0.0
-    beta_steps: int = 0
-    reset_optimizer: bool = False
-    init_from: str = ""
-    recover_steps: int = 0
-    ligo_steps: int = 0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.domains, str):
-            object.__setattr__(self, "domains", (self.domains,))
-        object.__setattr__(self, "domains", tuple(self.domains))
-        object.__setattr__(self, "growth", tuple(self.growth))
-        where = f"stage {self.name!r}"
-        problems = []
-        if not (isinstance(self.name, str) and self.name):
-            problems.append(f"name must be a non-empty string, got {self.name!r}")
-        if not self.domains or not all(isinstance(d, str) and d for d in self.domains):
-            problems.append(f"domains must be a non-empty list of domain names, got {list(self.domains)!r}")
-        elif len(set(self.domains)) != len(self.domains):
-            problems.append(f"domains repeat: {list(self.domains)}")
-        if not all(isinstance(g, GrowthSpec) for g in self.growth):
-            problems.append("growth must be a list of GrowthSpec")
-        if not (_is_int(self.steps) and self.steps >= 1):
-            problems.append(f"steps must be a positive integer, got {self.steps!r}")
-        for name in ("warmup_steps", "gate_ramp_steps", "beta_steps", "recover_steps", "ligo_steps"):
-            value = getattr(self, name)
-            if not (_is_int(value) and value >= 0):
-                problems.append(f"{name} must be a non-negative integer, got {value!r}")
-            elif _is_int(self.steps) and value > self.steps:
-                problems.append(f"{name}={value} is longer than the stage's steps={self.steps}")
-        if self.teachers not in TEACHERS:
-            problems.append(f"teachers must be one of {TEACHERS}, got {self.teachers!r}")
-        if not (_is_num(self.replay_ratio) and 0.0 <= self.replay_ratio < 1.0):
-            problems.append(f"replay_ratio must be in [0, 1), got {self.replay_ratio!r}")
-        if self.replay_from not in REPLAY_FROM:
-            problems.append(f"replay_from must be one of {REPLAY_FROM}, got {self.replay_from!r}")
-        if self.replay_weights not in REPLAY_WEIGHTS:
-            problems.append(f"replay_weights must be one of {REPLAY_WEIGHTS}, got {self.replay_weights!r}")
-        if not (_is_num(self.beta) and self.beta >= 0.0):
-            problems.append(f"beta must be a non-negative number, got {self.beta!r}")
-        if not isinstance(self.init_from, str):
-            problems.append(f"init_from must be a path, got {self.init_from!r}")
-        if not isinstance(self.reset_optimizer, bool):
-            problems.append(f"reset_optimizer must be true or false, got {self.reset_optimizer!r}")
-        if not problems:
-            # Distillation happens within the warmup (§2.6); beta without teachers is a silent no-op.
-            if self.beta_steps > self.warmup_steps:
-                problems.append(f"beta_steps={self.beta_steps} exceeds warmup_steps={self.warmup_steps}: "
-                                "distillation runs within the warmup period (App. D.1)")
-            if self.teachers == "none" and self.beta > 0 and self.beta_steps > 0:
-                problems.append(f"beta={self.beta} for {self.beta_steps} steps needs teachers; "
-                                "set teachers to 'all' or 'last', or beta to 0")
-            if self.replay_ratio > 0 and self.warmup_steps == 0:
-                problems.append(f"replay_ratio={self.replay_ratio} acts during the warmup, but warmup_steps=0")
-            if self.recover_steps and self.distills:
-                problems.append(f"recover_steps={self.recover_steps} (ELLE's recovering warmup) runs without "
-                                "teachers; set teachers: none or recover_steps: 0")
-            elif self.recover_steps and self.warmup_steps and self.warmup_steps < self.recover_steps:
-                problems.append(f"warmup_steps={self.warmup_steps} ends inside recover_steps={self.recover_steps}: "
-                                "the replay share applies after the recovering warmup")
-            elle = [g.init == "elle" for g in self.growth]
-            ligo = [g.init == "ligo" for g in self.growth]
-            if any(elle) and not all(elle):
-                problems.append("growth mixes ELLE's expansion (init: elle) with other inits; a stage grows one way")
-            if any(ligo) and not all(ligo):
-                problems.append("growth mixes LiGO's operator (init: ligo) with other inits; a stage grows one way")
-            if any(elle) and not self.reset_optimizer:
-                problems.append("init: elle grows no optimizer state (ELLE starts it afresh): set reset_optimizer: true")
-            problems += self._ligo_problems(any(ligo))
-        if problems:
-            raise ConfigError(f"invalid {where}: " + "; ".join(problems))
-
-    def _ligo_problems(self, grows_by_ligo: bool) -> list[str]:
-        """LiGO's operator phase needs LiGO's growth, and the reverse; it leaves steps to train
-        the grown model, starts its optimizer afresh, and has no teachers or recovery."""
-        if not grows_by_ligo:
-            return [f"ligo_steps={self.ligo_steps} trains LiGO's operator, but the stage has no growth of init: "
-                    "ligo"] if self.ligo_steps else []
-        problems = []
-        if not 0 < self.ligo_steps < self.steps:
-            problems.append(f"init: ligo needs 0 < ligo_steps < steps={self.steps} (LiGO's operator trains first, "
-                            f"then the grown model), got ligo_steps={self.ligo_steps}")
-        if not self.reset_optimizer:
-            problems.append("init: ligo materialises new weights after its operator phase: set reset_optimizer: true")
-        if self.distills or self.recover_steps:
-            problems.append("a LiGO stage trains without teachers or a recovering warmup")
-        return problems
-
-    @property
-    def distills(self) -> bool:
-        return self.teachers != "none" and self.beta > 0 and self.beta_steps > 0
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-    """Adam as in App. D.1 (AdamW optional). The LR schedule restarts at every stage.
-
-    Each stage is a new training phase on a new domain, so its schedule runs over that
-    stage's ``steps``: linear warmup for ``warmup_steps``, then constant, cosine or linear
-    decay to ``lr * min_lr_ratio``. ``clip_norm=None`` disables global-norm clipping.
-    """
-
-    name: Literal["adam", "adamw"] = "adam"
-    lr: float = 3e-4
-    schedule: Literal["constant", "cosine", "linear"] = "cosine"
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    clip_norm: float | None = 1.0
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.name not in OPTIMIZERS:
-            problems.append(f"name must be one of {OPTIMIZERS}, got {self.name!r}")
-        if self.schedule not in SCHEDULES:
-            problems.append(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if not (_is_num(self.lr) and self.lr > 0):
-            problems.append(f"lr must be positive, got {self.lr!r}")
-        if not (_is_int(self.warmup_steps) and self.warmup_steps >= 0):
-            problems.append(f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
-        if not (_is_num(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
-            problems.append(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
-        if not (_is_num(self.weight_decay) and self.weight_decay >= 0):
-            problems.append(f"weight_decay must be non-negative, got {self.weight_decay!r}")
-        elif self.name == "adam" and self.weight_decay > 0:
-            # Adam has no decoupled decay; silently ignoring it would misreport the run.
-            problems.append("weight_decay > 0 needs name: adamw (Adam has no decoupled weight decay)")
-        for name in ("b1", "b2"):
-            if not (_is_num(getattr(self, name)) and 0.0 <= getattr(self, name) < 1.0):
-                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if not (_is_num(self.eps) and self.eps > 0):
-            problems.append(f"eps must be positive, got {self.eps!r}")
-        if self.clip_norm is not None and not (_is_num(self.clip_norm) and self.clip_norm > 0):
-            problems.append(f"clip_norm must be positive or null (off), got {self.clip_norm!r}")
-        raise_problems(problems, "optimizer")
-
-
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     """Periodic checkpoints for resume. The final checkpoint of every stage is always kept
@@ -317,11 +86,11 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if not (_is_int(self.stop_check_every) and self.stop_check_every >= 1):
+        if not (is_int(self.stop_check_every) and self.stop_check_every >= 1):
             problems.append(f"stop_check_every must be a positive integer, got {self.stop_check_every!r}")
-        if not (_is_int(self.save_every) and self.save_every >= 0):
+        if not (is_int(self.save_every) and self.save_every >= 0):
             problems.append(f"save_every must be a non-negative integer, got {self.save_every!r}")
-        if not (_is_int(self.keep) and self.keep >= 1):
+        if not (is_int(self.keep) and self.keep >= 1):
             problems.append(f"keep must be a positive integer, got {self.keep!r}")
         raise_problems(problems, "checkpoint")
 
@@ -336,47 +105,11 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if not (_is_int(self.every) and self.every >= 0):
+        if not (is_int(self.every) and self.every >= 0):
             problems.append(f"every must be a non-negative integer, got {self.every!r}")
-        if not (_is_int(self.batches) and self.batches >= 1):
+        if not (is_int(self.batches) and self.batches >= 1):
             problems.append(f"batches must be a positive integer, got {self.batches!r}")
         raise_problems(problems, "eval")
-
-
-@dataclasses.dataclass(frozen=True)
-class MlmConfig:
-    """Encoders' masked-LM recipe (BERT's): each non-special token is selected with
-    probability ``rate``; a selected one becomes [MASK] with probability ``mask``, a random
-    token with probability ``random``, and stays itself otherwise (``train.masking``).
-
-    At most ``max_predictions`` tokens of a sequence are selected (BERT's
-    ``max_predictions_per_seq``; the ones past it stay unmasked), and the output layer runs
-    at those positions only. 0 (the default) sets it six standard deviations above the
-    expected count, where truncation practically never happens: 128 of 512 tokens at 15%."""
-
-    rate: float = 0.15
-    mask: float = 0.8
-    random: float = 0.1
-    max_predictions: int = 0  # per sequence; 0: rate x seq_len + 6 sigma
-
-    def predictions(self, seq_len: int) -> int:
-        """The masked positions a sequence of ``seq_len`` tokens can hold."""
-        if self.max_predictions:
-            return min(self.max_predictions, seq_len)
-        spread = 6.0 * math.sqrt(seq_len * self.rate * (1.0 - self.rate))
-        return max(1, min(seq_len, math.ceil(self.rate * seq_len + spread)))
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not (_is_int(self.max_predictions) and self.max_predictions >= 0):
-            problems.append(f"max_predictions must be a non-negative integer (0: automatic), got {self.max_predictions!r}")
-        if not (_is_num(self.rate) and 0.0 < self.rate < 1.0):
-            problems.append(f"rate must lie in (0, 1), got {self.rate!r}")
-        shares = [getattr(self, n) for n in ("mask", "random")]
-        if not all(_is_num(v) and 0.0 <= v <= 1.0 for v in shares) or sum(shares) > 1.0:
-            problems.append(f"mask ({self.mask!r}) and random ({self.random!r}) are shares of the selected tokens: "
-                            "each in [0, 1], with a sum of at most 1")
-        raise_problems(problems, "mlm")
 
 
 # --------------------------------------------------------------------------- the run
@@ -429,11 +162,11 @@ class RunConfig:
             value = getattr(self, name)
             if name == "loss_chunk" and value == "auto":
                 continue
-            if not (_is_int(value) and value >= 1):
+            if not (is_int(value) and value >= 1):
                 extra = " or auto" if name == "loss_chunk" else ""
                 problems.append(f"{name} must be a positive integer{extra}, got {value!r}")
         top = max_seed(len(self.stages))
-        if not (_is_int(self.seed) and 0 <= self.seed <= top):
+        if not (is_int(self.seed) and 0 <= self.seed <= top):
             # Checked here: a bad seed would otherwise fail only in the data pipeline, after the workdir exists.
             problems.append(f"seed must be an integer in 0..{top} (stage k's data is seeded seed x {SEED_STRIDE} + k, "
                             f"and grain and numpy take seeds below 2**32), got {self.seed!r}")
@@ -462,11 +195,7 @@ class RunConfig:
         problems += _lr_warmup_problems(self.optimizer, self.stages)
         problems += _prompt_problems(self)
         raise_problems(problems, "run config")
-        # Growth and mesh last: they name the stage, and need the fields above to be sane.
-        # Imported here: stages plans with these types, so it imports this module.
-        from loire_jax.config.schedule import validate
-
-        validate(self)
+        validate(self)  # growth and mesh last: they name the stage, and need the fields above to be sane
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -506,6 +235,50 @@ class RunConfig:
             "domain_prompts": self.domain_prompts,
         }
         return _jsonable(out)
+
+
+def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
+             known_domains: Sequence[str] | set[str] | None = None, n_devices: int | None = None) -> None:
+    """Everything checkable before compute, for a mesh and a set of available domains.
+
+    RunConfig calls it with its own ``mesh`` and data domains when built; the trainer calls
+    it again with the mesh given on the command line and the devices it found.
+    """
+    sizes = parse_mesh(run.mesh) if mesh_sizes is None else (
+        parse_mesh(mesh_sizes) if isinstance(mesh_sizes, (str, int)) else dict(mesh_sizes))
+    unknown_axes = sorted(set(sizes) - set(MESH_AXES))
+    if unknown_axes:
+        raise ConfigError(f"unknown mesh axes {unknown_axes}; valid axes are {MESH_AXES}")
+    known = set(known_domains) if known_domains is not None else {d.name for d in run.data.domains}
+    problems = []
+    for i, stage in enumerate(run.stages):
+        missing = [d for d in stage.domains if d not in known]
+        if missing:
+            problems.append(f"stages.{model_name(i)} ({stage.name!r}): unknown domain(s) {missing}; "
+                            f"known domains are {sorted(known)}")
+    raise_problems(problems, "run config")
+
+    need = math.prod(sizes.get(a, 1) for a in MESH_AXES)
+    if n_devices is not None and need > n_devices:
+        problems.append(f"mesh {sizes} needs {need} devices but only {n_devices} are available; "
+                        + simulate_hint(need))
+    batch_shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
+    if run.batch_size % (batch_shards * run.microbatches):
+        problems.append(f"batch_size={run.batch_size} is not divisible by microbatches x data x fsdp = "
+                        f"{run.microbatches} x {batch_shards}: every microbatch is split evenly over the devices")
+    reported: set[str] = set()
+    for i, (stage, cfg) in enumerate(zip(run.stages, lineage_models(run.model, run.stages, run.domain_prompts))):
+        bad = [p for p in mesh_problems(cfg, sizes) if p not in reported]  # each once, at its first stage
+        reported.update(bad)
+        if bad:
+            extra = ""
+            t = sizes.get("tensor", 1)
+            if any(p.startswith(("embed/", "lm_head/")) for p in bad) and cfg.padded_vocab % t:
+                extra = f" (set model.pad_vocab_to={math.lcm(t, 128)} for tensor={t})"
+            problems.append(f"stages.{model_name(i)} ({stage.name!r}) model (hidden, ffn, heads, layers) = "
+                            f"({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}) does not fit mesh {sizes}: "
+                            + "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else "") + extra)
+    raise_problems(problems, "run config")
 
 
 def _prompt_problems(run: "RunConfig") -> list[str]:
@@ -551,13 +324,13 @@ def _vocab_problems(model: ModelConfig, tok: TokenizerSpec) -> list[str]:
 def _lr_warmup_problems(optimizer: OptimizerConfig, stages: Sequence[StageConfig]) -> list[str]:
     """The LR schedule restarts at every stage, so its warmup must fit in each, as a stage's
     own warmup must (one rule for both: a longer one is refused, not shortened)."""
-    short = [s for s in stages if optimizer.warmup_steps > s.steps]
+    short = [(i, s) for i, s in enumerate(stages) if optimizer.warmup_steps > s.steps]
     if not short:
         return []
-    first = short[0]
+    i, first = short[0]
     more = f" and {len(short) - 1} more" if len(short) > 1 else ""
-    return [f"optimizer.warmup_steps={optimizer.warmup_steps} is longer than stage {first.name!r} ("
-            f"steps={first.steps}){more}: the LR schedule restarts at every stage, so its warmup must fit in "
+    return [f"optimizer.warmup_steps={optimizer.warmup_steps} is longer than stage {first.name!r} (stages."
+            f"{model_name(i)}, steps={first.steps}){more}: the LR schedule restarts at every stage, so its warmup must fit in "
             f"each (at most {min(s.steps for s in stages)} steps)"]
 
 

@@ -1,39 +1,33 @@
 """Pure planning of a lifelong run: each stage's model, growth, teachers and replay, its
-phases, optimizer and gates, its step axis and cost, and the checks against a mesh.
+phases, optimizer and gates, its step axis and cost.
 
 The trainer (``loire_jax.train.trainer``) acts on these plans. Everything here is a function of the run config, so a resumed
-run rebuilds exactly the same plan (Algorithm 1, §2.5-2.6).
+run rebuilds exactly the same plan (Algorithm 1, §2.5-2.6). The models and their growth are
+planned in ``config.lineage`` and the checks against a mesh are the run's (``config.run.validate``):
+both sit below this module, which imports the run, so nothing imports back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping
 
-from loire_jax.config.growth_plan import GrowthPlan, plan_growth
-from loire_jax.config.mesh import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh, simulate_hint
+from loire_jax.config.growth_plan import GrowthPlan
+from loire_jax.config.lineage import lineage_models, plan_lineage, stage_vocab_size
 from loire_jax.config.model import ModelConfig
-from loire_jax.errors import ConfigError, raise_problems
+from loire_jax.config.run import RunConfig, validate
+from loire_jax.config.stage import StageConfig, model_name, seen_domains, stage_number
+from loire_jax.errors import ConfigError
 
-if TYPE_CHECKING:
-    from loire_jax.config.run import RunConfig, StageConfig
+# stage_number, model_name, seen_domains (config.stage) and validate (config.run) are also
+# importable from here, where they lived before.
+__all__ = ["Phase", "first_seen", "global_step", "growth_plans", "model_name", "phase_at", "phases", "prompt_ids",
+           "prompt_position", "replay_domains", "replay_shares", "seen_domains", "seen_domains_at", "stage_models",
+           "stage_number", "stage_tokens", "stage_vocab", "teacher_stages", "validate"]
 
 
 # --------------------------------------------------------------------------- across stages
-def stage_number(index: int) -> int:
-    """The number a user reads for the stage at ``index`` (0-based) in ``run.stages``: 1-based,
-    the paper's numbering (stage n trains model Mn). Logs, checkpoint folders (``stage_<n>``),
-    metrics records (``"stage": n``) and reports all use it; code indexes lists with the
-    0-based ``index`` and converts only through here."""
-    return index + 1
-
-
-def model_name(index: int) -> str:
-    """The paper's name of the model the stage at ``index`` (0-based) trains: ``M1`` .. ``M5``."""
-    return f"M{stage_number(index)}"
-
-
 def seen_domains_at(run: RunConfig, k: int) -> tuple[str, ...]:
     """Domains trained up to and including stage ``k`` (0-based), first-seen order: the
     columns its end-of-stage evaluation needs for AP and AP+ (App. D.3)."""
@@ -106,94 +100,18 @@ def prompt_position(run: RunConfig) -> int:
 
 def stage_vocab(run: RunConfig, k: int) -> int:
     """Stage ``k``'s vocabulary: the model's, plus the prompts of the domains seen by then."""
-    return run.model.vocab_size + (len(seen_domains_at(run, k)) if run.domain_prompts else 0)
-
-
-def _with_prompts(run: RunConfig, k: int, cfg: ModelConfig) -> ModelConfig:
-    return cfg.replace(vocab_size=stage_vocab(run, k)) if run.domain_prompts else cfg
+    return stage_vocab_size(run.model, run.stages, run.domain_prompts, k)
 
 
 def growth_plans(run: RunConfig) -> list[tuple[GrowthPlan, ...]]:
-    """Every stage's growth plans, in order; raises ValueError naming the stage on bad growth.
-
-    ``last_gate`` follows the gates: growth at a stage start sees every earlier gate ramped
-    to 1 (``gate_ramp_steps <= steps``), but a layer copy made earlier in the same stage
-    starts at 0, which matters to tied post-norm hidden duplication.
-    """
-    cfg = run.model
-    plans: list[tuple[GrowthPlan, ...]] = []
-    for i, stage in enumerate(run.stages):
-        last_gate = 1.0
-        stage_plans = []
-        cfg = _with_prompts(run, i, cfg)  # the new domains' prompts join before the growth
-        for j, g in enumerate(stage.growth):
-            try:
-                plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
-                                   positions=g.positions, mode=g.mode, last_gate=last_gate, noise=g.noise)
-            except ValueError as err:
-                raise ConfigError(f"stages.{model_name(i)} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): "
-                                  f"{err}") from None
-            if plan.op == "layers" and plan.init not in ("elle", "ligo") and (
-                    plan.mode == "stack" or cfg.layers - 1 in plan.positions):
-                last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
-            stage_plans.append(plan)
-            cfg = plan.new
-        plans.append(tuple(stage_plans))
-    return plans
+    """Every stage's growth plans, in order (``lineage.plan_lineage``); raises ConfigError
+    naming the stage on bad growth."""
+    return plan_lineage(run.model, run.stages, run.domain_prompts)
 
 
 def stage_models(run: RunConfig) -> list[ModelConfig]:
     """The model each stage trains: M1, then each stage's growth applied in turn (eq. 14)."""
-    cfg = run.model
-    models = []
-    for i, plans in enumerate(growth_plans(run)):
-        cfg = plans[-1].new if plans else _with_prompts(run, i, cfg)
-        models.append(cfg)
-    return models
-
-
-def validate(run: RunConfig, mesh_sizes: Mapping[str, int] | str | None = None,
-             known_domains: Sequence[str] | set[str] | None = None, n_devices: int | None = None) -> None:
-    """Everything checkable before compute, for a mesh and a set of available domains.
-
-    RunConfig calls it with its own ``mesh`` and data domains when built; the trainer calls
-    it again with the mesh given on the command line and the devices it found.
-    """
-    sizes = parse_mesh(run.mesh) if mesh_sizes is None else (
-        parse_mesh(mesh_sizes) if isinstance(mesh_sizes, (str, int)) else dict(mesh_sizes))
-    unknown_axes = sorted(set(sizes) - set(MESH_AXES))
-    if unknown_axes:
-        raise ConfigError(f"unknown mesh axes {unknown_axes}; valid axes are {MESH_AXES}")
-    known = set(known_domains) if known_domains is not None else {d.name for d in run.data.domains}
-    problems = []
-    for i, stage in enumerate(run.stages):
-        missing = [d for d in stage.domains if d not in known]
-        if missing:
-            problems.append(f"stages.{model_name(i)} ({stage.name!r}): unknown domain(s) {missing}; "
-                            f"known domains are {sorted(known)}")
-    raise_problems(problems, "run config")
-
-    need = math.prod(sizes.get(a, 1) for a in MESH_AXES)
-    if n_devices is not None and need > n_devices:
-        problems.append(f"mesh {sizes} needs {need} devices but only {n_devices} are available; "
-                        + simulate_hint(need))
-    batch_shards = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
-    if run.batch_size % (batch_shards * run.microbatches):
-        problems.append(f"batch_size={run.batch_size} is not divisible by microbatches x data x fsdp = "
-                        f"{run.microbatches} x {batch_shards}: every microbatch is split evenly over the devices")
-    reported: set[str] = set()
-    for i, (stage, cfg) in enumerate(zip(run.stages, stage_models(run))):
-        bad = [p for p in mesh_problems(cfg, sizes) if p not in reported]  # each once, at its first stage
-        reported.update(bad)
-        if bad:
-            extra = ""
-            t = sizes.get("tensor", 1)
-            if any(p.startswith(("embed/", "lm_head/")) for p in bad) and cfg.padded_vocab % t:
-                extra = f" (set model.pad_vocab_to={math.lcm(t, 128)} for tensor={t})"
-            problems.append(f"stages.{model_name(i)} ({stage.name!r}) model (hidden, ffn, heads, layers) = "
-                            f"({cfg.hidden}, {cfg.ffn}, {cfg.heads}, {cfg.layers}) does not fit mesh {sizes}: "
-                            + "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else "") + extra)
-    raise_problems(problems, "run config")
+    return lineage_models(run.model, run.stages, run.domain_prompts)
 
 
 # --------------------------------------------------------------------------- within a stage
@@ -231,10 +149,6 @@ def phase_at(stage_phases: list[Phase], step: int) -> Phase:
     raise ValueError(f"step {step} is outside the stage's steps [0, {end})")
 
 
-
-
-
-
 def global_step(run: RunConfig, k: int, step: int) -> int:
     """Step ``step`` of stage ``k`` (0-based) on the run's one step axis: the steps of every
     earlier stage come first (logs, plots and TensorBoard share it)."""
@@ -243,12 +157,3 @@ def global_step(run: RunConfig, k: int, step: int) -> int:
 
 def stage_tokens(run: RunConfig, stage: StageConfig) -> int:
     return stage.steps * run.batch_size * run.seq_len
-
-
-def seen_domains(stage_domains: Sequence[Sequence[str]]) -> list[list[str]]:
-    """For each stage, the domains seen up to and including it, in first-seen order."""
-    out, seen = [], []
-    for domains in stage_domains:
-        seen = seen + [d for d in domains if d not in seen]
-        out.append(list(seen))
-    return out

@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping
 
-from loire_jax.config.run import GrowthSpec, RunConfig, StageConfig
+from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import stage_models
+from loire_jax.config.stage import GrowthSpec, StageConfig
 
 
 @dataclasses.dataclass(frozen=True)

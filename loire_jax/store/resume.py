@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import model_name
+from loire_jax.config.stage import model_name
 
 # Settings that do not change what a trained model is, and so may change on resume:
 # where and how the run is laid out (mesh, data cache folder), bookkeeping (checkpoint

@@ -16,12 +16,14 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from loire_jax.config.schedule import global_step, model_name, stage_number
+from loire_jax.config.schedule import global_step
+from loire_jax.config.stage import model_name, stage_number
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
 
-    from loire_jax.config.run import RunConfig, StageConfig
+    from loire_jax.config.run import RunConfig
+    from loire_jax.config.stage import StageConfig
     from loire_jax.paths import Path
 
 

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import prompt_ids, prompt_position, seen_domains_at, stage_number
+from loire_jax.config.schedule import prompt_ids, prompt_position, seen_domains_at
+from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
 from loire_jax.parallel.sharding import batch_sharding
 from loire_jax.train.loop import StageClock

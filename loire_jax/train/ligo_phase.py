@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from loire_jax.config.mesh import BATCH_AXES
 from loire_jax.config.model import ModelConfig
-from loire_jax.config.schedule import stage_number
+from loire_jax.config.stage import stage_number
 from loire_jax.data.sharding import to_global_batch
 from loire_jax.growth.ligo import apply_operator, init_operator, operator_optimizer
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
@@ -39,8 +39,9 @@ from loire_jax.train.state import TrainState, state_from_params
 from loire_jax.train.step import StepSpec, lm_and_kd, objective
 
 if TYPE_CHECKING:
-    from loire_jax.config.run import RunConfig, StageConfig
+    from loire_jax.config.run import RunConfig
     from loire_jax.config.schedule import Phase
+    from loire_jax.config.stage import StageConfig
     from loire_jax.train.context import RunContext
     from loire_jax.train.program import Programs
     from loire_jax.train.session import RunSession

@@ -23,7 +23,8 @@ import jax
 
 from loire_jax.analysis.flops import Peak, mfu, train_flops_per_token
 from loire_jax.config.mesh import BATCH_AXES
-from loire_jax.config.schedule import Phase, phase_at, prompt_ids, prompt_position, replay_domains, stage_number
+from loire_jax.config.schedule import Phase, phase_at, prompt_ids, prompt_position, replay_domains
+from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import optax
 
-from loire_jax.config.run import OptimizerConfig
+from loire_jax.config.optimizer import OptimizerConfig
 from loire_jax.config.shapes import DECAYED_KINDS, leaf_kind
 
 

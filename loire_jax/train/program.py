@@ -20,7 +20,8 @@ from jax.sharding import Mesh
 
 from loire_jax.analysis import memory
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import Phase, growth_plans, prompt_ids, stage_models, stage_number, teacher_stages
+from loire_jax.config.schedule import Phase, growth_plans, prompt_ids, stage_models, teacher_stages
+from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
 from loire_jax.growth.transforms import ramp_layers
 from loire_jax.model.kernels import for_platform, loss_chunk_for

@@ -19,8 +19,8 @@ import jax
 
 from loire_jax import paths
 from loire_jax.config.loader import run_config_from_dict
-from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import model_name, stage_number, validate
+from loire_jax.config.run import RunConfig, validate
+from loire_jax.config.stage import model_name, stage_number
 from loire_jax.errors import RunError
 from loire_jax.interop import pretrained
 from loire_jax.parallel import peers

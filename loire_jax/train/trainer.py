@@ -41,8 +41,9 @@ from loire_jax.analysis.flops import MEASURED_NOTE, Peak, peak_flops
 from loire_jax.analysis.records import read_records
 from loire_jax.config.mesh import parse_mesh
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import model_name, stage_number, stage_tokens, teacher_stages
+from loire_jax.config.schedule import stage_tokens, teacher_stages
 from loire_jax.config.shapes import param_count
+from loire_jax.config.stage import model_name, stage_number
 from loire_jax.errors import RunError
 from loire_jax.parallel import peers
 from loire_jax.parallel.sharding import make_mesh
