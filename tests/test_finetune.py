@@ -346,7 +346,7 @@ def _logged(run_dir: Path, task: Path, *overrides: str, **kw):
 
 def test_a_result_is_reused_only_for_the_checkpoint_it_scored(decoder_run, tmp_path, capsys):
     """The reported case: R fine-tuned, then retrained with --fresh and another seed. --fresh
-    moves finetune/ aside and says so; and a stage checkpoint swapped in without --fresh is
+    moves finetune/ aside and says so; and old results put back beside the new model are
     caught by the fine-tuning itself: the old result is moved aside (kept), the new model is
     scored, and the report never shows the old score as the current model's."""
     import shutil
@@ -374,20 +374,22 @@ def test_a_result_is_reused_only_for_the_checkpoint_it_scored(decoder_run, tmp_p
                       .read_text()) == scored
     assert stage_digest(retrained, 2) != stage_digest(run, 2)
 
-    shutil.rmtree(run / "stage_2")  # the retrained model in place of the scored one, without --fresh
-    shutil.copytree(retrained / "stage_2", run / "stage_2")
-    report = (write_report([run], checkpoint_digest=stage_digest) / "report.md").read_text()
+    # the old results copied back beside the retrained model (a stage checkpoint of another
+    # run swapped in is refused before this: store.provenance, tests/test_outputs.py)
+    shutil.copytree(run / "finetune", retrained / "finetune")
+    report = (write_report([retrained], checkpoint_digest=stage_digest) / "report.md").read_text()
     table = report.split("## Downstream (Table 5)")[1]
     assert f"{first.seeds[0].score:.2f}" not in table.split("Left out")[0] and "marker (M2) seed 1" in table, table
 
-    again, lines = _logged(run, task)
+    job = retrained / "finetune" / "marker" / "stage2"
+    again, lines = _logged(retrained, task)
     assert not again.seeds[0].skipped and not any("done earlier" in line for line in lines), lines
     assert any("seed 1: the stage 2 checkpoint changed since it was scored; moved that job to "
                f"{job / 'seed1.stale-1'}; recomputing" in line for line in lines), lines
     rescored = json.loads((job / "seed1" / "results.json").read_text())
-    assert rescored["provenance"]["checkpoint"]["digest"] == stage_digest(run, 2)
+    assert rescored["provenance"]["checkpoint"]["digest"] == stage_digest(retrained, 2)
     assert json.loads((job / "seed1.stale-1" / "results.json").read_text()) == scored  # kept, aside
-    assert _logged(run, task)[0].seeds[0].skipped  # and the new result holds: reused
+    assert _logged(retrained, task)[0].seeds[0].skipped  # and the new result holds: reused
 
 
 def test_changed_task_data_is_scored_anew_and_never_mixed_into_a_resumed_job(decoder_run, tmp_path):
