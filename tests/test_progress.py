@@ -2,7 +2,8 @@
 a tqdm bar; where stdout is a file or a pipe (a batch job's log) it is plain lines, about
 ten a stage and at least one a minute, with the stage's ETA, never a bar's carriage-return
 refreshes. Either spells the gate α and the KD weight β (``alpha``/``beta`` in lines and
-where the terminal cannot encode Greek), and no number prints as ``-0.0000``."""
+where the terminal cannot encode Greek), and no number prints as ``-0.0000``. A rerun
+says, before its first stage line, where it takes the run up (``resume_line``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from loire_jax.paths import Path
 from loire_jax.train.hooks import ProgressBar
 from loire_jax.train.progress import ProgressLines, duration, fixed, symbols, train_figures
+from loire_jax.train.session import resume_line
 
 
 def _stage(steps: int):
@@ -139,3 +142,34 @@ def test_a_kd_loss_negative_beyond_rounding_keeps_its_sign():
     assert " kd -0.0123 " in train_figures(_record(1, kd_loss=-0.0123))  # a bug signal: shown as it is
     assert fixed(-1234.4, 0, grouping=True) == "-1,234" and fixed(-0.4, 0, grouping=True) == "0"
     assert fixed(float("nan"), 3) == "nan" and fixed(float("-inf"), 3) == "-inf"
+
+
+RUN = SimpleNamespace(stages=[SimpleNamespace(name=f"M{n}-{d}", steps=40, ligo_steps=10 if n == 3 else 0)
+                              for n, d in ((1, "WB"), (2, "NEWS"), (3, "BIO"))])
+WORK = Path("/runs/tiny")
+
+
+def test_a_resume_inside_a_stage_names_stage_step_checkpoint_and_what_it_skips():
+    assert resume_line(RUN, WORK, 2, step=20) == (
+        "resuming from stage 3 (M3-BIO) step 20 of 40 (checkpoint /runs/tiny/stage_3/20): stages 1-2 done, skipped")
+    assert resume_line(RUN, WORK, 1, step=8) == (
+        "resuming from stage 2 (M2-NEWS) step 8 of 40 (checkpoint /runs/tiny/stage_2/8): stage 1 done, skipped")
+    assert resume_line(RUN, WORK, 0, step=4) == (
+        "resuming from stage 1 (M1-WB) step 4 of 40 (checkpoint /runs/tiny/stage_1/4): no stage done yet")
+
+
+def test_a_resume_at_a_stage_boundary_says_what_the_stage_grows_from():
+    assert resume_line(RUN, WORK, 1, previous_final=40) == (
+        "resuming at the start of stage 2 (M2-NEWS), step 0 of 40, grown from M1's final checkpoint "
+        "(/runs/tiny/stage_1/40): stage 1 done, skipped")
+    assert resume_line(RUN, WORK, 2, operator_step=5) == (  # LiGO's operator phase comes first
+        "resuming from stage 3 (M3-BIO), LiGO's operator at step 5 of 10 (checkpoint /runs/tiny/stage_3_ligo/5): "
+        "stages 1-2 done, skipped")
+
+
+def test_a_complete_run_says_so_and_a_new_one_says_nothing():
+    assert resume_line(RUN, WORK, 3) == ("run already complete in /runs/tiny: stages 1-3 done, skipped; nothing to "
+                                         "train (--fresh starts it over)")
+    assert resume_line(RUN, WORK, 0) is None
+    assert resume_line(RUN, WORK, 0, logged=True) == ("no checkpoint in /runs/tiny yet: starting stage 1 (M1-WB) "
+                                                      "from step 0 of 40")
