@@ -68,7 +68,7 @@ def test_a_damaged_step_is_set_aside_and_the_run_resumes_from_the_intact_step_be
     resumes_to_reference(config, finished, reference)
     out = capsys.readouterr().out
     _set_aside(stage, damaged, out)
-    assert "stage 2 (B): resuming at step 2/4" in out, out
+    assert f"resuming from stage 2 (B) step 2 of 4 (checkpoint {stage.resolve() / '2'}): stage 1 done, skipped" in out, out
 
 
 @shared_reference

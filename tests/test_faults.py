@@ -222,6 +222,9 @@ def test_a_stage_with_no_intact_step_is_trained_again_from_the_previous_final(co
     out = capsys.readouterr().out
     assert "stage 2: no intact checkpoint left (set aside, see above); training stage 2 again from M1, the final " \
            "model of stage 1" in out, out
+    said = (f"resuming at the start of stage 2 (B), step 0 of 4, grown from M1's final checkpoint "
+            f"({finished.resolve() / 'stage_1' / '4'}): stage 1 done, skipped")
+    assert said in out and out.index(said) < out.index("[init] stage 2 PPL"), out
     assert sorted(p.name.split(".")[0] for p in (finished / "stage_2").iterdir() if ".damaged-" in p.name) == ["2", "3"]
 
 
@@ -244,6 +247,7 @@ def test_a_finished_run_is_complete_without_restoring_any_state(config, finished
     assert in_process(config, finished).complete
     out = capsys.readouterr().out
     assert "run complete: 2 stages" in out and "damaged" not in out, out
+    assert f"run already complete in {finished.resolve()}: stages 1-2 done, skipped; nothing to train" in out, out
     assert {stage: steps_saved(finished / stage) for stage in before} == before
 
 

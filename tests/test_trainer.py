@@ -96,7 +96,10 @@ def test_kill_9_mid_run_then_rerun_reproduces_the_uninterrupted_run(run_config, 
     assert killed.returncode == -9
     assert not any(p.name == "6" for p in (tmp_path / "stage_2").iterdir())
     assert in_process(run_config, tmp_path).complete
-    assert "resuming at step" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    said = (f"resuming from stage 2 (B) step 2 of 6 (checkpoint {tmp_path.resolve() / 'stage_2' / '2'}): "
+            "stage 1 done, skipped")
+    assert said in out and out.index(said) < out.index(" PPL: "), out  # before the first stage line
     assert final_losses(tmp_path) == final_losses(reference)  # bitwise: same mesh, same programs
 
 

@@ -92,7 +92,7 @@ def test_a_step_with_no_masked_token_logs_no_loss_and_is_not_divergence(capsys):
     for record in emitted:
         bar.on_record(ctx, record)
     lines = capsys.readouterr().out.splitlines()
-    assert "step 2/3 (66%) train loss n/a (no masked token) a 1.00" in lines[1], lines
+    assert "step 2/3 (66%) train loss n/a (no masked token) alpha 1.00" in lines[1], lines
     assert "loss 5.500 kd 0.0000" in lines[0] and "loss 5.500" in lines[2]
 
 

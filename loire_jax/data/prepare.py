@@ -25,7 +25,7 @@ import numpy as np
 
 from loire_jax import paths
 from loire_jax.config.data import DataConfig, DomainSpec, fingerprint
-from loire_jax.data import builtin, cleaning, sources, splits, storage, tasks, tokenizers
+from loire_jax.data import builtin, cleaning, downloads, sources, splits, storage, tasks, tokenizers
 from loire_jax.data.errors import DataError, SourceError
 from loire_jax.data.fetch import sha256_file
 from loire_jax.data.sources import iter_documents
@@ -110,12 +110,9 @@ def check_sources(cfg: DataConfig) -> None:
         sources.check_tfds(dom.source, dom.name)
 
 
-def _build_domain(cfg: DataConfig, dom: DomainSpec, progress: bool, verify: bool = False) -> dict:
+def _build_domain(cfg: DataConfig, dom: DomainSpec, name: str, why: str, progress: bool) -> dict:
+    """Build domain ``dom`` as TFDS config ``name``, which ``storage.examine`` found unusable (``why``)."""
     tfds_root = cfg.root / "tfds"
-    name = domain_config_name(cfg, dom)
-    meta, why = storage.examine(tfds_root, name, verify)
-    if meta is not None:
-        return meta
     if (storage.dataset_dir(tfds_root, name) / storage.MARKER).is_file():
         # Said even without a progress display: a rebuild costs time and the user should know why.
         print(f"{dom.name}: prepared dataset {storage.dataset_dir(tfds_root, name)} is damaged ({why}); "
@@ -244,10 +241,12 @@ def load_prepared(cfg: DataConfig, *, progress: bool = False, verify: bool = Fal
     with storage.writing(cfg.root):
         cfg.root.mkdir(parents=True, exist_ok=True)
     _quiet_tfds()
-    names, metas = [], []
-    for dom in cfg.domains:
-        metas.append(_build_domain(cfg, dom, progress, verify))
-        names.append(domain_config_name(cfg, dom))
+    names = [domain_config_name(cfg, dom) for dom in cfg.domains]
+    found = [storage.examine(cfg.root / "tfds", name, verify) for name in names]
+    _announce_downloads(cfg, [dom.source.corpus for dom, (meta, _) in zip(cfg.domains, found)
+                              if meta is None and dom.source.kind == "builtin"])
+    metas = [meta if meta is not None else _build_domain(cfg, dom, name, why, progress)
+             for dom, name, (meta, why) in zip(cfg.domains, names, found)]
     tok = _tokenizer(cfg, names, progress)
     dirs, tmetas = [], []
     for n, m in zip(names, metas):
@@ -255,6 +254,14 @@ def load_prepared(cfg: DataConfig, *, progress: bool = False, verify: bool = Fal
         dirs.append(d)
         tmetas.append(tm)
     return PreparedData(cfg, tok, tuple(dirs), tuple(tmetas))
+
+
+def _announce_downloads(cfg: DataConfig, corpora: list[str]) -> None:
+    """Say what building ``corpora`` (and the GPT-2 vocabulary, if missing) will download,
+    before anything is: said even without a progress display, as a rebuild is."""
+    gpt2 = cfg.tokenizer.kind == "gpt2" and not tokenizers.gpt2_vocab_path(cfg.root).is_file()
+    for line in downloads.announcement(downloads.planned(cfg.root / "downloads", corpora, gpt2)):
+        print(f"[loire_jax.data] {line}", file=sys.stderr, flush=True)
 
 
 def load_tokenizer(cfg: DataConfig, build: bool = True) -> tokenizers.Tokenizer:
@@ -265,6 +272,8 @@ def load_tokenizer(cfg: DataConfig, build: bool = True) -> tokenizers.Tokenizer:
         if not build:
             return _tokenizer(cfg, [domain_config_name(cfg, d) for d in cfg.domains], False, build=False)
         return load_prepared(cfg).tokenizer
+    if build:
+        _announce_downloads(cfg, [])
     return _tokenizer(cfg, [], progress=False, build=build)
 
 

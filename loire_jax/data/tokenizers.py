@@ -134,10 +134,15 @@ class HFTokenizer(Tokenizer):
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
 
+def gpt2_vocab_path(root: Path) -> Path:
+    """Where the data dir ``root`` caches the GPT-2 vocabulary."""
+    return root / "tokenizers" / "gpt2" / "gpt2.tiktoken"
+
+
 def gpt2_vocab_file(root: Path, fetch_missing: bool = True) -> Path:
     """Extract ``gpt2.tiktoken`` from the pinned openai-whisper sdist (MIT), once.
     ``fetch_missing=False``: the cached file or ``DataError``, never a download."""
-    dest = root / "tokenizers" / "gpt2" / "gpt2.tiktoken"
+    dest = gpt2_vocab_path(root)
     if dest.is_file():
         return dest
     if not fetch_missing:

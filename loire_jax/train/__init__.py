@@ -3,7 +3,7 @@
 Owns the train state and its growth (``state``), the optimizer (``optimizer``), the losses
 (``losses``: LM and distillation, eq. 15), the jitted step (``step``), an encoder's
 masking (``masking``), the hooks around
-training (``hooks``, which see a ``RunContext``: ``context``) and the trainer that runs the
+training (``hooks``, which see a ``RunContext``: ``context``; how progress reads: ``progress``) and the trainer that runs the
 stages (``trainer``), with one module per concern of a run: the session (``session``:
 workdir, lock, preflight, peers; ``signals``: SIGTERM/SIGINT), the compiled programs
 (``program``), one stage (``stage``), its step loop (``loop``: a generator of one

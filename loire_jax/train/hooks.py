@@ -38,10 +38,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from loire_jax import paths
-from loire_jax.analysis.flops import mfu_text
 from loire_jax.analysis.records import METRICS_FILE
 from loire_jax.errors import Diverged, RunError
 from loire_jax.train.context import say, stage_index, stage_label
+from loire_jax.train.progress import ASCII, ProgressLines, symbols, train_figures
 
 if TYPE_CHECKING:  # the trainer imports this module
     from loire_jax.config.run import RunConfig
@@ -143,14 +143,16 @@ class TensorBoard(Hook):
 
 
 class ProgressBar(Hook):
-    """A tqdm bar per stage with loss, KD loss, gate alpha, tokens/s and MFU, on a terminal.
-    MFU is "~x%" over a CPU peak measured at the start (approximate) and "n/a" where it has
-    no honest figure (``analysis.flops.mfu``), never above 100%.
+    """A tqdm bar per stage with loss, KD loss, the gate α, the KD weight β (while
+    distilling), tokens/s and MFU, on a terminal (α and β in Greek where the terminal's
+    encoding has them). MFU is "~x%" over a CPU peak measured at the start (approximate)
+    and "n/a" where it has no honest figure (``analysis.flops.mfu``), never above 100%.
 
     Where stdout is not a terminal (a batch job's log file, a pipe) a bar's every refresh
-    would be written out, so the same figures come as plain lines instead: about ten per
-    stage (every ``steps // 10`` steps and the last), and at least one a minute.
-    ``LOIRE_PROGRESS=bar`` or ``lines`` chooses either anywhere."""
+    would be written out, so the same figures come as plain lines instead, with the stage's
+    ETA and ``alpha``/``beta`` spelled out: about ten per stage (every ``steps // 10``
+    steps and the last), and at least one a minute. ``LOIRE_PROGRESS=bar`` or ``lines``
+    chooses either anywhere."""
 
     LINE_EVERY_S = 60.0
 
@@ -158,29 +160,27 @@ class ProgressBar(Hook):
         self.enabled = enabled
         self.terminal = terminal
         self._bar = None
-        self._lines: _ProgressLines | None = None
+        self._lines: ProgressLines | None = None
+        self._symbols = ASCII
 
     def on_stage_start(self, ctx: "RunContext", start: int) -> None:
         stage = ctx.stage_config
         desc = f"stage {ctx.stage}/{len(ctx.run_config.stages)} {stage.name}"
         terminal = self.terminal if self.terminal is not None else _bar_wanted()
         if self.enabled and not terminal:
-            self._lines = _ProgressLines(desc, stage.steps, self.LINE_EVERY_S)
+            self._lines = ProgressLines(desc, stage.steps, self.LINE_EVERY_S)
+            self._symbols = symbols(sys.stdout, lines=True)
             return
         from tqdm import tqdm
 
         self._bar = tqdm(total=stage.steps, initial=start, desc=desc, unit="step", dynamic_ncols=True,
                          file=sys.stdout, disable=not self.enabled)
+        self._symbols = symbols(sys.stdout, lines=False)
 
     def on_record(self, ctx: "RunContext", record: dict[str, Any]) -> None:
         if record.get("kind") != "train":
             return
-        if record["loss"] is None:
-            losses = "loss n/a (no masked token)"
-        else:
-            losses = f"loss {record['loss']:.3f} kd {record['kd_loss']:.4f}"
-        mfu = mfu_text(record.get("mfu"), bool(record.get("mfu_approximate")))
-        figures = f"{record['phase']} {losses} a {record['alpha']:.2f} {record['tokens_per_s']:,.0f} tok/s MFU {mfu}"
+        figures = train_figures(record, self._symbols)
         if self._lines is not None:
             self._lines.step(record["step"], figures)
         elif self._bar is not None:
@@ -204,24 +204,6 @@ def _bar_wanted() -> bool:
     if choice in ("bar", "lines"):
         return choice == "bar"
     return sys.stdout.isatty() or "ipykernel" in sys.modules
-
-
-class _ProgressLines:
-    """The progress of one stage as plain, periodic lines (for logs that are files)."""
-
-    def __init__(self, desc: str, steps: int, every_s: float) -> None:
-        import time
-
-        self.desc, self.steps, self.every_s, self.clock = desc, steps, every_s, time.monotonic
-        self.every = max(1, steps // 10)
-        self.last = self.clock()
-
-    def step(self, step: int, figures: str) -> None:
-        now = self.clock()
-        if step % self.every and step != self.steps and now - self.last < self.every_s:
-            return
-        self.last = now
-        print(f"{self.desc}: step {step}/{self.steps} ({100 * step // max(self.steps, 1)}%) {figures}", flush=True)
 
 
 class EvalEvery(Hook):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import jax
 
 from loire_jax import paths
+from loire_jax.analysis.records import METRICS_FILE
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig, validate
 from loire_jax.config.stage import model_name, stage_number
@@ -28,6 +29,7 @@ from loire_jax.paths import Path
 from loire_jax.store import checkpoints
 from loire_jax.store import workdir as rundir
 from loire_jax.store.resume import history_compatible
+from loire_jax.train.context import stage_label
 from loire_jax.train.signals import RunSignals, Stopped
 
 if TYPE_CHECKING:
@@ -171,6 +173,23 @@ class RunSession:
         step = ck.latest_step()
         return step is not None and bool(ck.read_meta(step).get("final"))
 
+    def resume_note(self) -> str | None:
+        """Where this session takes the run up (``resume_line``), read from the stages'
+        checkpoints after the preflight has set any damaged step aside."""
+        run, stages = self.run_config, len(self.run_config.stages)
+        done = 0
+        while done < stages and self.stage_done(done):
+            done += 1
+        if done == stages:
+            return resume_line(run, self.workdir, done)
+        step = self.ckpt(done).latest_step()
+        operator = None
+        if step is None and run.stages[done].ligo_steps:
+            operator = checkpoints.latest_complete_step(f"{checkpoints.stage_dir(self.workdir, stage_number(done))}_ligo")
+        previous = self.ckpt(done - 1).latest_step() if done else None
+        return resume_line(run, self.workdir, done, step=step, operator_step=operator, previous_final=previous,
+                           logged=(self.workdir / METRICS_FILE).exists())
+
     def saved_run(self) -> RunConfig | None:
         """The run this workdir holds: from the newest checkpoint's meta (a deleted or edited
         config.json cannot rewrite history); None if no checkpoint was saved. config.json
@@ -211,6 +230,36 @@ class RunSession:
                 raise RunError(rundir.unwritable(paths.as_path(err.filename or self.workdir), err)) from None
             raise RunError(f"workdir {self.workdir}: {err.strerror or err}") from None
         self.sync("workdir ready")
+
+
+def resume_line(run: RunConfig, workdir: Path, done: int, *, step: int | None = None,
+                operator_step: int | None = None, previous_final: int | None = None,
+                logged: bool = False) -> str | None:
+    """The line a session prints before its first stage line, so a rerun never starts
+    silently in the middle: the stage and step it resumes from, the checkpoint it reads,
+    and which stages it skips as done. ``done``: how many stages are finished; ``step``:
+    the next stage's newest checkpoint (``operator_step``: LiGO's operator phase's, where
+    the stage has none); ``previous_final``: the step of the finished stage it grows from;
+    ``logged``: the workdir has records but no checkpoint. None for a new run."""
+    stages = len(run.stages)
+    skipped = (f"stage {stage_number(0)} done, skipped" if done == 1 else
+               f"stages {stage_number(0)}-{stage_number(done - 1)} done, skipped" if done else "no stage done yet")
+    if done == stages:
+        return f"run already complete in {workdir}: {skipped}; nothing to train (--fresh starts it over)"
+    n, label, total = stage_number(done), stage_label(run, done), run.stages[done].steps
+    folder = checkpoints.stage_dir(workdir, n)
+    if step is not None:
+        return f"resuming from {label} step {step} of {total} (checkpoint {folder / str(step)}): {skipped}"
+    if operator_step is not None:
+        return (f"resuming from {label}, LiGO's operator at step {operator_step} of {run.stages[done].ligo_steps} "
+                f"(checkpoint {folder}_ligo/{operator_step}): {skipped}")
+    if done:
+        grown = checkpoints.stage_dir(workdir, stage_number(done - 1)) / str(previous_final)
+        return (f"resuming at the start of {label}, step 0 of {total}, grown from {model_name(done - 1)}'s "
+                f"final checkpoint ({grown}): {skipped}")
+    if logged:
+        return f"no checkpoint in {workdir} yet: starting {label} from step 0 of {total}"
+    return None
 
 
 # ---------------------------------------------------------------------- preflight

@@ -120,7 +120,6 @@ class StageRun:
                 seek(self.data, start)
                 session.say(f"stage {stage_number(index)}: saved by {saved.get('processes', 1)} process(es), resumed "
                             f"by {jax.process_count()}: the data stream continues at global batch {start}")
-            session.say(f"{self.label}: resuming at step {start}/{self.stage.steps}")
             return state, start
         if index == 0 and self.stage.init_from:
             pretrained.check_tokenizer(self.session.init_source(), tokenizer_identity)

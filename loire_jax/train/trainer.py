@@ -140,6 +140,8 @@ class Trainer:
             with self.session.guarded():
                 self.preflight(fresh, break_lock)
                 self.summary()
+                if note := self.session.resume_note():  # a rerun says where it takes the run up
+                    self.session.say(note)
                 complete = self._run_stages()
         except Stopped as stop:
             where = f" during {stop.where}" if stop.where else " outside a training step"
