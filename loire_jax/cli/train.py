@@ -91,7 +91,8 @@ def _set_up(args: argparse.Namespace):
         processes = devices.processes_from_args(args)
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
-                                              processes=processes, heartbeat_s=args.heartbeat_s)
+                                              processes=processes, heartbeat_s=args.heartbeat_s,
+                                              xla_gpu_flags=run_config.xla_gpu_flags)
     except (ValueError, FileNotFoundError) as err:  # ConfigError, and the config loader's ValueErrors
         return fail(err)
     except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes

@@ -26,7 +26,8 @@ from loire_jax.store import checkpoints
 
 IDENTITY_FILE = hf.TOKENIZER_IDENTITY
 # Fields that say how a model runs, not what it computes: they may differ from the checkpoint's.
-EXECUTION_FIELDS = ("dtype", "param_dtype", "attention", "remat", "init_std")
+EXECUTION_FIELDS = ("dtype", "param_dtype", "attention", "remat", "scan_unroll", "weight_cast",
+                    "init_std")
 
 
 def kind(source: str) -> str:
