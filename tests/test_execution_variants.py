@@ -64,21 +64,23 @@ def _perturbed(params, seed: int = 5):
     return unflatten_dict(out, sep="/")
 
 
-def _inputs(cfg):
+def _inputs(cfg, teacher: bool = False):
     params = _perturbed(init_params(cfg, jax.random.key(0)))
-    teacher_cfg = cfg.replace(layers=1)
-    teacher = _perturbed(init_params(teacher_cfg, jax.random.key(3)), seed=7)
     tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, cfg.vocab_size)
-    return params, teacher_cfg, teacher, tokens
+    if not teacher:
+        return params, None, None, tokens
+    teacher_cfg = cfg.replace(layers=1)
+    return params, teacher_cfg, _perturbed(init_params(teacher_cfg, jax.random.key(3)), seed=7), tokens
 
 
 def _loss_and_grads(cfg, params, teacher_cfg, teacher, tokens):
-    """The step's objective (LM + beta x KL from one teacher) and its gradients, compiled
-    afresh (a test that breaks an implementation must not meet a cached program)."""
-    spec = StepSpec(cfg, teachers=(teacher_cfg,), betas=(0.5,), loss_chunk=8)
+    """The step's objective (LM, + beta x KL from a teacher if given) and its gradients,
+    compiled afresh (a test that breaks an implementation must not meet a cached program)."""
+    teachers = (teacher_cfg,) if teacher_cfg else ()
+    spec = StepSpec(cfg, teachers=teachers, betas=(0.5,) * len(teachers), loss_chunk=8)
 
     def loss(tp):
-        return lm_and_kd(spec, {**tp, GATES: params[GATES]}, tokens, (teacher,))[0]
+        return lm_and_kd(spec, {**tp, GATES: params[GATES]}, tokens, (teacher,) if teacher_cfg else ())[0]
 
     return jax.jit(jax.value_and_grad(loss))(trainable(params))
 
@@ -96,8 +98,12 @@ def _gaps(plain, other) -> tuple[float, float]:
 @pytest.fixture(scope="module")
 def plain_bf16():
     cfg = _model("bfloat16")
-    inputs = _inputs(cfg)
+    inputs = _inputs(cfg, teacher=True)
     return cfg, inputs, _loss_and_grads(cfg, *inputs)
+
+
+# The fast tier checks every candidate at once (one compilation each way); the slow tier each alone.
+EACH = [pytest.param(name, marks=[] if name == "all" else [pytest.mark.slow]) for name in OPTIONS]
 
 
 # --------------------------------------------------------------------------- validated options
@@ -125,14 +131,15 @@ def test_the_defaults_are_todays_step_and_the_options_are_overrides():
 
 # --------------------------------------------------------------------------- exact in float64
 @pytest.mark.float64
-@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("name", EACH)
 def test_each_candidate_computes_the_plain_loss_and_gradients_in_float64(name):
     cfg = _model("float64")
-    inputs = _inputs(cfg)
+    inputs = _inputs(cfg, teacher=name == "all")
     loss_gap, grad_gap = _gaps(_loss_and_grads(cfg, *inputs), _loss_and_grads(cfg.replace(**OPTIONS[name]), *inputs))
     assert loss_gap <= 1e-9 and grad_gap <= 1e-9, (loss_gap, grad_gap)
 
 
+@pytest.mark.slow  # two training programs
 @pytest.mark.float64
 def test_the_combined_candidates_take_the_plain_training_step_in_float64():
     """The whole jitted step (gate ramp, clipping, AdamW) with every candidate on, twice."""
@@ -154,7 +161,7 @@ def test_the_combined_candidates_take_the_plain_training_step_in_float64():
 
 
 # --------------------------------------------------------------------------- bounded in bf16
-@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("name", EACH)
 def test_each_candidate_stays_within_its_bf16_bound(name, plain_bf16):
     cfg, inputs, plain = plain_bf16
     loss_gap, grad_gap = _gaps(plain, _loss_and_grads(cfg.replace(**OPTIONS[name]), *inputs))
@@ -201,25 +208,26 @@ def test_a_flag_set_is_added_to_xla_flags_without_overriding_what_is_set():
 
 
 LOSS_SCRIPT = """
-import sys, jax
-sys.path.insert(0, {tests!r})
-from test_execution_variants import _inputs, _loss_and_grads, _model
-cfg = _model("float32")
-print(repr(float(_loss_and_grads(cfg, *_inputs(cfg))[0])))
+import jax
+from loire_jax import apply_model, init_params, preset
+cfg = preset("paper", vocab_size=40, max_seq_len=16, hidden=16, ffn=32, heads=2, head_dim=8, layers=2)
+tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, 40)
+print(repr(float(jax.jit(apply_model, static_argnums=0)(cfg, init_params(cfg, jax.random.key(0)), tokens).sum())))
 """
 
 
-@pytest.mark.slow  # a process per flag set: XLA reads its flags when its backend starts
+@pytest.mark.slow  # two processes: XLA reads its flags when its backend starts
 def test_every_flag_set_is_known_to_this_xla_and_leaves_the_cpu_step_alone():
-    """XLA aborts on a flag it does not know: every set starts a backend here and computes
-    the plain loss (the flags are GPU flags: the CPU parses and ignores them; on a GPU the
-    variants part compares each variant's loss with the plain one's)."""
+    """XLA aborts on a flag it does not know: a backend starts with every set's flags at once
+    and computes what it computes without them (they are GPU flags: the CPU parses and
+    ignores them; on a GPU the variants part compares each variant's loss with the plain one's)."""
     losses = {}
-    for name in GPU_FLAG_SETS:
+    every = " ".join(f for name in GPU_FLAG_SETS for f in gpu_flags(name))
+    for name, flags in (("none", ""), ("every set", every)):
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=with_flags("", name),
-                   PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
-        done = subprocess.run([sys.executable, "-c", LOSS_SCRIPT.format(tests=str(ROOT / "tests"))], env=env,
+        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=flags, PYTHONPATH=os.pathsep.join([str(ROOT),
+                                                                                      env.get("PYTHONPATH", "")]))
+        done = subprocess.run([sys.executable, "-c", LOSS_SCRIPT], env=env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (name, done.stderr[-2000:])
         losses[name] = done.stdout.strip().splitlines()[-1]

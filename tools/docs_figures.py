@@ -739,10 +739,27 @@ def fig_readme_performance(got: Callable[[str], dict[str, Any]]) -> str:
     check = _accelerator_script()
     parts = {part["name"]: part for part in data["parts"]}
     device = (data.get("device") or {}).get("kind", "an unknown device")
-    gpu = _prose(f"**GPU**: measured {data['started'][:10]} on {device} by `{' '.join(data['command'])}` "
-                 "(`benchmarks/results/accelerator/results.md` has every part):")
+    at = f" at commit {data['commit'][:12]}" if data.get("commit", "unknown") != "unknown" else ""
+    gpu = _prose(f"**GPU**: measured {data['started'][:10]} on {device}{at} by `{' '.join(data['command'])}` "
+                 "(`benchmarks/results/accelerator/` has every part's results):")
     step = check._md_step(parts["step"])[4:] if "step" in parts else ["(no step table)"]
-    return cpu + "\n" + gpu + "\n" + "\n".join(step) + "\n"
+    cut = _cut_cases(check, parts.get("step", {}).get("records", []))
+    return cpu + "\n" + gpu + "\n" + "\n".join(step) + "\n" + ("\n" + _prose(cut) if cut else "")
+
+
+def _cut_cases(check: Any, records: list[dict[str, Any]]) -> str:
+    """The sentence naming the step plan's cases a recorded check did not run (a short GPU
+    slot runs a few), grouped by shape and batch; empty when it ran them all."""
+    ran = {(r["shape"], r["batch"], r["seq"], r["teachers"]) for r in records if r.get("tokens_per_s")}
+    missing: dict[tuple[str, int, int], list[int]] = {}
+    for c in check.step_cases(check.REAL, chosen=False):
+        if (c["shape"], c["batch"], c["seq"], c["teachers"]) not in ran:
+            missing.setdefault((c["label"], c["batch"], c["seq"]), []).append(c["teachers"])
+    if not missing:
+        return ""
+    return "Not run in that check (cut to fit its time): " + "; ".join(
+        f"{label} {b} × {s} with {' and '.join(map(str, t))} teacher{'s' if t != [1] else ''}"
+        for (label, b, s), t in missing.items()) + "."
 
 
 FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {
