@@ -484,6 +484,11 @@ SHELL = {
         "with --dry-run and loads every config of the real plan",
     "python benchmarks/accelerator_check.py --out DIR --dry-run":
         "not run here: tests/test_accelerator_check.py runs it (slow tier)",
+    "python benchmarks/accelerator_check.py --out DIR --parts variants --budget-min 9":
+        "not run here: it is for a GPU (about 6 minutes); tests/test_accelerator_check.py runs the variants part "
+        "with --dry-run (slow tier)",
+    "python benchmarks/accelerator_check.py --out DIR --parts step --cases m5-32x1024-t0,1b-8x1024-t0":
+        "not run here: it is for a GPU; tests/test_accelerator_check.py lists and refuses case names in-process",
     "python tools/docs_figures.py --reproduce default-run":
         "not run here: minutes (the whole default run); test_the_recorded_report_is_what_the_report_code_computes_"
         "from_the_recorded_metrics recomputes its report",
