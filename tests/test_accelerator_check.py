@@ -325,7 +325,7 @@ def test_the_readme_renders_a_recorded_check_s_step_table_with_its_date_device_a
     prose = " ".join(gpu.split())  # the paragraph is wrapped
     assert data["started"][:10] in prose and data["device"]["kind"] in prose and " ".join(data["command"]) in prose
     step = next(p for p in data["parts"] if p["name"] == "step")
-    rows = [ln for ln in gpu.splitlines() if ln.startswith("| toy") and ", V " in ln]  # the step table's
+    rows = [ln for ln in gpu.splitlines() if ln.startswith("| toy")]  # the step table's
     assert len(rows) == len(step["records"]) and all(f"{round(r['tokens_per_s']):,}" in row
                                                        for r, row in zip(step["records"], rows))
 

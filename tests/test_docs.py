@@ -31,7 +31,9 @@ DOCS = {name: ROOT / name for name in ("README.md", "CONTRIBUTING.md", "docs/lib
                                        "docs/operations.md", "docs/results.md", "docs/encoders.md",
                                        "docs/finetune.md", "docs/performance.md")}
 PUBLIC_ONLY = ("README.md", "docs/library.md", "docs/interop.md")  # they import public names only (``__all__``)
-README_MAX_LINES = 220  # a front page: the two commands, what they give, and links (200 before its Performance section)
+# a front page: the two commands, what they give, and links (200 before its Performance section, whose GPU table,
+# issue 41, takes 6 more)
+README_MAX_LINES = 226
 # What the README must link to: the front page leads to every part of the documentation.
 README_LINKS = ("docs/operations.md", "docs/results.md", "docs/library.md", "docs/performance.md", "docs/data.md",
                 "docs/finetune.md",
