@@ -4,6 +4,7 @@ one command, inside a time budget, offline.
     python benchmarks/accelerator_check.py --out DIR [--budget-min 25] [--parts step,growth,...]
     python benchmarks/accelerator_check.py --out DIR --dry-run     # the same plan at toy shapes, on CPU
     python benchmarks/accelerator_check.py --out DIR --list        # what it would run, and each part's time
+    python benchmarks/accelerator_check.py --out DIR --parts step --cases m5-32x1024-t0,1b-8x1024-t0  # a short slot
 
 The plan, one part after another, each in child processes of this one:
 
@@ -12,7 +13,10 @@ The plan, one part after another, each in child processes of this one:
 - ``step``: the train-step table (``bench_step.py``'s exact step): paper M5 at 32 x 1024 with
   0, 1 and 4 teachers, at 64 x 1024 with 4; the 1.1B final stage at 8 x 1024 with 0, 1, 4
   (its memory); beside them, when torch is importable, the same-shape PyTorch eager and
-  torch.compile steps (``torch_reference.py``). From it: the KD cost ratios.
+  torch.compile steps (``torch_reference.py``). From it: the KD cost ratios. ``--cases``
+  keeps the named cases only (``--list`` names them).
+- ``variants``: M5 at 32 x 1024 under each candidate execution path and their best-looking
+  combination, beside torch.compile (``variants.py``).
 - ``growth``: the growth demo (``launch/grow_demo.py``), max |dlogits| after each operator.
 - ``engine``: a one-stage ``launch/train.py`` run at M5's benchmark shape; its logged
   tokens/s against the benchmark's for the same shape.
@@ -64,7 +68,7 @@ from loire_jax.paths import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = ".accelerator_check"  # in --out: this tool made the directory
-PARTS = ("data", "step", "growth", "engine", "gpt_paper", "gptl_vs_loire")
+PARTS = ("data", "step", "variants", "growth", "engine", "gpt_paper", "gptl_vs_loire")
 FIXTURES = ROOT / "tests" / "data" / "fixtures"  # the test suite's offline corpus: the dry run's data
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PIP_NO_INDEX": "1"}
 
@@ -80,6 +84,7 @@ def _script(name: str):
 
 bench = _script("bench_step")
 compile_bench = _script("bench_compile")  # the GPT_L vs LOIRE part runs it; its labels and summary are reused
+variants = _script("variants")  # the variants part, step cases by name, the device and commit of the header
 
 
 # --------------------------------------------------------------------------- the plan's scale
@@ -95,6 +100,7 @@ class Row:
     seq: int
     torch: dict[int, tuple[str, ...]]
     memory: bool = False  # its compiled and device peaks make the "1.1B memory" table
+    name: str = ""  # its cases' name prefix (``--cases``); default: the shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +123,7 @@ class Scale:
     stages: int | None  # None: every stage of gpt_paper.yaml
     eval_batches: int
     toy_model: dict[str, int] | None  # replaces gpt_paper.yaml's model (and scales its growth)
+    only: str | None = None  # --cases: the step cases kept (None: all)
 
 
 REAL = Scale(
@@ -133,7 +140,7 @@ DRY = Scale(
     dry=True, dtype="float32", steps=2, repeats=1, torch_backend="aot_eager",  # inductor's C++ build: ~17 s on a CPU
     rows=(Row("toy (as M5)", "toy", (0, 1, 4), 4, 16, {0: ("eager", "compile"), 1: ("compile",)}),
           # at the M5 row's batch: its program comes from the dry run's cache (1, 4 teachers: as M5's)
-          Row("toy (as 1.1B)", "toy", (0,), 4, 16, {0: ("compile",)}, memory=True),
+          Row("toy (as 1.1B)", "toy", (0,), 4, 16, {0: ("compile",)}, memory=True, name="toy1b"),
           Row("toy (as M5)", "toy", (4,), 8, 16, {})),
     grow_args=("--mesh", "1", "--batch", "2", "--seq", "8", "vocab_size=64", "max_seq_len=16", "hidden=16", "ffn=32",
                "heads=2", "head_dim=8", "layers=1"),
@@ -147,6 +154,7 @@ DRY = Scale(
 # shared in these proportions. The step part's own estimate is the sum of its cases'.
 PART_SECONDS = {False: {"data": 1, "growth": 45, "engine": 100, "gpt_paper": 220, "gptl_vs_loire": 220},
                 True: {"data": 5, "growth": 4, "engine": 6, "gpt_paper": 10, "gptl_vs_loire": 15}}
+PART_SECONDS[False]["variants"], PART_SECONDS[True]["variants"] = variants.estimate(False)[0], variants.estimate(True)[0]
 
 
 def case_seconds(case: dict, dry: bool) -> float:
@@ -193,7 +201,7 @@ class Results:
     def write(self) -> None:
         self.head["updated"] = _now()
         self.head["seconds"] = round(time.monotonic() - self.start, 1)
-        self.head["device"] = _device(self.parts)
+        self.head["device"] = _device(self.parts) or self.head.get("probed")
         data = dict(self.head, parts=[self.parts[n] for n in PARTS if n in self.parts])
         write_atomic(self.out / "results.json", json.dumps(data, indent=1, default=str) + "\n")
         write_atomic(self.out / "results.md", markdown(data))
@@ -342,8 +350,9 @@ def prepare_command(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- part: step
-def step_cases(scale: Scale) -> list[dict]:
-    """Every case of the step table, as bench_step.py checks and builds them."""
+def step_cases(scale: Scale, chosen: bool = True) -> list[dict]:
+    """Every case of the step table, as bench_step.py checks and builds them; ``chosen``:
+    those ``--cases`` keeps."""
     out = []
     for row in scale.rows:
         argv = ["--shapes", row.shape, "--teachers", ",".join(map(str, row.teachers)), "--dtypes", scale.dtype,
@@ -352,9 +361,9 @@ def step_cases(scale: Scale) -> list[dict]:
         for case in bench.cases_of(argv):
             modes = row.torch.get(case["teachers"], ())
             case.update(label=row.label, memory_row=row.memory, torch="eager" in modes,
-                        torch_compile="compile" in modes)
+                        torch_compile="compile" in modes, name=variants.case_name(case, row.name))
             out.append(case)
-    return out
+    return variants.select(out, scale.only) if chosen else out
 
 
 def step_part(check: Check, budget: Budget) -> dict[str, Any]:
@@ -546,7 +555,7 @@ def engine_part(check: Check, budget: Budget) -> dict[str, Any]:
 
 def engine_config(scale: Scale, data: str) -> tuple[dict[str, Any], dict]:
     """(run config, benchmark case): one stage, no teachers, at the step table's first case."""
-    case = next(c for c in step_cases(scale) if c["teachers"] == 0)
+    case = next(c for c in step_cases(scale, chosen=False) if c["teachers"] == 0)
     student, _ = bench._configs(case)
     cfg = {"name": "engine-vs-bench",
            "model": {"preset": "paper", "vocab_size": student.vocab_size, "max_seq_len": case["seq"],
@@ -622,8 +631,16 @@ def suite_config(scale: Scale, data: str) -> dict[str, Any]:
     return base
 
 
+def variants_part(check: Check, budget: Budget) -> dict[str, Any]:
+    """The step table's first case (M5, 32 x 1024, no teachers) under each execution variant."""
+    base = next(c for c in step_cases(check.scale, chosen=False) if c["teachers"] == 0)
+    base = dict(base, torch=False, torch_compile=check.torch,
+                **({} if check.torch else {"torch_skipped": "torch is not importable here"}))
+    return variants.run(check, budget, base, bench._configs(base)[0].layers, bench.measure, PartError)
+
+
 PART_FUNCS: dict[str, Callable[[Check, Budget], dict[str, Any]]] = {
-    "data": data_part, "step": step_part, "growth": growth_part, "engine": engine_part, "gpt_paper": gpt_paper_part,
+    "data": data_part, "step": step_part, "variants": variants_part, "growth": growth_part, "engine": engine_part, "gpt_paper": gpt_paper_part,
     "gptl_vs_loire": gptl_vs_loire_part}
 
 
@@ -681,9 +698,12 @@ def plan_lines(scale: Scale, budget_min: float, parts: list[str]) -> list[str]:
             for c in step_cases(scale):
                 student, _ = bench._configs(c)
                 modes = "+".join(bench.torch_modes(c)) or "-"
-                out.append(f"    {c['label']} ({student.hidden}, {student.ffn}, {student.heads}, {student.layers}) "
+                out.append(f"    {c['name']}: {c['label']} ({student.hidden}, {student.ffn}, {student.heads}, {student.layers}) "
                            f"V{student.vocab_size} {c['batch']}x{c['seq']} {c['dtype']} teachers {c['teachers']}; "
                            f"torch {modes}; {scale.steps} steps x {scale.repeats}")
+        elif name == "variants":
+            out.append(f"    {', '.join(v for v, _ in variants.VARIANTS)}, {variants.COMBINED}; torch.compile beside "
+                       f"the plain one. Estimate {est[name] / 60:.1f} min ({variants.estimate(scale.dry)[1]})")
         elif name == "growth":
             out.append("    launch/grow_demo.py " + " ".join(scale.grow_args))
         elif name == "engine":
@@ -715,12 +735,13 @@ def markdown(data: dict[str, Any]) -> str:
              f"- date: {data['started']} (updated {data['updated']}, {data['seconds']:.0f} s in)",
              f"- device: {dev.get('kind', 'unknown')} ({dev.get('devices') or data.get('devices_seen', '-')}); MFU peak: "
              + (f"{dev['peak_flops'] / 1e12:,.1f} TFLOP/s ({dev.get('peak_source')})" if dev.get("peak_flops") else "–"),
-             "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val),
+             "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val)
+             + f"; commit {data.get('commit', 'unknown')}",
              f"- command: `{' '.join(data['command'])}`; budget {data['budget_min']:g} min", "", "## Parts", ""]
     lines += markdown_table(("part", "status", "seconds", "allowance s", "note"),
                             [(p["name"], p["status"], _f(p.get("seconds"), ".0f"), _f(p.get("allowance_s"), ".0f"),
                               (p.get("error") or p.get("reason") or "").replace("|", "/")) for p in data["parts"]])
-    for name, render in (("data", _md_data), ("step", _md_step), ("growth", _md_growth), ("engine", _md_engine),
+    for name, render in (("data", _md_data), ("step", _md_step), ("variants", variants.markdown), ("growth", _md_growth), ("engine", _md_engine),
                          ("gpt_paper", _md_gpt_paper), ("gptl_vs_loire", _md_suite)):
         if name in parts and (parts[name]["records"] or parts[name]["figures"]):
             lines += [""] + render(parts[name])
@@ -872,6 +893,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="results.json, results.md and the runs' folders go here")
     parser.add_argument("--budget-min", type=float, default=25.0, help="wall-clock minutes for the whole plan")
     parser.add_argument("--parts", default=None, help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
+    parser.add_argument("--cases", default=None, help="the step part's cases to run, comma-separated names from "
+                        "--list (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy shapes on the CPU")
     parser.add_argument("--list", action="store_true", help="print the plan (shapes, estimates, allowances); "
                         "run nothing")
@@ -880,8 +903,10 @@ def main(argv: list[str] | None = None) -> int:
         if not (math.isfinite(args.budget_min) and args.budget_min > 0):
             raise ValueError(f"--budget-min must be a positive number of minutes, got {args.budget_min:g}")
         parts = selected(args.parts)
+        scale = dataclasses.replace(DRY if args.dry_run else REAL, only=args.cases)
+        step_cases(scale)  # --cases checked
         if args.list:
-            print("\n".join(plan_lines(DRY if args.dry_run else REAL, args.budget_min, parts)))
+            print("\n".join(plan_lines(scale, args.budget_min, parts)))
             return 0
         out = open_out(args.out)
         work = out / f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"
@@ -890,7 +915,6 @@ def main(argv: list[str] | None = None) -> int:
         return fail(err)
     except OSError as err:
         return fail(f"--out {args.out}: {err.strerror or err}")
-    scale = DRY if args.dry_run else REAL
     import jax
 
     jax.config.update("jax_platforms", "cpu")  # this process only plans and reads: the accelerator is the children's
@@ -898,9 +922,10 @@ def main(argv: list[str] | None = None) -> int:
     head = {"tool": "benchmarks/accelerator_check.py",
             "command": ["python", "benchmarks/accelerator_check.py", *(sys.argv[1:] if argv is None else argv)],
             "started": _now(), "dry_run": scale.dry, "budget_min": args.budget_min, "work": str(work),
-            "versions": versions, "python": sys.version.split()[0]}
+            "versions": versions, "python": sys.version.split()[0], "commit": variants.commit()}
     check = Check(out, work, scale, Budget(60 * args.budget_min), Results(out, head),
                   torch=importlib.util.find_spec("torch") is not None)
+    head["probed"] = variants.probe_device(bench.run_child, check.env())
     signal.signal(signal.SIGTERM, _raise_interrupted)
     print(f"accelerator check{' (dry run)' if scale.dry else ''}: parts {', '.join(parts)}; budget "
           f"{args.budget_min:g} min; results in {out}", flush=True)

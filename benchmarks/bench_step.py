@@ -75,7 +75,8 @@ def _configs(case: dict):
     def cfg(h, f, a, L):
         return preset("bert" if case.get("kind") == "encoder" else "paper", vocab_size=vocab, max_seq_len=case["seq"], hidden=h, ffn=f, heads=a,
                       head_dim=sched["head_dim"], layers=L, dtype=dtype, param_dtype="float32",
-                      attention=case["attention"], remat=case["remat"])
+                      attention=case["attention"], remat=case["remat"], scan_unroll=case.get("scan_unroll", 1),
+                      weight_cast=case.get("weight_cast", "use"))
 
     stages = [cfg(*s) for s in sched["stages"]]
     student = stages[-1]
@@ -86,7 +87,7 @@ def _configs(case: dict):
 
 def run_case(case: dict) -> dict:
     """One case in this process: compile, check memory, time. Returns a JSON-able record."""
-    sizes, devs, note = devices.configure(case["mesh"])
+    sizes, devs, note = devices.configure(case["mesh"], xla_gpu_flags=case.get("xla_gpu_flags", "none"))
     import jax
     import numpy as np
 
@@ -330,6 +331,7 @@ def _cases(args) -> list[dict]:
     """Every case of the arguments, each checked as far as it can be before any device
     exists (ValueError, one line): sizes, the model of each shape, the mesh against them."""
     from loire_jax.config.mesh import mesh_problems, parse_mesh
+    from loire_jax.config.xla_flags import gpu_flags
 
     for flag in ("batch", "seq", "vocab", "steps", "repeats", "microbatches"):
         value = getattr(args, flag)
@@ -358,9 +360,11 @@ def _cases(args) -> list[dict]:
             out.append(dict(shape=shape, kind=kind, dtype=dtype, teachers=t, batch=args.batch or sched["batch"],
                             seq=args.seq or sched["seq"], vocab=args.vocab, mesh=args.mesh, steps=args.steps,
                             repeats=args.repeats, microbatches=args.microbatches, loss_chunk=args.loss_chunk,
-                            attention=args.attention, remat=args.remat, compile_only=args.compile_only,
+                            attention=args.attention, remat=args.remat, scan_unroll=args.scan_unroll,
+                            weight_cast=args.weight_cast, xla_gpu_flags=args.xla_gpu_flags, compile_only=args.compile_only,
                             torch=args.torch, torch_compile=args.torch_compile, torch_backend=args.torch_backend,
                             peak_tflops=args.peak_tflops))
+    gpu_flags(args.xla_gpu_flags)  # ValueError for an unknown set
     for case in out:
         if case["dtype"] not in DTYPES:
             raise ValueError(f"--dtypes: unknown compute dtype {case['dtype']!r}; choose from {DTYPES}")
@@ -449,6 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--loss-chunk", default="auto", help="tokens per loss block, or auto (the trainer's choice)")
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--remat", default="auto")
+    parser.add_argument("--scan-unroll", type=int, default=1, help="model.scan_unroll: layers per scan iteration")
+    parser.add_argument("--weight-cast", default="use", help="model.weight_cast: use | step")
+    parser.add_argument("--xla-gpu-flags", default="none", help="xla_gpu_flags: a named set of XLA GPU flags")
     parser.add_argument("--compile-only", action="store_true", help="compile time and memory analysis only")
     parser.add_argument("--torch", action="store_true", help="also time the same step in PyTorch eager")
     parser.add_argument("--torch-compile", action="store_true", help="also time it under torch.compile "

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -326,6 +327,90 @@ def test_the_readme_renders_a_recorded_check_s_step_table_with_its_date_device_a
     prose = " ".join(gpu.split())  # the paragraph is wrapped
     assert data["started"][:10] in prose and data["device"]["kind"] in prose and " ".join(data["command"]) in prose
     step = next(p for p in data["parts"] if p["name"] == "step")
-    rows = [ln for ln in gpu.splitlines() if ln.startswith("| toy") and ", V " in ln]  # the step table's
+    rows = [ln for ln in gpu.splitlines() if ln.startswith("| toy")]  # the step table's
     assert len(rows) == len(step["records"]) and all(f"{round(r['tokens_per_s']):,}" in row
                                                        for r, row in zip(step["records"], rows))
+
+
+# --------------------------------------------------------------------------- issue 41: variants, cases, header
+def test_cases_are_chosen_by_the_names_list_prints(check, capsys, tmp_path):
+    assert check.main(["--out", str(tmp_path / "out"), "--list", "--parts", "step",
+                       "--cases", "m5-32x1024-t0,1b-8x1024-t0"]) == 0
+    printed = capsys.readouterr().out
+    assert "m5-32x1024-t0: paper M5" in printed and "1b-8x1024-t0: 1.1B final stage" in printed
+    assert "m5-32x1024-t1" not in printed and not (tmp_path / "out").exists()
+    says = one_line(capsys, check.main, ["--out", str(tmp_path / "out"), "--cases", "m5-32x1024-t0,m5-bogus"])
+    assert "--cases takes comma-separated step cases from ['m5-32x1024-t0'" in says and not (tmp_path / "out").exists()
+    names = [c["name"] for c in check.step_cases(check.DRY)]
+    assert len(set(names)) == len(names)  # every case of either plan has a name of its own
+
+
+def test_the_variants_part_fits_eight_minutes_of_an_h100_by_the_recorded_check(check, capsys, tmp_path):
+    seconds, source = check.variants.estimate(False)
+    assert 60 < seconds <= 8 * 60 and "NVIDIA H200 check of 2026-11-26" in source
+    assert check.main(["--out", str(tmp_path / "out"), "--list", "--parts", "variants"]) == 0
+    assert f"Estimate {seconds / 60:.1f} min" in capsys.readouterr().out
+
+
+def test_the_best_looking_combination_takes_what_beat_the_plain_step(check):
+    v = check.variants
+
+    def rec(name, rate, **opts):
+        return {"variant": name, "tokens_per_s": rate, "options": opts, "loss": 1.0}
+
+    records = [rec("plain", 100.0), rec("a", 120.0, remat="dots_names"), rec("b", 110.0, xla_gpu_flags="scheduler"),
+               rec("c", 115.0, xla_gpu_flags="cudnn_norm"), rec("d", 100.5, weight_cast="step")]
+    assert v.combined_options(records) == {"remat": "dots_names", "xla_gpu_flags": "cudnn_norm"}
+    slower = [rec("plain", 100.0), rec("a", 90.0, remat="dots_names"), rec("b", 95.0, scan_unroll=12)]
+    assert v.combined_options(slower) == {"scan_unroll": 12, "remat": "dots_names"}  # none faster: every one
+
+
+def test_the_results_name_the_device_and_commit_without_the_step_part(check, tmp_path):
+    head = {"command": ["python", "x"], "started": "now", "dry_run": False, "budget_min": 1, "versions": {},
+            "commit": "abc123", "probed": {"devices": "1 gpu device(s)", "kind": "NVIDIA H100 80GB HBM3",
+                                           "platform": "gpu", "peak_flops": 989e12, "peak_source": "published"}}
+    results = check.Results(tmp_path, head)
+    results.part("gpt_paper")
+    results.write()
+    md = (tmp_path / "results.md").read_text()
+    assert "- device: NVIDIA H100 80GB HBM3 (1 gpu device(s))" in md and "commit abc123" in md
+
+
+def test_the_commit_is_the_checkouts_or_unknown(check, tmp_path):
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", check.variants.commit())
+    assert check.variants.commit(tmp_path) == "unknown"
+
+
+@pytest.mark.slow  # a child per variant group and the device probe: about a minute on two cores
+def test_the_variants_dry_run_times_every_candidate_and_the_combination(check, tmp_path):
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--parts", "variants", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    assert data["device"]["platform"] == "cpu" and data["commit"] != ""  # named though the step part did not run
+    part = next(p for p in data["parts"] if p["name"] == "variants")
+    names = [r["variant"] for r in part["records"]]
+    assert names == [n for n, _ in check.variants.VARIANTS] + [check.variants.COMBINED]
+    for r in part["records"]:
+        assert "error" not in r, r
+        assert finite(r["tokens_per_s"], r["mfu"], r["compile_s"], r["compiled_peak_gib"], r["loss"])
+    assert part["records"][1]["scan_unroll"] == check.bench._configs(part["records"][1])[0].layers  # unrolled
+    assert max(part["figures"]["loss_gap"].values()) < 1e-4  # the same training, whichever way it ran
+    md = (out / "results.md").read_text()
+    assert "## Execution variants" in md and "| best-looking combination |" in md and "- device: cpu" in md
+
+
+def test_bench_step_takes_each_execution_option_and_refuses_a_bad_one(check):
+    base = ["--shapes", "toy", "--dtypes", "bfloat16"]
+    (case,) = check.bench.cases_of(base + ["--scan-unroll", "2", "--weight-cast", "step", "--remat", "dots_names",
+                                           "--xla-gpu-flags", "cudnn_norm"])
+    student, _ = check.bench._configs(case)
+    assert (student.scan_unroll, student.weight_cast, student.remat, case["xla_gpu_flags"]) == (
+        2, "step", "dots_names", "cudnn_norm")
+    for flag, value, says in (("--scan-unroll", "0", "scan_unroll must be a positive integer"),
+                              ("--weight-cast", "once", "weight_cast must be one of"),
+                              ("--xla-gpu-flags", "fast", "xla_gpu_flags must be one of")):
+        with pytest.raises(ValueError, match=says):
+            check.bench.cases_of(base + [flag, value])

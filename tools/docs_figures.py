@@ -699,6 +699,7 @@ def fig_paper_mini_verdicts(got: Callable[[str], dict[str, Any]]) -> str:
 
 
 ACCELERATOR = BENCH / "accelerator"  # an accelerator_check.py --out folder's results.json and results.md, copied here
+CHECK_SCRIPT = ROOT / "benchmarks" / "accelerator_check.py"  # its markdown renders the GPU table
 
 
 def _accelerator_script():
@@ -706,7 +707,7 @@ def _accelerator_script():
     markdown is the GPU table's, so the README and the check's own results.md agree."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("accelerator_check", ROOT / "benchmarks" / "accelerator_check.py")
+    spec = importlib.util.spec_from_file_location("accelerator_check", CHECK_SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules["accelerator_check"] = module
     spec.loader.exec_module(module)
@@ -739,10 +740,39 @@ def fig_readme_performance(got: Callable[[str], dict[str, Any]]) -> str:
     check = _accelerator_script()
     parts = {part["name"]: part for part in data["parts"]}
     device = (data.get("device") or {}).get("kind", "an unknown device")
-    gpu = _prose(f"**GPU**: measured {data['started'][:10]} on {device} by `{' '.join(data['command'])}` "
-                 "(`benchmarks/results/accelerator/results.md` has every part):")
-    step = check._md_step(parts["step"])[4:] if "step" in parts else ["(no step table)"]
-    return cpu + "\n" + gpu + "\n" + "\n".join(step) + "\n"
+    at = f" at commit {data['commit'][:12]}" if data.get("commit", "unknown") != "unknown" else ""
+    records = parts.get("step", {}).get("records", [])
+    cut = _cut_cases(check, records)
+    gpu = _prose(f"**GPU**: measured {data['started'][:10]} on {device}{at} by `{' '.join(data['command'])}` "
+                 f"(every part: `benchmarks/results/accelerator/`).{cut}")
+    rows = []
+    for r in records:
+        vs = (f"{r['tokens_per_s'] / r['torch_compile_tokens_per_s']:.2f}×"
+              if r.get("tokens_per_s") and r.get("torch_compile_tokens_per_s") else "–")
+        teachers = f"{r['teachers']} teacher{'' if r['teachers'] == 1 else 's'}"
+        rows.append((f"{r['label']}, {r['batch']} × {r['seq']}, {teachers}", check._rate(r),
+                     check._rate(r, "torch_compile_") if r.get("torch_compile") else "–", vs,
+                     check._f(r.get("compiled_peak_gib"), ".2f")))
+    from loire_jax.analysis.tables import markdown_table
+
+    table = markdown_table(("case", "loire_jax tokens/s (MFU)", "torch.compile (MFU)", "ratio", "compiled peak GiB"),
+                           rows)
+    return cpu + "\n" + gpu + "\n" + "\n".join(table) + "\n"
+
+
+def _cut_cases(check: Any, records: list[dict[str, Any]]) -> str:
+    """The sentence naming the step plan's cases a recorded check did not run (a short GPU
+    slot runs a few), grouped by shape and batch; empty when it ran them all."""
+    ran = {(r["shape"], r["batch"], r["seq"], r["teachers"]) for r in records if r.get("tokens_per_s")}
+    missing: dict[tuple[str, int, int], list[int]] = {}
+    for c in check.step_cases(check.REAL, chosen=False):
+        if (c["shape"], c["batch"], c["seq"], c["teachers"]) not in ran:
+            missing.setdefault((c["label"], c["batch"], c["seq"]), []).append(c["teachers"])
+    if not missing:
+        return ""
+    return " Not run (cut to fit its time): " + "; ".join(
+        f"{label} {b} × {s} with {' and '.join(map(str, t))} teacher{'s' if t != [1] else ''}"
+        for (label, b, s), t in missing.items()) + "."
 
 
 FIGURES: dict[str, Callable[[Callable[[str], dict[str, Any]]], str]] = {

@@ -259,7 +259,7 @@ def check_batch(sizes: dict[str, int], batch: int, what: str = "--batch") -> Non
 
 
 def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes | None = None,
-              heartbeat_s: int = 60) -> tuple[dict[str, int], list[jax.Device], str]:
+              heartbeat_s: int = 60, xla_gpu_flags: str = "none") -> tuple[dict[str, int], list[jax.Device], str]:
     """Parse the mesh spec, join the other processes if there are any, and pick the mesh's
     devices; returns (axis sizes, devices, note for the user).
 
@@ -267,12 +267,16 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     then means data parallelism across processes and fsdp within each: ``data=P,fsdp=8/P``,
     the split that keeps the heavy fsdp collectives inside a host. A process that stops
     sending heartbeats for ``heartbeat_s`` seconds is declared dead and the others exit.
+    ``xla_gpu_flags`` names a set of XLA GPU flags (``config.xla_flags``), added to
+    $XLA_FLAGS here because XLA reads them once, when the backend starts.
     """
     import jax
 
     from loire_jax.config.mesh import parse_mesh
+    from loire_jax.config.xla_flags import with_flags
 
     sizes = parse_mesh(mesh_spec)
+    os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""), xla_gpu_flags)
     need = math.prod(sizes.values())
     # simulated CPU devices are per process, so their count follows the expected process count
     expected = (processes.count or int(os.environ.get("SLURM_NTASKS", "0") or 0) or 1) if processes else 1

@@ -104,7 +104,8 @@ def _set_up(args: argparse.Namespace):
             return stopped
         _fetch_init_from(run_config, args)
         sizes, devs, note = devices.configure(mesh_spec, enable_x64=run_config.precision == "float64",
-                                              processes=processes, heartbeat_s=args.heartbeat_s)
+                                              processes=processes, heartbeat_s=args.heartbeat_s,
+                                              xla_gpu_flags=run_config.xla_gpu_flags)
     except PeerLost as err:  # a process did not join in time (rendezvous.NotJoined)
         return fail(err, PEER_LOST)
     except (ValueError, FileNotFoundError, LoireError) as err:  # ConfigError, the loader's ValueErrors, RunError

@@ -24,7 +24,11 @@ POSITIONS = ("learned", "rope")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Execution choices: they change how the model runs, never what it computes (up to rounding).
 ATTENTIONS = ("auto", "xla", "cudnn", "splash")
-REMATS = ("auto", "none", "dots", "full")
+# dots_names: dots, and the named activations (LayerNorm outputs, the FFN activation, attention's output)
+REMATS = ("auto", "none", "dots", "full", "dots_names")
+# Where float32 weights become the compute dtype: at every use inside the layers (Flax's way), or
+# once per step before the model runs (matmul weights, embeddings and dense biases; norms keep theirs).
+WEIGHT_CASTS = ("use", "step")
 
 
 def _is_number(x: Any) -> bool:
@@ -83,7 +87,9 @@ class ModelConfig:
     type_vocab_size: int = 0  # encoders: token-type rows (BERT 2, RoBERTa 1); 0 = none
     position_offset: int = 0  # encoders: first position id (RoBERTa: padding_idx + 1 = 2)
     attention: str = "auto"  # see loire_jax.model.kernels: auto | xla | cudnn | splash
-    remat: str = "auto"  # rematerialisation of the scanned layer: auto | none | dots | full
+    remat: str = "auto"  # rematerialisation of the scanned layer: auto | none | dots | full | dots_names
+    scan_unroll: int = 1  # layers per iteration of the layer scan; >= layers: the stack unrolled
+    weight_cast: str = "use"  # use | step: see WEIGHT_CASTS
 
     def __post_init__(self) -> None:
         problems = []
@@ -101,6 +107,7 @@ class ModelConfig:
             ("param_dtype", DTYPES),
             ("attention", ATTENTIONS),
             ("remat", REMATS),
+            ("weight_cast", WEIGHT_CASTS),
             ("rope_scaling", ROPE_SCALINGS),
         ):
             if getattr(self, name) not in allowed:
@@ -113,6 +120,9 @@ class ModelConfig:
                 problems.append(f"{name} must be a number, got {getattr(self, name)!r}")
         if _is_number(self.init_std) and not self.init_std > 0.0:
             problems.append(f"init_std must be positive, got {self.init_std!r}")
+        if not isinstance(self.scan_unroll, int) or isinstance(self.scan_unroll, bool) or self.scan_unroll < 1:
+            problems.append(f"scan_unroll must be a positive integer (layers per scan iteration), got "
+                            f"{self.scan_unroll!r}")
         for name in ("tie_embeddings", "use_bias"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")

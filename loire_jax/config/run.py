@@ -32,6 +32,7 @@ from loire_jax.config.mlm import MlmConfig, mlm_problems
 from loire_jax.config.model import PRESETS, ModelConfig
 from loire_jax.config.optimizer import OptimizerConfig
 from loire_jax.config.stage import GrowthSpec, StageConfig, model_name
+from loire_jax.config.xla_flags import GPU_FLAG_SETS
 from loire_jax.errors import ConfigError, raise_problems
 
 # The sections are importable from here too, where they lived before each had a module.
@@ -129,6 +130,7 @@ class RunConfig:
     precision: Literal["float32", "bf16", "float64"] = "float32"
     microbatches: int = 1  # gradient accumulation: each step still sees batch_size sequences
     loss_chunk: int | str = "auto"  # tokens per block of the chunked losses; auto: kernels.loss_chunk_for
+    xla_gpu_flags: str = "none"  # a named set of XLA GPU flags (config.xla_flags.GPU_FLAG_SETS)
     seed: int = 0
     mesh: str = "1"
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -165,6 +167,8 @@ class RunConfig:
             if not (is_int(value) and value >= 1):
                 extra = " or auto" if name == "loss_chunk" else ""
                 problems.append(f"{name} must be a positive integer{extra}, got {value!r}")
+        if self.xla_gpu_flags not in GPU_FLAG_SETS:
+            problems.append(f"xla_gpu_flags must be one of {tuple(GPU_FLAG_SETS)}, got {self.xla_gpu_flags!r}")
         top = max_seed(len(self.stages))
         if not (is_int(self.seed) and 0 <= self.seed <= top):
             # Checked here: a bad seed would otherwise fail only in the data pipeline, after the workdir exists.
@@ -227,6 +231,7 @@ class RunConfig:
             "precision": self.precision,
             "microbatches": self.microbatches,
             "loss_chunk": self.loss_chunk,
+            "xla_gpu_flags": self.xla_gpu_flags,
             "seed": self.seed,
             "mesh": self.mesh,
             "checkpoint": dataclasses.asdict(self.checkpoint),

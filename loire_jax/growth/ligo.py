@@ -61,7 +61,8 @@ from loire_jax.model.params import validate_params
 
 # What LiGO grows; the rest of the config must match, except numerics and execution choices.
 GROWN_FIELDS = ("hidden", "ffn", "heads", "kv_heads", "layers")
-FREE_FIELDS = GROWN_FIELDS + ("norm_eps", "init_std", "dtype", "param_dtype", "attention", "remat")
+FREE_FIELDS = GROWN_FIELDS + ("norm_eps", "init_std", "dtype", "param_dtype", "attention", "remat",
+                               "scan_unroll", "weight_cast")
 DEPTH = "depth"
 _HIGHEST = jax.lax.Precision.HIGHEST  # small operator contractions: never round the old weights to bf16
 

@@ -34,7 +34,8 @@ IDENTITY_FILE = hf.TOKENIZER_IDENTITY
 PIN_FILE = "init_from.json"  # in the workdir: the commit a hub id resolved to
 ROUTE = "stages.M1.init_from=DIR"
 # Fields that say how a model runs, not what it computes: they may differ from the checkpoint's.
-EXECUTION_FIELDS = ("dtype", "param_dtype", "attention", "remat", "init_std")
+EXECUTION_FIELDS = ("dtype", "param_dtype", "attention", "remat", "scan_unroll", "weight_cast",
+                    "init_std")
 
 
 def resolve(source: str, pin: Mapping[str, Any] | None) -> tuple[str, dict[str, Any] | None]:

@@ -1,4 +1,5 @@
-"""How the model executes on each platform: the attention kernel and layer rematerialisation.
+"""How the model executes on each platform: the attention kernel, layer rematerialisation,
+the layer loop's unrolling and where weights are cast to the compute dtype.
 
 These choices never change what the model computes, only how fast and in how much memory,
 so they are resolved late, from the platform the step runs on, and are free to change on
@@ -101,14 +102,46 @@ def resolved(cfg: ModelConfig, seq_len: int) -> tuple[str, str]:
     return attention_for(cfg, platform, seq_len), remat_for(cfg, platform)
 
 
+# Activations a layer names (``jax.ad_checkpoint.checkpoint_name``) for ``remat=dots_names`` to
+# keep: each one's recomputation in the backward pass costs element-wise work and converts.
+SAVED_NAMES = ("norm", "ffn_act", "attn_out")
+
+
 def remat_policy(name: str) -> Callable | None:
     """The ``jax.checkpoint`` policy for a remat choice (``dots`` keeps the matmul outputs
-    without batch dimensions, i.e. the projections, and recomputes attention scores)."""
+    without batch dimensions, i.e. the projections, and recomputes attention scores;
+    ``dots_names`` keeps those and the activations named in ``SAVED_NAMES``, so the backward
+    pass recomputes neither the norms, the FFN activation, attention's forward nor their
+    converts, for that much more memory)."""
     if name == "dots":
         return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    if name == "dots_names":
+        return jax.checkpoint_policies.save_from_both_policies(
+            jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+            jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES))
     if name == "full":
         return jax.checkpoint_policies.nothing_saveable
     raise ValueError(f"no remat policy for {name!r}")
+
+
+def cast_weights(cfg: ModelConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with its matmul weights, embeddings and dense biases in the compute dtype,
+    for ``weight_cast=step``: cast once per step, before the model, instead of by every
+    layer that reads them (inside the layer scan, and again where remat recomputes). Flax
+    casts exactly these leaves at use (norm gains and biases it keeps in float32), so the
+    forward pass computes the same values; the gradient flows back through the one cast.
+    ``weight_cast=use`` returns ``params`` itself."""
+    if cfg.weight_cast == "use":
+        return params
+
+    def cast(tree: Any) -> Any:
+        if not isinstance(tree, dict):
+            return tree
+        dense = "kernel" in tree  # a dense layer's bias is cast with its kernel; a norm's bias is not
+        return {k: (v.astype(cfg.compute_dtype) if k in ("kernel", "embedding") or (k == "bias" and dense)
+                    else cast(v)) for k, v in tree.items()}
+
+    return cast(params)
 
 
 # --------------------------------------------------------------------------- attention

@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax.traverse_util import unflatten_dict
+from jax.ad_checkpoint import checkpoint_name
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
@@ -103,6 +104,7 @@ class Attention(nn.Module):
             out = bidirectional_attention(q, k, v, cfg.attention, valid)
         else:
             out = causal_attention(q, k, v, cfg.attention)
+        out = checkpoint_name(out, "attn_out")  # kept by remat=dots_names (kernels.SAVED_NAMES)
         return nn.DenseGeneral(cfg.hidden, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                                param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="out")(out)
 
@@ -125,7 +127,12 @@ class Mlp(nn.Module):
             hidden = jax.nn.silu(dense(cfg.ffn, "gate")(x)) * dense(cfg.ffn, "up")(x)
         else:
             hidden = jax.nn.gelu(dense(cfg.ffn, "up")(x), approximate=cfg.activation == "gelu_tanh")
-        return dense(cfg.hidden, "down")(hidden)
+        return dense(cfg.hidden, "down")(checkpoint_name(hidden, "ffn_act"))
+
+
+def _named(norm: nn.Module) -> Any:
+    """A norm whose output is named "norm", for remat=dots_names to keep (kernels.SAVED_NAMES)."""
+    return lambda x: checkpoint_name(norm(x), "norm")
 
 
 class GatedBlock(nn.Module):
@@ -137,7 +144,7 @@ class GatedBlock(nn.Module):
     def __call__(self, x: jax.Array, gate: jax.Array, rope: Any, valid: Any = None) -> tuple[jax.Array, None]:
         cfg = self.cfg
         attn, mlp = Attention(cfg, name="attn"), Mlp(cfg, name="mlp")
-        norm_attn, norm_mlp = _norm(cfg, "norm_attn"), _norm(cfg, "norm_mlp")
+        norm_attn, norm_mlp = _named(_norm(cfg, "norm_attn")), _named(_norm(cfg, "norm_mlp"))
         if cfg.norm_position == "pre":
             h = x + attn(norm_attn(x), rope, valid)
             y = h + mlp(norm_mlp(h))
@@ -204,7 +211,8 @@ class Decoder(nn.Module):
         if cfg.remat != "none":
             block = nn.remat(GatedBlock, policy=remat_policy(cfg.remat), prevent_cse=False)
         stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
-                        in_axes=(0, nn.broadcast, nn.broadcast), length=cfg.layers)
+                        in_axes=(0, nn.broadcast, nn.broadcast), length=cfg.layers,
+                        unroll=min(cfg.scan_unroll, cfg.layers))
         x, _ = stack(cfg, name="layers")(x, gates, rope, valid)
         if cfg.has_final_norm:
             x = _norm(cfg, "final_norm")(x)

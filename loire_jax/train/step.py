@@ -26,6 +26,7 @@ import optax
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES
+from loire_jax.model.kernels import cast_weights
 from loire_jax.model.transformer import final_hidden, head_matrix
 from loire_jax.train.losses import fused_losses
 from loire_jax.train.masking import EVAL_STREAM, MaskingSpec, Objective, mlm_objective, row_keys
@@ -66,6 +67,7 @@ def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array | Obje
         x = final_hidden(c, p, obj.inputs, obj.valid)
         return x if obj.positions is None else jnp.take_along_axis(x, obj.positions[..., None], axis=1)
 
+    params = cast_weights(cfg, params)  # weight_cast=step: once here, not at every use
     x = states(cfg, params)
     n = x.shape[0] * x.shape[1]
     x, head = x.reshape(n, -1), head_matrix(cfg, params)

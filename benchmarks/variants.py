@@ -1,0 +1,242 @@
+"""The accelerator check's ``variants`` part (issue 41), and what the check needs to choose
+its step cases and name its device and commit.
+
+The element-wise half of the GPU step has candidate execution paths (docs/performance.md):
+each is an execution option, proven on the CPU to compute the plain step
+(tests/test_execution_variants.py). This part times the paper's M5 at 32 x 1024 bf16 under
+each one, each in a process of its own, beside torch.compile in the same run; then under the
+combination that looks best: the options of every variant faster than the plain step (the
+fastest of each option, where two set the same one), or of every candidate where none was.
+Each variant's final loss is recorded beside the plain one's: the same initial state and
+batches, so on the GPU it shows a variant that changed what the step computes.
+
+Loaded from its file by accelerator_check.py (benchmarks is no package), which passes in
+what it owns: the step cases, the child runner, its error type.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from loire_jax.analysis.tables import markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = ROOT / "benchmarks" / "results" / "accelerator" / "results.json"  # the H200 check the estimate reads
+
+# (name, options): the plain step, then one candidate each. "layers": the student's depth.
+VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("plain", {}),
+    ("unrolled", {"scan_unroll": "layers"}),
+    ("weights cast once", {"weight_cast": "step"}),
+    ("remat dots_names", {"remat": "dots_names"}),
+    ("xla cudnn_norm", {"xla_gpu_flags": "cudnn_norm"}),
+    ("xla triton_fusion", {"xla_gpu_flags": "triton_fusion"}),
+    ("xla scheduler", {"xla_gpu_flags": "scheduler"}),
+)
+COMBINED = "best-looking combination"
+OPTION_KEYS = ("scan_unroll", "weight_cast", "remat", "xla_gpu_flags")
+WIN = 1.01  # a variant "looks better" when it is at least 1% faster than the plain step
+
+# The estimate: the recorded H200 check's M5 32 x 1024 case (compile seconds, tokens/s,
+# torch.compile's warm-up) and its per-process overhead, slowed to an H100's pace (the H100
+# measured the same case at 382k tokens/s, the H200 at 427k: 0.90x), with more compile time
+# for the unrolled stack (a 12-layer body instead of one).
+H100_SLOWER = 1.15
+COMPILE_FACTOR = {"unrolled": 2.5, COMBINED: 2.5}
+FALLBACK = {"compile_s": 12.0, "tokens_per_s": 400_000.0, "torch_compile_warmup_s": 27.0, "process_s": 16.0}
+DRY_SECONDS = 4.0  # a toy variant on two CPU cores
+
+
+# --------------------------------------------------------------------------- step cases by name
+def case_name(case: dict[str, Any], prefix: str = "") -> str:
+    """A step case's name for ``--cases``: shape, batch x seq and teachers (``m5-32x1024-t0``)."""
+    return f"{prefix or case['shape']}-{case['batch']}x{case['seq']}-t{case['teachers']}"
+
+
+def select(cases: list[dict[str, Any]], text: str | None) -> list[dict[str, Any]]:
+    """The cases named in ``text`` (comma-separated ``case_name``s), in the plan's order;
+    all of them for None. ValueError (one line) names the known ones."""
+    if text is None:
+        return cases
+    names = [n.strip() for n in text.split(",")]
+    known = [c["name"] for c in cases]
+    unknown = [n for n in names if n not in known]
+    if unknown or not all(names):
+        raise ValueError(f"--cases takes comma-separated step cases from {known} (see --list), got {text!r}")
+    return [c for c in cases if c["name"] in names]
+
+
+# --------------------------------------------------------------------------- header: device, commit
+PROBE = ("import json, jax\nfrom loire_jax.analysis import flops\nd = jax.devices()\n"
+         "peak, source = (None, 'measured per case on a CPU') if d[0].platform == 'cpu' else flops.peak_flops(d)\n"
+         "print('DEVICE ' + json.dumps({'devices': f'{len(d)} {d[0].platform} device(s)', 'kind': d[0].device_kind, "
+         "'platform': d[0].platform, 'peak_flops': peak, 'peak_source': source}))")
+
+
+def probe_device(run_child: Callable, env: dict[str, str], timeout: float = 120) -> dict[str, Any] | None:
+    """The device the children see, asked of a child (this process stays on the CPU), so
+    the results name it whichever parts run; None if the child could not say."""
+    child = run_child([sys.executable, "-c", PROBE], timeout, env, ROOT)
+    found = [ln[7:] for ln in child.stdout.splitlines() if ln.startswith("DEVICE ")]
+    return json.loads(found[-1]) if found else None
+
+
+def commit(root: Path = ROOT) -> str:
+    """The checkout's commit, ``-dirty`` when tracked files differ from it; ``unknown``
+    outside a git checkout (or without git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30)
+        if head.returncode:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+# --------------------------------------------------------------------------- the variants
+def variant_case(base: dict[str, Any], name: str, options: dict[str, Any], layers: int) -> dict[str, Any]:
+    """``base`` (the plain M5 case) under ``options``; torch runs beside the plain one only."""
+    opts = {k: (layers if v == "layers" else v) for k, v in options.items()}
+    plain = name == "plain"
+    return dict(base, **opts, variant=name, options=opts, torch=False, torch_compile=plain and base["torch_compile"])
+
+
+def combined_options(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The best-looking combination: every variant at least ``WIN`` faster than the plain
+    step contributes its options, the faster first where two set the same one; none
+    faster: every candidate's options (the fastest of each)."""
+    plain = next((r.get("tokens_per_s") for r in records if r["variant"] == "plain"), None)
+    timed = sorted((r for r in records if r["variant"] not in ("plain", COMBINED) and r.get("tokens_per_s")),
+                   key=lambda r: -r["tokens_per_s"])
+    winners = [r for r in timed if plain and r["tokens_per_s"] >= WIN * plain] or timed
+    out: dict[str, Any] = {}
+    for r in winners:
+        for k, v in r["options"].items():
+            out.setdefault(k, v)
+    return out
+
+
+def estimate(dry: bool, recorded: Path = RECORDED) -> tuple[float, str]:
+    """(seconds on one H100, where the figures come from) for every variant, the
+    combination and torch.compile."""
+    n = len(VARIANTS) + 1
+    if dry:
+        return DRY_SECONDS * (n + 1), "toy shapes on the CPU"
+    got, source = dict(FALLBACK), "assumed figures (no recorded check in benchmarks/results/accelerator)"
+    if recorded.is_file():
+        data = json.loads(recorded.read_text())
+        step = next((p for p in data["parts"] if p["name"] == "step"), {"records": []})
+        m5 = next((r for r in step["records"] if (r["shape"], r["batch"], r["teachers"]) == ("m5", 32, 0)
+                   and r.get("tokens_per_s")), None)
+        if m5:
+            got.update({k: m5[k] for k in ("compile_s", "tokens_per_s") if m5.get(k)})
+            got["torch_compile_warmup_s"] = m5.get("torch_compile_warmup_s") or got["torch_compile_warmup_s"]
+            got["process_s"] = process_seconds(step) or got["process_s"]
+            source = (f"the {data['device']['kind']} check of {data['started'][:10]}: M5 compile "
+                      f"{got['compile_s']:.1f} s, {got['tokens_per_s']:,.0f} tokens/s, "
+                      f"{got['process_s']:.1f} s a process; x{H100_SLOWER} for an H100")
+    tokens = 32 * 1024 * (1 + 5 * 2)  # the warm-up step and 2 repeats of 5
+    names = [v for v, _ in VARIANTS] + [COMBINED]
+    jax_s = sum(got["process_s"] + got["compile_s"] * COMPILE_FACTOR.get(v, 1) + tokens / got["tokens_per_s"]
+                for v in names)
+    torch_s = got["process_s"] + got["torch_compile_warmup_s"] + tokens / got["tokens_per_s"]
+    return H100_SLOWER * (jax_s + torch_s), source
+
+
+def process_seconds(step: dict[str, Any]) -> float | None:
+    """A step part's time not spent compiling or stepping, per child process: imports,
+    device start, initialisation."""
+    records = step.get("records") or []
+    if not records or not step.get("seconds"):
+        return None
+    work, processes = 0.0, 0
+    for r in records:
+        tokens = r["batch"] * r["seq"] * (1 + r["steps"] * r["repeats"])
+        work += (r.get("compile_s") or 0) + (tokens / r["tokens_per_s"] if r.get("tokens_per_s") else 0)
+        processes += 1
+        for prefix in ("torch_", "torch_compile_"):
+            if r.get(prefix + "tokens_per_s"):
+                work += (r.get(prefix + "warmup_s") or 0) + tokens / r[prefix + "tokens_per_s"]
+                processes += 1
+    return max(0.0, step["seconds"] - work) / processes
+
+
+def run(check: Any, budget: Any, base: dict[str, Any], layers: int, measure: Callable, fail: type) -> dict:
+    """Time every variant, then the combination, each within its share of ``budget``; the
+    records go into the check's results as they come. The dry run times the candidates in
+    one process (a CPU ignores the GPU flags) and the combination in another."""
+    part = check.results.part("variants")
+    cases = [variant_case(base, name, opts, layers) for name, opts in VARIANTS]
+    groups = [cases] if check.scale.dry else [[c] for c in cases]
+    each = estimate(check.scale.dry)[0] / (len(VARIANTS) + 2)
+    for i, group in enumerate(groups):
+        rest = sum(len(g) for g in groups[i + 1:]) + 1
+        part["records"].extend(measure(group, budget.share(each * len(group), each * rest), check.env()))
+        check.results.write()
+    combined = combined_options(part["records"])
+    part["records"].extend(measure([dict(base, **combined, variant=COMBINED, options=combined, torch=False,
+                                         torch_compile=False)], budget.left(), check.env()))
+    part["figures"] = figures(part["records"])
+    check.results.write()
+    failed = [r for r in part["records"] if "error" in r]
+    if failed:
+        raise fail(f"{len(failed)} of {len(part['records'])} variants failed; first ({failed[0]['variant']}): "
+                   f"{failed[0]['error']}")
+    return part["figures"]
+
+
+def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each variant against the plain step (speed and final loss) and torch.compile; the best."""
+    plain = next((r for r in records if r["variant"] == "plain"), {})
+    torch_rate = plain.get("torch_compile_tokens_per_s")
+    out = {"torch_compile_tokens_per_s": torch_rate, "torch_compile_mfu": plain.get("torch_compile_mfu"),
+           "torch_compile_warmup_s": plain.get("torch_compile_warmup_s"),
+           "torch_compile_peak_gib": plain.get("torch_compile_peak_gib"), "vs_plain": {}, "vs_torch_compile": {},
+           "loss_gap": {}}
+    for r in records:
+        if r.get("tokens_per_s") and plain.get("tokens_per_s"):
+            out["vs_plain"][r["variant"]] = r["tokens_per_s"] / plain["tokens_per_s"]
+            out["loss_gap"][r["variant"]] = abs(r["loss"] - plain["loss"])
+        if r.get("tokens_per_s") and torch_rate:
+            out["vs_torch_compile"][r["variant"]] = r["tokens_per_s"] / torch_rate
+    timed = [r for r in records if r.get("tokens_per_s")]
+    out["best"] = max(timed, key=lambda r: r["tokens_per_s"])["variant"] if timed else None
+    return out
+
+
+# --------------------------------------------------------------------------- markdown
+def _num(v: Any, fmt: str, suffix: str = "") -> str:
+    return "–" if v is None else format(v, fmt) + suffix
+
+
+def markdown(part: dict[str, Any]) -> list[str]:
+    """The variants table: one row a variant, torch.compile last."""
+    fig = part.get("figures") or {}
+    rows = []
+    for r in part["records"]:
+        opts = ", ".join(f"{k}={v}" for k, v in (r.get("options") or {}).items()) or "–"
+        rate = (f"{r['tokens_per_s']:,.0f}" + (f" ({100 * r['mfu']:.1f}%)" if r.get("mfu") is not None else "")
+                if r.get("tokens_per_s") else f"error: {str(r.get('error'))[:70]}".replace("|", "/"))
+        rows.append((r["variant"], opts, rate, _num(fig.get("vs_plain", {}).get(r["variant"]), ".2f", "×"),
+                     _num(fig.get("vs_torch_compile", {}).get(r["variant"]), ".2f", "×"), _num(r.get("compile_s"), ".1f"),
+                     _num(r.get("compiled_peak_gib"), ".2f"), _num(fig.get("loss_gap", {}).get(r["variant"]), ".1e")))
+    if fig.get("torch_compile_tokens_per_s"):
+        mfu = fig.get("torch_compile_mfu")
+        rows.append(("torch.compile", "–", f"{fig['torch_compile_tokens_per_s']:,.0f}"
+                     + (f" ({100 * mfu:.1f}%)" if mfu is not None else ""), "–", "1.00×",
+                     _num(fig.get("torch_compile_warmup_s"), ".1f"), _num(fig.get("torch_compile_peak_gib"), ".2f"),
+                     "–"))
+    skipped = next((r["torch_skipped"] for r in part["records"] if r.get("torch_skipped")), None)
+    first = part["records"][0] if part["records"] else {}
+    lines = ["## Execution variants", "",
+             f"{first.get('label', 'paper M5')} at {first.get('batch')} × {first.get('seq')}, {first.get('dtype')}, no "
+             "teachers; each variant in a process of its own. Compile s: torch.compile's is its warm-up. Loss gap: "
+             "|final loss − the plain step's| after the same steps from the same state. Best: "
+             f"{fig.get('best') or '–'}.", ""]
+    lines += markdown_table(("variant", "options", "tokens/s (MFU)", "vs plain", "vs torch.compile", "compile s",
+                             "compiled peak GiB", "loss gap"), rows)
+    return lines + (["", f"torch.compile: not run ({skipped})."] if skipped else [])
