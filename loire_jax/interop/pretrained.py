@@ -29,6 +29,7 @@ from loire_jax.config.model import ModelConfig
 from loire_jax.errors import RunError
 from loire_jax.interop import hf_format, hf_read, hub
 from loire_jax.store import checkpoints
+from loire_jax.store.checkpoint_steps import latest_complete_step
 
 IDENTITY_FILE = hf_format.TOKENIZER_IDENTITY
 PIN_FILE = "init_from.json"  # in the workdir: the commit a hub id resolved to
@@ -94,7 +95,7 @@ def kind(source: str) -> str:
             raise RunError(f"init_from {source}: a Hugging Face directory must be local; copy it to this host "
                            "(gs:// works for Orbax stage directories)")
         return "hf"
-    if path.is_dir() and checkpoints.latest_complete_step(path) is not None:
+    if path.is_dir() and latest_complete_step(path) is not None:
         return "orbax"
     raise RunError(f"init_from {source}: neither a Hugging Face checkpoint directory (config.json + safetensors) "
                    "nor an Orbax stage directory with a complete checkpoint (<workdir>/stage_<k>)")
