@@ -34,11 +34,12 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     (a half-ramped copied layer has no Hugging Face form), and the config must map to
     ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``BertForMaskedLM`` or ``RobertaForMaskedLM``
     (``config_to_hf`` says why not). The padded vocabulary rows are dropped. Tensors go in
-    shards of at most ``max_shard_bytes`` with an index when there is more than one. ``tokenizer_files`` (name → file) are copied in
-    beside the weights, and ``tokenizer_identity`` (``Tokenizer.identity``) is written to
-    ``loire_tokenizer.json``, so that a later run starting from this directory can prove it
-    uses the same tokenizer. ``pad_token_id``: a BERT's [PAD] id (``data.special``); its
-    ``config.json`` says null without it, never an id that is not the model's padding.
+    shards of at most ``max_shard_bytes`` with an index when there is more than one.
+    ``tokenizer_files`` (name → file) are copied in beside the weights, and
+    ``tokenizer_identity`` (``Tokenizer.identity``) is written to ``loire_tokenizer.json``, so
+    that a later run starting from this directory can prove it uses the same tokenizer.
+    ``pad_token_id``: a BERT's [PAD] id (``data.special``); its ``config.json`` says null
+    without it, never an id that is not the model's padding.
     """
     hf = config_to_hf(cfg)
     # transformers' defaults (GPT-2's 50256) would name ids outside a smaller vocabulary

@@ -211,7 +211,8 @@ class StageCheckpoints:
 
                 # grain writes get_state() as it is now: nothing advances the iterator before the save.
                 # Process 0's state (the meta's) stands for all: each process's stream is at the same index.
-                meta["data_state"] = {"processes": jax.process_count(), "state": checkpoint_damage.state_json(data_iterator.get_state())}
+                meta["data_state"] = {"processes": jax.process_count(),
+                                      "state": checkpoint_damage.state_json(data_iterator.get_state())}
                 items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
             meta["digest"] = checkpoint_damage.meta_digest(meta)
             items[META] = ocp.args.JsonSave(meta)
@@ -241,7 +242,8 @@ class StageCheckpoints:
         abs_train = _train_item(abstract_state)
         metadata = _item_metadata(self._mngr, self.directory, step)
         for item, tree in ((PARAMS, abstract_state.params), (TRAIN, abs_train)):
-            checkpoint_damage.check_matches(item, tree, metadata[item] if item in metadata else None, meta, self.directory, step)
+            checkpoint_damage.check_matches(item, tree, metadata[item] if item in metadata else None, meta,
+                                            self.directory, step)
         items: dict[str, Any] = {PARAMS: ocp.args.StandardRestore(abstract_state.params),
                                  TRAIN: ocp.args.StandardRestore(abs_train)}
         data, reader = meta.get("data_state"), data_iterator
