@@ -18,7 +18,7 @@ from hf_fixtures import FIXTURES, copy_fixture, edit_config
 from safetensors.numpy import load_file, save_file
 
 from loire_jax import apply_model, grow
-from loire_jax.interop import hf
+from loire_jax.interop import hf, hf_read
 from loire_jax.parallel.sharding import make_mesh, param_shardings
 
 MODELS = ("gpt2", "llama_gqa", "llama_tied")
@@ -135,7 +135,7 @@ def test_a_checkpoint_loads_onto_a_mesh_reading_only_each_devices_blocks(monkeyp
     """Every read from a safetensors file (the library's slice object) is recorded: a matrix
     sharded over fsdp=4 must never be read whole, only in blocks of at most a quarter."""
     reads = []
-    original = hf._Checkpoint.file
+    original = hf_read._Checkpoint.file
 
     class Slice:
         def __init__(self, name, inner):
@@ -156,7 +156,7 @@ def test_a_checkpoint_loads_onto_a_mesh_reading_only_each_devices_blocks(monkeyp
         def get_slice(self, name):
             return Slice(name, self.inner.get_slice(name))
 
-    monkeypatch.setattr(hf._Checkpoint, "file", lambda self, name: File(original(self, name)))
+    monkeypatch.setattr(hf_read._Checkpoint, "file", lambda self, name: File(original(self, name)))
     mesh = make_mesh({"data": 1, "fsdp": 4, "tensor": 2})
     for name in ("gpt2", "llama_gqa"):
         reads.clear()

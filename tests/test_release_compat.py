@@ -19,7 +19,7 @@ import pytest
 from runs import final_losses, records
 from test_faults import config, reference, resumes_to_reference, shared_reference  # noqa: F401
 
-from loire_jax.store import checkpoints
+from loire_jax.store import checkpoint_damage
 
 ROOT = Path(__file__).resolve().parent
 RELEASE = ROOT / "fixtures" / "release-0.1.0" / "run"
@@ -35,7 +35,7 @@ def _release_run(tmp_path: Path) -> Path:
     saved.write_text(saved.read_text().replace("{FIXTURES}", here))
     for meta_file in copy.glob("stage_*/*/meta/metadata"):
         meta = json.loads(meta_file.read_text().replace("{FIXTURES}", here))
-        meta["digest"] = checkpoints._digest(meta)
+        meta["digest"] = checkpoint_damage.meta_digest(meta)
         meta_file.write_text(json.dumps(meta))
     return copy
 

@@ -16,7 +16,7 @@ from runs import ROOT, cli, final_losses, in_process, records, steps_saved
 
 from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
-from loire_jax.store import checkpoints
+from loire_jax.store import checkpoint_damage
 
 pytestmark = [pytest.mark.xdist_group("engine"), pytest.mark.slow]  # one worker runs the shared reference once (conftest.py)
 
@@ -233,7 +233,7 @@ def test_stage_one_starts_from_another_runs_checkpoint_with_its_checks(run_confi
     for meta_file in (tmp_path / "foreign").glob("*/meta/metadata"):
         meta = json.loads(meta_file.read_text())
         meta["tokenizer"]["sha256"] = "0" * 64
-        meta["digest"] = checkpoints._digest(meta)  # resealed: a checkpoint written so, not a damaged one
+        meta["digest"] = checkpoint_damage.meta_digest(meta)  # resealed: a checkpoint written so, not a damaged one
         meta_file.write_text(json.dumps(meta))
     with pytest.raises(RunError, match=r"tokenizer mismatch: the init_from checkpoint .*foreign was made with"):
         in_process(path, tmp_path / "third", f"stages.M1.init_from={tmp_path / 'foreign'}")

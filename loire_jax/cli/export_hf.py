@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from loire_jax.interop import export_folder, hf
     from loire_jax.model.params import abstract_params
     from loire_jax.store import checkpoints
+    from loire_jax.store.checkpoint_steps import latest_complete_step, stage_dir
     from loire_jax.store.provenance import check_stage
 
     export_folder.check_target(Path(args.out).expanduser(), hf.HFError)  # OUT before any reading: never the user's
@@ -58,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         raise hf.HFError(f"{workdir / 'config.json'}: {err}") from None
     if args.stage is not None and not 1 <= args.stage <= len(run.stages):
         raise hf.HFError(f"--stage must be in 1..{len(run.stages)} (the run's stages), got {args.stage}")
-    steps = {k: checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k))
+    steps = {k: latest_complete_step(stage_dir(workdir, k))
              for k in range(1, len(run.stages) + 1)}
     stages = [k for k, s in steps.items() if s is not None]
     stage = args.stage if args.stage is not None else (stages[-1] if stages else None)
     if stage not in stages:
         raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
-    directory, step = checkpoints.stage_dir(workdir, stage), steps[stage]
+    directory, step = stage_dir(workdir, stage), steps[stage]
     meta = check_stage(run, stage, workdir)  # another run's checkpoint put in stage_<k>: refused, one line
     cfg = ModelConfig.from_dict(meta["model"])
     arch = hf.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights

@@ -50,16 +50,17 @@ def _check_stages(run, workdir) -> None:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
-    from loire_jax.store import checkpoints
+    from loire_jax.store.checkpoint_errors import CheckpointError
+    from loire_jax.store.checkpoint_steps import latest_complete_step, stage_dir
     from loire_jax.store.provenance import StageMismatch, check_stage
 
     for k in range(1, len(run.stages) + 1):
-        if checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, k)) is not None:
+        if latest_complete_step(stage_dir(workdir, k)) is not None:
             try:
                 check_stage(run, k, workdir)
             except StageMismatch:
                 raise
-            except checkpoints.CheckpointError as err:
+            except CheckpointError as err:
                 print(f"warning: stage {k} could not be checked against the run ({err})", file=sys.stderr)
 
 

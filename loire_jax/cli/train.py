@@ -170,11 +170,11 @@ def _fetch_init_from(run_config, args: argparse.Namespace) -> None:
     source = run_config.stages[0].init_from
     if not source or hub.parse(source) is None:
         return
-    from loire_jax.store import checkpoints
     from loire_jax.store import workdir as rundir
+    from loire_jax.store.checkpoint_steps import latest_complete_step, stage_dir
 
     workdir = rundir.resolve(args.workdir or rundir.default_workdir(run_config.name))
-    if not args.fresh and checkpoints.latest_complete_step(checkpoints.stage_dir(workdir, 1)) is not None:
+    if not args.fresh and latest_complete_step(stage_dir(workdir, 1)) is not None:
         return  # stage 1 resumes from its own checkpoints and needs no download
     pretrained.resolve(source, None if args.fresh else pretrained.read_pin(workdir))
 

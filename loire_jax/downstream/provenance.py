@@ -144,11 +144,12 @@ def check_job(directory: Path, cfg: FinetuneConfig, want: Mapping[str, Any], log
     the writer moves aside, saying so in one line. Other settings and a damaged results
     file are refused (``FinetuneError``)."""
     from loire_jax.store import checkpoints
+    from loire_jax.store.checkpoint_steps import latest_complete_step
     from loire_jax.store.workdir import set_aside
 
     if (directory / RESULTS).is_file():
         saved, since = read_results(directory / RESULTS), "it was scored"
-    elif checkpoints.latest_complete_step(directory / "checkpoints") is not None:
+    elif latest_complete_step(directory / "checkpoints") is not None:
         saved, since = checkpoints.read_latest_meta(directory / "checkpoints"), "this job began"
     else:
         return None

@@ -1,7 +1,7 @@
 """Where a Hugging Face export goes: a new folder, or one an earlier export made, never a
 folder that holds the user's files.
 
-``hf.save`` writes the checkpoint into a temporary folder beside the target and renames it
+``hf_write.save`` writes the checkpoint into a temporary folder beside the target and renames it
 into place, so an interrupted export leaves nothing half-written. The target must be new,
 empty, or made by an earlier export: that export's marker (``outputs.EXPORT``) lists the
 files it wrote. A folder holding anything else (the user's files, or a model card added to

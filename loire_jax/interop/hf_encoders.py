@@ -1,6 +1,6 @@
 """The masked-LM encoders of Hugging Face, ``BertForMaskedLM`` and ``RobertaForMaskedLM``, as
-tables that ``loire_jax.interop.hf`` reads and writes: the config fields, and where each of
-this project's leaves is stored.
+tables that ``hf_format``, ``hf_read`` and ``hf_write`` use: the config fields, and where each
+of this project's leaves is stored.
 
 Both are post-norm LayerNorm encoders with biases everywhere: the embedding sum (word,
 absolute position, token type) is normalised (``embed_norm``); each layer normalises after
@@ -18,8 +18,8 @@ appears as trailing padding (what a tokenizer produces). Its MLM head applies th
 whatever ``hidden_act`` says, so only ``gelu`` is read or written for it.
 
 This model gives every token type 0; the whole token-type table is imported and exported
-all the same. This module imports nothing from ``hf``: it hands back plain tables, and
-reports a refusal through the ``refuse`` callback it is given.
+all the same. This module imports none of the other ``hf_*`` modules: it hands back plain
+tables, and reports a refusal through the ``refuse`` callback it is given.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def config_fields(hf: Mapping[str, Any], arch: str, refuse: Refuse) -> dict[str,
 def config_to_hf(cfg: ModelConfig, need: Callable[[bool, str], None]) -> dict[str, Any]:
     """The ``config.json`` of an encoder: ``RobertaForMaskedLM`` where positions are offset
     (its ``pad_token_id`` is the offset less 1), ``BertForMaskedLM`` otherwise (its
-    ``pad_token_id`` null: the [PAD] id is the tokenizer's, which ``hf.save`` is given)."""
+    ``pad_token_id`` null: the [PAD] id is the tokenizer's, which ``hf_write.save`` is given)."""
     need((cfg.norm, cfg.norm_position) == ("layernorm", "post"),
          f"an encoder exports as BertForMaskedLM or RobertaForMaskedLM, which are post-norm LayerNorm (this one: "
          f"{cfg.norm_position}-norm {cfg.norm})")
@@ -122,7 +122,7 @@ def _vocab_bias(arch: str, stored: Container[str]) -> str:
 
 def tensor_map(cfg: ModelConfig, arch: str, stored: Container[str] = ()) -> dict[str, tuple[str, str, bool]]:
     """Each leaf's ``(stored name with {i} for the layer, kind, transposed)``; the kinds are
-    ``hf._Source``'s, plus ``vocab_vec`` (ours [padded_vocab] = T[vocab_size], zero-padded).
+    ``hf_format.Source``'s, plus ``vocab_vec`` (ours [padded_vocab] = T[vocab_size], zero-padded).
     ``stored``: the checkpoint's tensor names (on import), which say where the bias is."""
     e, p = PREFIX[arch] + "embeddings.", PREFIX[arch] + "encoder.layer.{i}."
     dense, norm, head = _head_names(arch)

@@ -19,7 +19,7 @@ from pathlib import Path
 from loire_jax.errors import LoireError
 
 # What a checkpoint directory needs: the config, the weights (an index too), the tokenizer
-# files and the identity an export writes (loire_jax.interop.hf.TOKENIZER_IDENTITY).
+# files and the identity an export writes (loire_jax.interop.hf_format.TOKENIZER_IDENTITY).
 PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
             "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model",
             "loire_tokenizer.json")

@@ -5,7 +5,7 @@ Two checks stand between a checkpoint and the run, and neither is skipped:
 - the architecture it holds is the run's M1 (every field but execution choices);
 - it was trained with the run's tokenizer: a model never sees another vocabulary's ids.
 An Orbax checkpoint records its tokenizer's identity; a Hugging Face directory written by
-``hf.save`` carries it in ``loire_tokenizer.json``; any other Hugging Face directory is
+``hf_write.save`` carries it in ``loire_tokenizer.json``; any other Hugging Face directory is
 matched through its ``tokenizer.json`` (the run must then use that file, kind
 ``tokenizer_json``). Anything else is refused, naming what to do.
 
@@ -27,10 +27,11 @@ import jax
 from loire_jax import paths
 from loire_jax.config.model import ModelConfig
 from loire_jax.errors import RunError
-from loire_jax.interop import hf, hub
+from loire_jax.interop import hf_format, hf_read, hub
 from loire_jax.store import checkpoints
+from loire_jax.store.checkpoint_steps import latest_complete_step
 
-IDENTITY_FILE = hf.TOKENIZER_IDENTITY
+IDENTITY_FILE = hf_format.TOKENIZER_IDENTITY
 PIN_FILE = "init_from.json"  # in the workdir: the commit a hub id resolved to
 ROUTE = "stages.M1.init_from=DIR"
 # Fields that say how a model runs, not what it computes: they may differ from the checkpoint's.
@@ -95,7 +96,7 @@ def kind(source: str) -> str:
             raise RunError(f"init_from {source}: a Hugging Face directory must be local; copy it to this host "
                            "(gs:// works for Orbax stage directories)")
         return "hf"
-    if path.is_dir() and checkpoints.latest_complete_step(path) is not None:
+    if path.is_dir() and latest_complete_step(path) is not None:
         return "orbax"
     raise RunError(f"init_from {source}: neither a Hugging Face checkpoint directory (config.json + safetensors) "
                    "nor an Orbax stage directory with a complete checkpoint (<workdir>/stage_<k>)")
@@ -119,8 +120,8 @@ def stored_model(source: str, like: ModelConfig) -> ModelConfig:
     keep = _execution(like)
     if kind(source) == "hf":
         try:
-            return hf.config_from_hf(hf.read_config(Path(str(source))), where=f"init_from {source}", **keep)
-        except hf.HFError as err:
+            return hf_format.config_from_hf(hf_read.read_config(Path(str(source))), where=f"init_from {source}", **keep)
+        except hf_format.HFError as err:
             raise RunError(str(err)) from None
     meta = checkpoints.read_latest_meta(paths.as_path(source))
     keep.pop("param_dtype")  # Orbax restores the stored dtype only: it must be the run's
@@ -169,8 +170,8 @@ def load(source: str, model: ModelConfig, abstract_params: Any, mesh: jax.shardi
     check_architecture(source, model)
     if kind(source) == "hf":
         try:
-            _, params = hf.load(Path(str(source)), mesh=mesh, **_execution(model))
-        except (hf.HFError, hub.HubError) as err:
+            _, params = hf_read.load(Path(str(source)), mesh=mesh, **_execution(model))
+        except (hf_format.HFError, hub.HubError) as err:
             raise RunError(str(err)) from None
         return params
     return checkpoints.restore_params(paths.as_path(source), abstract_params)

@@ -21,7 +21,8 @@ from loire_jax.config.model import ModelConfig
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import stage_models
 from loire_jax.store import checkpoints
-from loire_jax.store.checkpoints import CheckpointError
+from loire_jax.store.checkpoint_errors import CheckpointError
+from loire_jax.store.checkpoint_steps import stage_dir
 from loire_jax.store.resume import RESUME_MUTABLE, history_changes
 
 # How a model runs, not what it is: a resume may change these (resume.RESUME_MUTABLE).
@@ -87,7 +88,7 @@ def check_stage(run: RunConfig, stage: int, workdir: paths.PathLike) -> dict[str
     known to be that stage of ``run`` (the run's ``config.json``); otherwise StageMismatch,
     in one line naming the stage's folder and the first differences (CheckpointError if its
     meta cannot be read)."""
-    directory = checkpoints.stage_dir(workdir, stage)
+    directory = stage_dir(workdir, stage)
     meta = checkpoints.read_latest_meta(directory)
     problem = stage_mismatch(run, stage, meta)
     if problem:

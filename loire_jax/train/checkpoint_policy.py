@@ -16,6 +16,7 @@ import jax
 
 from loire_jax.errors import Diverged
 from loire_jax.store import checkpoints
+from loire_jax.store.checkpoint_errors import NonFiniteStateError
 from loire_jax.train.context import RunContext, stage_label
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def save_checked(session: "RunSession", ck: checkpoints.StageCheckpoints, step: 
         session.lock.verify()
     try:
         ck.save(step, state, data_iterator=data, meta=meta, force=True)
-    except checkpoints.NonFiniteStateError as err:
+    except NonFiniteStateError as err:
         kept = ck.latest_step()
         raise Diverged(f"{what}: {err}. The last finite checkpoint is kept "
                        f"({f'step {kept}' if kept is not None else 'none yet in this stage'}); lower the learning "

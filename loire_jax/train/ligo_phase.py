@@ -32,6 +32,7 @@ from loire_jax.data.sharding import to_global_batch
 from loire_jax.growth.ligo import apply_operator, init_operator, operator_optimizer
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.store import checkpoints
+from loire_jax.store.checkpoint_steps import stage_dir
 from loire_jax.train.checkpoint_policy import save_checked
 from loire_jax.train.loop import LateMetrics, StepRecord, seek
 from loire_jax.train.masking import row_keys
@@ -111,7 +112,7 @@ def run_operator_phase(stage: OperatorStage, meta: dict[str, Any]) -> TrainState
     shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec()), shapes)  # small: replicated
     abstract = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                                       shapes, shardings)
-    frozen = checkpoints.restore_params(checkpoints.stage_dir(session.workdir, n - 1),
+    frozen = checkpoints.restore_params(stage_dir(session.workdir, n - 1),
                                         programs.abstract(index - 1).params)
     ck = session.operator_ckpt(index)
     start = ck.latest_step()

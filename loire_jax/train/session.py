@@ -28,6 +28,8 @@ from loire_jax.parallel import peers
 from loire_jax.paths import Path
 from loire_jax.store import checkpoints
 from loire_jax.store import workdir as rundir
+from loire_jax.store.checkpoint_errors import CheckpointError, DamagedCheckpoint
+from loire_jax.store.checkpoint_steps import latest_complete_step, stage_dir
 from loire_jax.store.resume import history_compatible
 from loire_jax.train.context import stage_label
 from loire_jax.train.signals import RunSignals, Stopped
@@ -151,7 +153,7 @@ class RunSession:
         single writer). The trainer decides when to save and always forces."""
         if index not in self._ckpts:
             self._ckpts[index] = checkpoints.StageCheckpoints(
-                checkpoints.stage_dir(self.workdir, stage_number(index)), save_every=1,
+                stage_dir(self.workdir, stage_number(index)), save_every=1,
                 keep=self.run_config.checkpoint.keep, async_save=self._async_save,
                 data_position=lambda step: {"next_index": step})  # see loop.seek
         return self._ckpts[index]
@@ -162,7 +164,7 @@ class RunSession:
         key = ("ligo", index)
         if key not in self._ckpts:
             self._ckpts[key] = checkpoints.StageCheckpoints(
-                f"{checkpoints.stage_dir(self.workdir, stage_number(index))}_ligo", save_every=1,
+                f"{stage_dir(self.workdir, stage_number(index))}_ligo", save_every=1,
                 keep=self.run_config.checkpoint.keep, async_save=self._async_save,
                 data_position=lambda step: {"next_index": step})
         return self._ckpts[key]
@@ -282,8 +284,8 @@ def _check_inputs(session: RunSession, programs: "Programs", fresh: bool) -> Non
     validate(run, dict(programs.mesh.shape), known_domains={d.name for d in run.data.domains})
     for cfg in programs.models:  # validate() has checked every stage model against the mesh
         programs.exec(cfg)  # an attention kernel this platform cannot run is refused here
-    first_dir = checkpoints.stage_dir(session.workdir, stage_number(0))
-    if run.stages[0].init_from and (fresh or checkpoints.latest_complete_step(first_dir) is None):  # configs only
+    first_dir = stage_dir(session.workdir, stage_number(0))
+    if run.stages[0].init_from and (fresh or latest_complete_step(first_dir) is None):  # configs only
         source = session.init_source(fresh)  # a hub id: downloaded (at the workdir's pinned commit)
         where = rundir.resolve(source) if paths.is_local(source) else paths.as_path(source)
         if fresh and str(where).startswith(str(session.workdir).rstrip("/") + "/"):
@@ -333,7 +335,7 @@ def _check_history(session: RunSession, *, tolerate_damage: bool) -> bool:
             return True
         done = sum(1 for index in range(len(run.stages)) if session.stage_done(index))
         started = session.ckpt(done).latest_step() is not None if done < len(run.stages) else False
-    except checkpoints.DamagedCheckpoint:
+    except DamagedCheckpoint:
         if tolerate_damage:
             return False
         raise
@@ -361,7 +363,7 @@ def _verify_checkpoints(session: RunSession, programs: "Programs") -> None:
             continue
         try:  # an older format is refused before any array is read; damage of any kind is set aside
             step, notes = ck.newest_intact(programs.abstract(index))
-        except checkpoints.CheckpointError as err:
+        except CheckpointError as err:
             raise RunError(str(err)) from None
         n = stage_number(index)
         for line in notes:
@@ -381,5 +383,5 @@ def _done(session: RunSession, index: int) -> bool:
     the verification then sets that step aside)."""
     try:
         return session.stage_done(index)
-    except checkpoints.DamagedCheckpoint:
+    except DamagedCheckpoint:
         return False

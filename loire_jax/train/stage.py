@@ -23,6 +23,7 @@ from loire_jax.growth.net2net import grow_vocab
 from loire_jax.interop import pretrained
 from loire_jax.parallel.sharding import param_shardings
 from loire_jax.store import checkpoints
+from loire_jax.store.checkpoint_steps import stage_dir
 from loire_jax.train.checkpoint_policy import CheckpointPolicy
 from loire_jax.train.context import stage_label
 from loire_jax.train.ligo_phase import run_operator_phase
@@ -208,7 +209,7 @@ def start_state(programs: "Programs", session: "RunSession", index: int) -> Trai
 
 def load_teacher(programs: "Programs", session: "RunSession", index: int) -> dict[str, Any]:
     """Stage ``index``'s final parameters, verified, in the teacher's dtype."""
-    params = checkpoints.restore_params(checkpoints.stage_dir(session.workdir, stage_number(index)),
+    params = checkpoints.restore_params(stage_dir(session.workdir, stage_number(index)),
                                         programs.abstract(index).params)
     dtype = jnp.dtype(frozen_teacher(programs.models[index]).param_dtype)
     if all(x.dtype == dtype for x in jax.tree_util.tree_leaves(params)):

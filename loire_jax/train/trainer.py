@@ -49,6 +49,7 @@ from loire_jax.parallel import peers
 from loire_jax.parallel.sharding import make_mesh
 from loire_jax.paths import Path
 from loire_jax.store import checkpoints
+from loire_jax.store.checkpoint_steps import stage_dir
 from loire_jax.train.context import RunContext, stage_label
 from loire_jax.train.evaluation import Evaluator
 from loire_jax.train.hooks import Hook, default_hooks
@@ -226,7 +227,7 @@ class Trainer:
         """A finished stage whose final evaluation a stop cut short is evaluated now."""
         if self.evaluator.final_evaluated(k, records):
             return
-        params = checkpoints.restore_params(checkpoints.stage_dir(self.workdir, stage_number(k)),
+        params = checkpoints.restore_params(stage_dir(self.workdir, stage_number(k)),
                                             self.programs.abstract(k).params)
         self.session.say(f"stage {stage_number(k)}: its final evaluation is missing; evaluating it now")
         self.evaluator.evaluate(k, params, "final")

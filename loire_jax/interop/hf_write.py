@@ -1,0 +1,146 @@
+"""Writing a Hugging Face checkpoint directory: ``save(cfg, params, path)`` writes one that
+transformers loads unchanged, or refuses, naming why, what the target class cannot compute
+exactly (``hf_format.config_to_hf``). Tensors are written with ``safetensors`` (no torch)
+into a temporary folder that ``export_folder`` puts in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax.traverse_util import flatten_dict
+
+from loire_jax.config.model import ModelConfig
+from loire_jax.config.shapes import GATES
+from loire_jax.interop import export_folder, hf_encoders
+from loire_jax.interop.hf_format import INDEX, SINGLE, TOKENIZER_IDENTITY, HFError, Source, config_to_hf, tensor_sources
+
+
+def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *,
+         max_shard_bytes: int = 2 << 30, tokenizer_files: Mapping[str, str | os.PathLike] | None = None,
+         tokenizer_identity: Mapping[str, Any] | None = None, pad_token_id: int | None = None) -> Path:
+    """Write ``params`` as a transformers checkpoint directory at ``path`` (created; an
+    existing non-empty directory is refused, never overwritten, unless an earlier export
+    made it and it holds nothing else: ``export_folder``).
+
+    Exports only what the target class computes exactly: every layer's gate must be 1
+    (a half-ramped copied layer has no Hugging Face form), and the config must map to
+    ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``BertForMaskedLM`` or ``RobertaForMaskedLM``
+    (``config_to_hf`` says why not). The padded vocabulary rows are dropped. Tensors go in
+    shards of at most ``max_shard_bytes`` with an index when there is more than one.
+    ``tokenizer_files`` (name → file) are copied in beside the weights, and
+    ``tokenizer_identity`` (``Tokenizer.identity``) is written to ``loire_tokenizer.json``, so
+    that a later run starting from this directory can prove it uses the same tokenizer.
+    ``pad_token_id``: a BERT's [PAD] id (``data.special``); its ``config.json`` says null
+    without it, never an id that is not the model's padding.
+    """
+    hf = config_to_hf(cfg)
+    # transformers' defaults (GPT-2's 50256) would name ids outside a smaller vocabulary
+    eos = (tokenizer_identity or {}).get("eos_id")
+    hf.update(eos_token_id=eos, bos_token_id=eos if hf["model_type"] == "gpt2" else None)
+    if hf["model_type"] == "bert":  # RoBERTa's is fixed by its position offset
+        hf["pad_token_id"] = pad_token_id
+    gates = np.asarray(jax.device_get(params[GATES]))
+    if not np.all(gates == 1):
+        raise HFError(f"cannot export: layer gate(s) {np.flatnonzero(gates != 1).tolist()} are not 1 (values "
+                      f"{gates[gates != 1].tolist()}); a partly plugged-in layer has no Hugging Face form. "
+                      "Train through the gate ramp first")
+    folder = Path(path).expanduser()
+    export_folder.check_target(folder, HFError)
+    tensors = _stored_tensors(cfg, params, hf["architectures"][0])
+    # Written into a sibling directory, then renamed into place: an interrupted export leaves
+    # no half-written checkpoint at ``path`` (and a retry is not refused as "not empty").
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _write(tmp, tensors, hf, max_shard_bytes, tokenizer_files, tokenizer_identity)
+        export_folder.put_in_place(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def _stored_tensors(cfg: ModelConfig, params: Mapping[str, Any], arch: str) -> dict[str, np.ndarray]:
+    """Every tensor of the export, by its stored name, in ``cfg.param_dtype`` (float64 stays
+    float64: a round trip is bit-exact)."""
+    flat = flatten_dict(dict(params), sep="/")
+    tensors: dict[str, np.ndarray] = {}
+    fused: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for path_, src in tensor_sources(cfg, arch).items():
+        value = np.asarray(jax.device_get(flat[path_]))
+        stacked = path_.startswith("layers/")
+        for i, part in enumerate(value if stacked else [value]):
+            name = src.name.format(i=i)
+            stored = _to_stored(src, part, cfg.vocab_size)
+            if src.kind in ("heads_out", "vec_heads") and arch == "GPT2LMHeadModel":
+                fused.setdefault(name, []).append((src.offset, stored))
+            else:
+                tensors[name] = stored
+    for name, parts in fused.items():  # c_attn: Q, K, V side by side along the output axis
+        tensors[name] = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])], axis=-1)
+    if cfg.encoder:
+        hf_encoders.complete_export(cfg, arch, tensors)
+    out_dtype = jnp.dtype(cfg.param_dtype)
+    return {k: np.ascontiguousarray(v.astype(out_dtype)) for k, v in tensors.items()}
+
+
+def _write(folder: Path, tensors: Mapping[str, np.ndarray], hf: Mapping[str, Any], max_shard_bytes: int,
+           tokenizer_files: Mapping[str, str | os.PathLike] | None,
+           tokenizer_identity: Mapping[str, Any] | None) -> None:
+    from safetensors.numpy import save_file
+
+    shards = _shard(tensors, max_shard_bytes)
+    if len(shards) == 1:
+        save_file(shards[0], str(folder / SINGLE), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for k, shard in enumerate(shards, 1):
+            file = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(folder / file), metadata={"format": "pt"})
+            weight_map.update({name: file for name in shard})
+        total = sum(v.nbytes for v in tensors.values())
+        (folder / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
+                                               indent=2, sort_keys=True) + "\n")
+    (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+    for name, file in (tokenizer_files or {}).items():
+        (folder / name).write_bytes(Path(file).read_bytes())
+    if tokenizer_identity is not None:
+        (folder / TOKENIZER_IDENTITY).write_text(json.dumps(dict(tokenizer_identity), sort_keys=True) + "\n")
+
+
+def _to_stored(src: Source, ours: np.ndarray, vocab: int) -> np.ndarray:
+    """The inverse of ``hf_read._cut`` on a whole per-layer leaf."""
+    if src.kind == "mat":
+        return ours.T if src.transposed else ours
+    if src.kind == "heads_out":
+        flat = ours.reshape(ours.shape[0], -1)
+        return flat.T if src.transposed else flat
+    if src.kind == "heads_in":
+        flat = ours.reshape(-1, ours.shape[-1])
+        return flat.T if src.transposed else flat
+    if src.kind in ("vec", "vec_heads"):
+        return ours.reshape(-1)
+    return ours[:vocab] if src.kind in ("rows", "vocab_vec") else ours[:, :vocab].T
+
+
+def _shard(tensors: Mapping[str, np.ndarray], limit: int) -> list[dict[str, np.ndarray]]:
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        nbytes = tensors[name].nbytes
+        if shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensors[name]
+        size += nbytes
+    return shards
