@@ -342,7 +342,7 @@ class Experiment:
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         print(f"report: {out / 'report.md'}")
         for v in claims.verdicts(results, tasks):
-            print(f"  {v['verdict']:>13}: {v['claim']} ({v['where']})")
+            print(f"  {v['verdict']:>18}: {v['claim']} ({v['where']})")
         return 0
 
 
