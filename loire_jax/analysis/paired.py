@@ -49,12 +49,8 @@ class Margin:
     relative: float = 0.0
 
     def width(self, theirs: Sequence[float]) -> float:
+        """The margin against an opponent whose values are ``theirs``."""
         return self.absolute + self.relative * abs(statistics.fmean(theirs)) if theirs else self.absolute
-
-    def text(self, unit: str = "") -> str:
-        parts = ([f"{self.absolute:g}{unit}"] if self.absolute else []) + \
-                ([f"{100 * self.relative:g}% of the opponent's mean"] if self.relative else [])
-        return "±" + " + ".join(parts) if parts else "0"
 
 
 def seed_of(run: Mapping[str, Any]) -> str:
@@ -131,7 +127,9 @@ def _percent(p: float) -> str:
 
 def why(verdict: str, pairs: Mapping[str, Mapping[str, Any]]) -> str:
     """Why a claim got its word, naming the opponents that decide it."""
-    named = lambda word: [o for o, p in pairs.items() if p["verdict"] == word]  # noqa: E731
+    def named(word: str) -> list[str]:
+        return [o for o, p in pairs.items() if p["verdict"] == word]
+
     if verdict == "reversed":
         return f"the paired interval lies on LOIRE's worse side against {', '.join(named('reversed'))}"
     if verdict == "holds":
