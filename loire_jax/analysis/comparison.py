@@ -14,8 +14,9 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis import downstream
-from loire_jax.analysis.claims import PAPER_FLOPS, PAPER_MODEL, verdicts
+from loire_jax.analysis import claims, downstream
+from loire_jax.analysis.claims import PAPER_FLOPS, PAPER_MODEL, claims_judged, verdicts
+from loire_jax.analysis.paired import ALPHA
 from loire_jax.analysis.reports import report_folder, save_png
 from loire_jax.analysis.suite_results import aggregate, complete, cost_ratios, family, scratch_baselines
 from loire_jax.analysis.tables import MIN_SEEDS, markdown_table, stat_cell
@@ -38,11 +39,11 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                   "the train loss of the sanity gate is the masked-LM loss.", ""]
     lines += ["## Verdicts", ""]
     tasks = suite.get("downstream_tasks") or ()
-    lines += markdown_table(["the paper's claim", "where", "paper", "measured", "verdict"],
-                    [[v["claim"], v["where"], v["paper"], f"{v['metric']}: " + "; ".join(v["numbers"]),
-                      f"**{v['verdict']}** ({v['why']})"] for v in verdicts(results, tasks)])
-    lines += ["", f"A verdict needs {MIN_SEEDS} counted runs of each system it compares; it is \"holds\" only "
-              "when no seed's value of the other system is as low as any of LOIRE's.", ""]
+    judged = verdicts(results, tasks)
+    lines += markdown_table(["the paper's claim", "where", "paper", "what it tests", "measured", "verdict"],
+                    [[v["claim"], v["where"], v["paper"], v.get("tests", ""), f"{v['metric']}: " + "; ".join(v["numbers"]),
+                      f"**{v['verdict']}** ({v['why']})"] for v in judged])
+    lines += ["", verdict_note(claims_judged(results, tasks)), ""]
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
     lines += ["## AP and AP+ per stage (Table 2, Fig. 3)", ""]
     header = ["system", "runs"] + [f"{model_name(k)} {m}" for k in range(stages) for m in ("AP", "AP+")]
@@ -101,6 +102,21 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                           f"{r['final_ap']:.2f}" if r.get("final_ap") is not None else "-",
                           "pass" if r.get("gate_passed") else "fail"] for r in sweep])
     return "\n".join(lines) + "\n"
+
+
+def verdict_note(family_size: int) -> str:
+    """The report's footnote on how its verdicts are judged (docs/results.md#verdicts)."""
+    return (f"Each claim pairs LOIRE with each opponent seed by seed (the same seed, the same stage-1 model): the "
+            f"differences LOIRE - opponent at the seeds with a counted run of both (at least {MIN_SEEDS}), their "
+            "mean, how many favour LOIRE, and a paired Student t interval. **no material effect**: the interval lies "
+            f"inside the claim's margin (±{claims.PPL_MARGIN.absolute:g} perplexity point for AP, AP+ and Init AP, "
+            f"±{downstream.SCORE_MARGIN.absolute:g} point for downstream scores, {100 * claims.WALL_MARGIN.relative:g}% of "
+            f"the opponent's wall time, {100 * claims.FLOPS_MARGIN.relative:g}% of its FLOPs); **holds** / **reversed**: "
+            "it lies wholly on "
+            "LOIRE's better / worse side of zero; else **inconclusive**. A claim holds only if it holds against "
+            f"every opponent, and is reversed if reversed against any. {family_size} claims are judged at once: "
+            f"Bonferroni at a family-wise {ALPHA:g}, each claim's share {ALPHA:g}/{family_size} split evenly over "
+            "its opponents, which sets each interval's level.")
 
 
 def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):

@@ -1,6 +1,6 @@
-"""Markdown tables, their across-seed cells and the seed-range judgement, shared by the
-single-run report, the comparison report and the downstream tables (one format and one
-rule everywhere: mean ± half the range; a claim holds only where the seeds' ranges part)."""
+"""Markdown tables and their across-seed cells, shared by the single-run report, the
+comparison report and the downstream tables (one format everywhere: mean ± half the
+range), and the seeds a verdict needs (the verdicts themselves: ``analysis.paired``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-MIN_SEEDS = 3  # counted runs of each system a verdict needs
+MIN_SEEDS = 3  # seeds with a counted run of both systems a paired verdict needs
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -41,25 +41,3 @@ def stat_cell(st: Mapping[str, Any] | None, digits: int = 2) -> str:
     if st["n"] == 1:
         return f"{st['mean']:.{digits}f}"
     return f"{st['mean']:.{digits}f} ± {(st['max'] - st['min']) / 2:.{digits}f}"
-
-
-def lower(a: Sequence[float], b: Sequence[float]) -> str:
-    """Whether the values ``a`` are lower than ``b``, by the seeds' ranges: "holds" when every
-    value of ``a`` is below every value of ``b``, "does not hold" for the reverse, else (or
-    with fewer than ``MIN_SEEDS`` values on a side) "inconclusive"."""
-    if len(a) < MIN_SEEDS or len(b) < MIN_SEEDS:
-        return "inconclusive"
-    if max(a) < min(b):
-        return "holds"
-    if min(a) > max(b):
-        return "does not hold"
-    return "inconclusive"
-
-
-def range_text(vals: Sequence[float], spec: str = ".4g") -> str:
-    """The numbers behind a verdict: mean [min, max] (n runs), each formatted by ``spec``."""
-    if not vals:
-        return "no counted run"
-    if len(vals) == 1:
-        return f"{vals[0]:{spec}} (1 run)"
-    return f"{statistics.fmean(vals):{spec}} [{min(vals):{spec}}, {max(vals):{spec}}] ({len(vals)} runs)"

@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     from loire_jax.parallel.sharding import make_mesh
 
     library_logs_to(root / "python.log")
-    print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds"
+    extra = f" (+{len(suite.extra_seeds.seeds)} for {len(suite.extra_seeds.systems)})" if suite.extra_seeds else ""
+    print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds{extra}"
           f"{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")
     mesh = make_mesh(sizes, devs)
     return Experiment(suite, root, mesh, progress=args.progress).run(sweep)
@@ -149,13 +150,15 @@ def _list(suite, sweep, main, chosen) -> None:
               + " | ".join(" ".join(s) for s in suite.sweep.settings()) + f" ({len(sweep)} runs)")
         print("setting: " + (f"{' '.join(chosen[0])} (chosen: {chosen[1]})" if chosen
                              else "chosen by the sweep; shown with the base config's"))
-    print(f"seeds {', '.join(map(str, suite.seeds))}; {len(main)} runs; sanity gate {suite.gate_margin} nats "
+    extra = suite.extra_seeds
+    more = f" (and {', '.join(map(str, extra.seeds))} for {', '.join(extra.systems)})" if extra else ""
+    print(f"seeds {', '.join(map(str, suite.seeds))}{more}; {len(main)} runs; sanity gate {suite.gate_margin} nats "
           "below the unigram entropy")
     if suite.downstream is not None:
         ds = suite.downstream
         print(f"downstream (Tables 5, 11): {', '.join(ds.tasks)} on the final models of {', '.join(ds.systems)} at "
               f"every seed{' with ' + ' '.join(ds.overrides) if ds.overrides else ''}; "
-              f"{len(ds.tasks) * len(ds.systems) * len(suite.seeds)} fine-tunings")
+              f"{len(ds.tasks) * sum(len(suite.seeds_of(s)) for s in ds.systems)} fine-tunings")
     for system in suite.systems:
         run = next(r.config for r in main if r.system == system)
         info = SYSTEMS[system]
@@ -334,12 +337,12 @@ class Experiment:
                 result["downstream"] = read_scores(self.root / planned.workdir, tasks, len(planned.config.stages),
                                                    planned.seed, checkpoint_digest=stage_digest)
             results.setdefault(planned.system, []).append(result)
-        meta = {"name": self.suite.name, "seeds": list(self.suite.seeds), "setting": list(setting), "why": why,
+        meta = {"name": self.suite.name, "seeds": list(self.suite.all_seeds), "setting": list(setting), "why": why,
                 "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         print(f"report: {out / 'report.md'}")
         for v in claims.verdicts(results, tasks):
-            print(f"  {v['verdict']:>13}: {v['claim']} ({v['where']})")
+            print(f"  {v['verdict']:>18}: {v['claim']} ({v['where']})")
         return 0
 
 

@@ -1,7 +1,8 @@
 """A comparison suite: which systems, seeds and hyperparameter sweep make one experiment.
 
 A suite YAML (``configs/suites/``) names a LOIRE run config (``base``, plus ``key=value``
-``overrides``), the systems to compare (``loire_jax.experiments.systems``), the seeds, and a sweep:
+``overrides``), the systems to compare (``loire_jax.experiments.systems``), the seeds (and
+``extra_seeds`` for the systems the headline verdicts rest on), and a sweep:
 a grid of overrides tried on a few systems at a seed of its own. The setting with the
 best mean final AP over the sweep's systems (among settings where all of them pass the
 sanity gate) is then shared by every system, so no system is tuned and another not.
@@ -60,6 +61,15 @@ class Downstream:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExtraSeeds:
+    """More seeds for some systems: a paired verdict's interval narrows with each seed, and
+    the headline claims' systems need more than the rest (issue 40: at least five)."""
+
+    seeds: tuple[int, ...]
+    systems: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Suite:
     """One experiment. ``gate_margin``: nats a run's final train loss must lie below the
     unigram entropy of its data to count (the sanity gate)."""
@@ -73,6 +83,17 @@ class Suite:
     gate_margin: float = 0.25
     about: str = ""
     downstream: Downstream | None = None
+    extra_seeds: ExtraSeeds | None = None
+
+    def seeds_of(self, system: str) -> tuple[int, ...]:
+        """The seeds ``system`` runs at: the suite's, and the extra ones if it is named there."""
+        extra = self.extra_seeds
+        return self.seeds + (extra.seeds if extra is not None and system in extra.systems else ())
+
+    @property
+    def all_seeds(self) -> tuple[int, ...]:
+        """Every seed some system runs at, in order."""
+        return self.seeds + (self.extra_seeds.seeds if self.extra_seeds is not None else ())
 
     def __post_init__(self) -> None:
         problems = []
@@ -86,10 +107,12 @@ class Suite:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or \
                 not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             problems.append(f"seeds must be distinct integers, got {list(self.seeds)}")
+        if self.extra_seeds is not None:
+            problems += _extra_seed_problems(self.extra_seeds, self.seeds, self.systems)
         if self.sweep is not None:
             if not self.sweep.systems or not self.sweep.grid or any(not v for _, v in self.sweep.grid):
                 problems.append("sweep needs systems and a grid of non-empty value lists")
-            if self.sweep.seed in self.seeds:
+            if self.sweep.seed in self.all_seeds:
                 problems.append(f"sweep.seed={self.sweep.seed} is one of the seeds: choose the setting on a seed "
                                 "the comparison does not use")
         if self.downstream is not None:
@@ -98,6 +121,22 @@ class Suite:
             problems.append(f"gate_margin must be a non-negative number of nats, got {self.gate_margin!r}")
         if problems:
             raise ConfigError(f"invalid suite {self.name!r}: " + "; ".join(problems))
+
+
+def _extra_seed_problems(extra: ExtraSeeds, seeds: Sequence[int], systems: Sequence[str]) -> list[str]:
+    """What is wrong with ``extra_seeds``: each seed new, each system one of the suite's."""
+    problems = []
+    if not extra.seeds or len(set(extra.seeds)) != len(extra.seeds) or \
+            not all(isinstance(s, int) and not isinstance(s, bool) for s in extra.seeds):
+        problems.append(f"extra_seeds.seeds must be distinct integers, got {list(extra.seeds)}")
+    elif set(extra.seeds) & set(seeds):
+        problems.append(f"extra_seeds.seeds {sorted(set(extra.seeds) & set(seeds))} are already in seeds: "
+                        "list only the seeds the named systems add")
+    missing = [s for s in extra.systems if s not in systems]
+    if not extra.systems or len(set(extra.systems)) != len(extra.systems) or missing:
+        problems.append(f"extra_seeds.systems must be systems of the suite without repeats; got "
+                        f"{list(extra.systems)}" + (f" (not in it: {missing})" if missing else ""))
+    return problems
 
 
 def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
@@ -147,10 +186,11 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
-    known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about", "downstream"}
+    known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about", "downstream",
+             "extra_seeds"}
     if not isinstance(raw, Mapping) or set(raw) - known or not {"name", "base", "systems", "seeds"} <= set(raw):
         raise ConfigError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
-                         f"overrides, sweep, gate_margin, about); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
+                         f"overrides, sweep, gate_margin, about, downstream, extra_seeds); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
     def names(key: str, value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{path}: {key} must be a list of strings, got {value!r}")
@@ -183,13 +223,22 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
                                 names("downstream.systems", d["systems"]) if d.get("systems") is not None
                                 else names("systems", raw["systems"]),
                                 names("downstream.overrides", d.get("overrides") or []))
+    extra = None
+    if raw.get("extra_seeds") is not None:
+        e = raw["extra_seeds"]
+        if not isinstance(e, Mapping) or set(e) != {"seeds", "systems"} or not isinstance(e["seeds"], list):
+            raise ConfigError(f"{path}: extra_seeds needs exactly seeds (a list of integers) and systems")
+        extra = ExtraSeeds(tuple(integer("extra_seeds.seeds", s) for s in e["seeds"]),
+                           names("extra_seeds.systems", e["systems"]))
+        extra = extra if seeds is None else None  # --seeds replaces every seed of the suite
     base = Path(raw["base"])
     if not base.is_absolute():
         base = (path.resolve().parent / base).resolve()
     return Suite(name=raw["name"], base=str(base), systems=names("systems", raw["systems"]),
                  seeds=tuple(seeds) if seeds is not None else tuple(integer("seeds", s) for s in raw["seeds"]),
                  overrides=names("overrides", raw.get("overrides") or []), sweep=sweep,
-                 gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")), downstream=downstream)
+                 gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")), downstream=downstream,
+                 extra_seeds=extra)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,13 +272,16 @@ def base_config(suite: Suite, setting: Sequence[str] = ()) -> RunConfig:
 
 
 def _planned(suite: Suite, kind: str, setting: tuple[str, ...], seeds: Sequence[int], systems: Sequence[str],
-             where: str) -> list[PlannedRun]:
-    """Every system at every seed of one setting (seeds outermost), from one read of the base."""
+             where: str, only: Mapping[str, Sequence[int]] | None = None) -> list[PlannedRun]:
+    """Every system at every seed of one setting (seeds outermost; ``only``: the seeds each
+    system runs at, where not all), from one read of the base."""
     base = base_config(suite, setting)
     out = []
     for seed in seeds:
         seeded = base.replace(seed=seed)
         for system in systems:
+            if only is not None and seed not in only[system]:
+                continue
             config = derive(system, seeded)
             out.append(PlannedRun(kind, system, seed, setting, config.replace(name=f"{config.name}-s{seed}"),
                                   where.format(setting=setting_label(setting), system=system, seed=seed)))
@@ -245,9 +297,10 @@ def sweep_runs(suite: Suite) -> list[PlannedRun]:
 
 
 def main_runs(suite: Suite, setting: tuple[str, ...]) -> list[PlannedRun]:
-    """Every system at every seed with the chosen setting; seeds outermost, so a suite
-    stopped early has whole seeds of every system."""
-    return _planned(suite, "main", setting, suite.seeds, suite.systems, "runs/{system}/seed{seed}")
+    """Every system at each of its seeds with the chosen setting; seeds outermost, so a
+    suite stopped early has whole seeds of every system (the extra seeds come last)."""
+    return _planned(suite, "main", setting, suite.all_seeds, suite.systems, "runs/{system}/seed{seed}",
+                    {s: suite.seeds_of(s) for s in suite.systems})
 
 
 def downstream_jobs(suite: Suite, main: Sequence[PlannedRun]) -> list[tuple[PlannedRun, str]]:
