@@ -133,16 +133,22 @@ def main(argv: list[str] | None = None) -> int:
                          say, options)
     if isinstance(results, int):
         return results
-    if jax.process_index() == 0:  # the run's report gains its downstream table
-        from loire_jax.analysis.reports import ReportError, write_report
-        from loire_jax.store.checkpoints import stage_digest
+    if jax.process_index() == 0:
+        _report(run_dir, results, say)
+    return devices.finished(0)
 
-        try:
-            say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
-        except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
-            say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
+
+def _report(run_dir: Path, results: list[Any], say: Callable[..., None]) -> None:
+    """The run's report gains its downstream table; then each task's line, its score beside
+    the task's trivial baseline."""
     from loire_jax.analysis.downstream import clears
+    from loire_jax.analysis.reports import ReportError, write_report
+    from loire_jax.store.checkpoints import stage_digest
 
+    try:
+        say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
+    except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
+        say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
     for result in results:
         mean, half = result.mean_half_range
         base = result.baseline
@@ -151,7 +157,6 @@ def main(argv: list[str] | None = None) -> int:
             + ("" if clears(mean, base) else ": not above it beyond noise, so no sign that the model learned the task"))
         say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
             f"{[s.seed for s in result.seeds]}{versus} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
-    return devices.finished(0)
 
 
 def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any], stage: int | None,
