@@ -422,19 +422,18 @@ def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(l
 # --------------------------------------------------------------------------- shell commands
 # Every shell command of the documents in DOCS: "run" (executed verbatim below), or "not run here"
 # with the reason and what covers it.
-FINETUNE_COVERED = ("not run here (needs a finished run; the built-in tasks read the corpus's package files): "
-                    "tests/test_finetune.py runs the CLI end to end on tiny runs")
+# "chained": run by test_the_readme_run_and_every_fine_tuning_command_run_in_a_chain, in document order, on
+# the runs/tiny that the README's command leaves (the corpus replaced by the fixtures' with --config, and
+# each fine-tuning shortened by the documented --quick and caps).
+CHAINED = "chained"
 SHELL = {
     # README.md and docs/finetune.md
-    "python launch/finetune.py runs/tiny --task boolq --seeds 1,2,3": FINETUNE_COVERED,
-    "python launch/finetune.py runs/tiny --task boolq": FINETUNE_COVERED,
-    "python launch/finetune.py runs/tiny --task boolq --stage 3 --seeds 1,2,3 lr=1e-4 epochs=3": FINETUNE_COVERED,
-    "python launch/finetune.py runs/tiny --task boolq --task imdb": FINETUNE_COVERED,
+    "python launch/finetune.py runs/tiny --task amazon_sentiment --seeds 1,2,3 --quick": CHAINED,
+    "python launch/finetune.py runs/tiny --task boolq": CHAINED,
+    "python launch/finetune.py runs/tiny --task boolq --stage 3 --seeds 1,2,3 lr=1e-4 epochs=3": CHAINED,
+    "python launch/finetune.py runs/tiny --task boolq --task imdb": CHAINED,
     # README.md
-    "pip install -e . && python launch/train.py --mesh 8":
-        "not run here: the install is the environment's, and the default run needs the downloaded corpus and "
-        "minutes; it made docs/results/default-run* (python tools/docs_figures.py --reproduce default-run reruns "
-        "it), and test_run_from_python_writes_the_report_and_files_the_cli_writes runs the CLI end to end",
+    "pip install -e . && python launch/train.py --mesh 8": CHAINED,  # the install is the environment's
     "pip install -e '.[test]' && ruff check . && python -m pytest -m \"not slow\" && python -m pytest -m slow":
         "not run here: it is this suite (lint, then the fast tier, then the slow tier); .ci/run runs it verbatim",
     # docs/operations.md
@@ -539,7 +538,9 @@ def shell_commands() -> list[str]:
 
 def test_every_shell_command_in_the_docs_is_run_or_names_what_covers_it():
     assert sorted(set(shell_commands())) == sorted(SHELL)  # a command may appear in several documents
-    assert all(how == "run" or how.startswith("not run here") for how in SHELL.values())
+    assert all(how in ("run", CHAINED) or how.startswith("not run here") for how in SHELL.values())
+    # every fine-tuning command of the README and docs/finetune.md runs on the README's run
+    assert all(SHELL[c] == CHAINED for c in shell_commands() if "launch/finetune.py" in c)
 
 
 @functools.lru_cache(maxsize=None)
@@ -559,7 +560,7 @@ def _extra(name: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [c for c, how in SHELL.items() if how != "run"])
+@pytest.mark.parametrize("command", [c for c, how in SHELL.items() if how not in ("run", CHAINED)])
 def test_a_shell_command_not_run_names_scripts_and_flags_that_exist(command):
     """Parsed only: each ``python SCRIPT`` exists and its ``--help`` lists every ``--flag`` the
     command uses (for the cluster launchers, ``launch/train.py``'s, which they pass them to);
@@ -619,3 +620,62 @@ def test_a_cheap_shell_command_runs_verbatim(command):
 def _path_with_python() -> str:
     """PATH with this interpreter's folder first, so ``python`` is the one the tests run under."""
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+# --------------------------------------------------------------------------- the README's run, then fine-tuning
+FINETUNE_DOCS = ("README.md", "docs/finetune.md")
+SHORTER = "--quick max_train_examples=32 max_eval_examples=32 epochs=1"  # documented: docs/finetune.md
+
+
+def _readme_run_config(base: Path) -> Path:
+    """configs/tiny.yaml as it is (five stages, its model: 128 positions, its mesh), on the fixtures'
+    corpus under the default run's domain names, one step a stage."""
+    from data_helpers import local_domain
+
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    files = {"WB": "science.txt", "NEWS": "news.jsonl", "REV": "reviews.txt", "BIO": "science.txt", "CS": "reviews.txt"}
+    cfg["data"] = tiny_config_dict(base / "data", domains=[local_domain(n, f) for n, f in files.items()])
+    cfg["model"]["vocab_size"] = 320  # the fixtures' tokenizer
+    cfg["eval"]["batches"] = 1
+    cfg["optimizer"]["warmup_steps"] = 1
+    cfg["stage_defaults"].update(steps=1, warmup_steps=1, gate_ramp_steps=1, beta_steps=1)
+    downloads = base / "data" / "downloads"  # the built-in tasks' pinned files: the user's cache, else fetched
+    downloads.mkdir(parents=True)
+    cache = Path(os.path.expanduser("~/.cache/loire_jax/downloads"))
+    for f in cache.iterdir() if cache.is_dir() else ():
+        (downloads / f.name).symlink_to(f)
+    path = base / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.slow
+def test_the_readme_run_and_every_fine_tuning_command_run_in_a_chain(tmp_path):
+    """The README's main command leaves runs/tiny; then every fine-tuning command of the README and
+    docs/finetune.md, as written and in document order, runs on it (shortened by SHORTER)."""
+    config = _readme_run_config(tmp_path)
+    (tmp_path / "launch").symlink_to(ROOT / "launch")
+    env = {**os.environ, "PATH": _path_with_python(), "JAX_PLATFORMS": "cpu", "LOIRE_PROGRESS": "lines"}
+    env.pop("JAX_ENABLE_X64", None)
+
+    def sh(command: str) -> subprocess.CompletedProcess:
+        done = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                              executable="/bin/bash", env=env)
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+        assert "Traceback" not in done.stderr
+        return done
+
+    (train,) = [c for c in shell_commands() if c.endswith("python launch/train.py --mesh 8")]
+    sh(f"{train.split('&& ', 1)[1]} --config {config}")  # the install is the environment's
+    assert (tmp_path / "runs" / "tiny" / "report" / "report.md").is_file()
+    commands = [line for doc in FINETUNE_DOCS for _d, _i, code in blocks("bash") if _d == doc
+                for line in code.splitlines() if line.startswith("python launch/finetune.py")]
+    assert len(commands) == 4, commands
+    for command in commands:
+        done = sh(f"{command.split('  #', 1)[0].strip()} {SHORTER}")
+        assert re.search(r"seed \d: step 1/\d+ \(\d+%\)", done.stdout) or "done earlier" in done.stdout, done.stdout
+        assert "trivial baseline" in done.stdout
+    report = (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
+    assert "| trivial baseline |" in report
+    assert all(f"{job} (M{k})" in report for job, k in (("amazon_sentiment-quick", 5), ("boolq-quick", 3),
+                                                          ("boolq-quick", 5), ("imdb-quick", 5)))

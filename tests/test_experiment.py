@@ -92,6 +92,8 @@ def test_the_micro_suite_runs_and_reports(micro):
                           "results.json").read_text())
         assert job["config"]["epochs"] == 2 and len(job["epochs"]) == 2
         assert data["runs"][system][0]["downstream"] == {"tiny-task": job["score"]}
+        assert data["runs"][system][0]["downstream_baseline"] == {"tiny-task": job["baseline"]}  # beside it
+    assert "| trivial baseline | - |" in report  # Table 5 shows the task's baseline, and its rule below
     assert verdict["Table 5"] == "inconclusive" and verdict["Table 11"] == "not run"  # one seed decides nothing
     assert "## Downstream (Table 5; Table 11)" in report
 

@@ -98,8 +98,9 @@ def word_task(folder: Path, n_train: int = 320, n_valid: int = 400, pair: bool =
     return path
 
 
-def finetune_cli(run_dir: Path, task: Path, *args: str, fault: str | None = None, timeout: int = 600):
-    env = {**{k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}, "JAX_PLATFORMS": "cpu"}
+def finetune_cli(run_dir: Path, task: Path, *args: str, fault: str | None = None, timeout: int = 600,
+                 env: dict[str, str] | None = None):
+    env = {**{k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}, "JAX_PLATFORMS": "cpu", **(env or {})}
     entry = [str(ROOT / "tests" / "finetune_fault_driver.py"), fault] if fault else \
         [str(ROOT / "launch" / "finetune.py")]
     cmd = [sys.executable, *entry, str(run_dir), "--task", str(task), *args]
@@ -293,6 +294,7 @@ def _nothing_written(run_dir: Path, before: set) -> None:
     ("first-on-decoder", "pooling 'first' cannot work on a decoder"),
     ("unfinished-stage", "has not finished"),
     ("bad-override", "lr must be positive"),
+    ("max_len-above-the-model", "max_len 128 exceeds the model's max_seq_len 64; set max_len=64"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(decoder_run, tmp_path, case, expect):
     task = word_task(tmp_path)
@@ -315,6 +317,8 @@ def test_bad_input_is_one_line_and_writes_nothing(decoder_run, tmp_path, case, e
         (run_dir / "config.json").write_text(json.dumps(config))
     elif case == "bad-override":
         args = ["lr=-1"]
+    elif case == "max_len-above-the-model":  # given on the command line: refused naming the fix, not changed
+        args = ["max_len=128"]
     before = {str(p) for p in run_dir.rglob("*")}
     result = finetune_cli(run_dir, task, *args)
     assert expect in one_line_error(result)
@@ -467,3 +471,24 @@ def test_a_damaged_results_file_is_one_line_naming_it(decoder_run, tmp_path, tex
         _logged(decoder_run, task)
     assert str(job / "results.json") in str(err.value) and "is damaged" in str(err.value)
     assert (job / "results.json").read_text() == text
+
+
+def test_a_task_max_len_above_the_model_is_fitted_and_said_with_progress_and_the_baseline(decoder_run, tmp_path):
+    """The README's case: a task file's max_len (here 128) longer than the model's 64 is the
+    task's default, so the job reads 64 positions and says so in its first line; progress
+    lines (off a terminal) come from the first step with an ETA; the trivial baseline is
+    printed, recorded in results.json and shown beside the score."""
+    task = word_task(tmp_path, n_train=32, n_valid=32, epochs=2, max_len=128, batch_size=16)
+    done = finetune_cli(decoder_run, task, "tag=fit", env={"LOIRE_PROGRESS": "lines"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = next(line for line in done.stdout.splitlines() if line.startswith("fine-tuning stage"))
+    assert first.endswith("; max_len 64, the model's max_seq_len (the task's default 128 is longer)"), first
+    assert re.search(r"^  seed 1: step 1/4 \(25%\), first step in \d+ s$", done.stdout, re.M), done.stdout
+    assert re.search(r"^  seed 1: step 4/4 \(100%\), [\d.]+ s/step, ETA 0 s$", done.stdout, re.M), done.stdout
+    saved = json.loads((decoder_run / "finetune" / "marker-fit" / "stage2" / "seed1" / "results.json").read_text())
+    assert saved["config"]["max_len"] == 64
+    assert saved["baseline"] == {"name": "majority class", "answer": "always 'no'", "score": 50.0, "n": 32,
+                                 "noise": 17.6777}
+    assert "  trivial baseline: always 'no' scores 50.00 (majority class; noise ± 17.68 over 32 validation " \
+           "examples)" in done.stdout
+    assert "; trivial baseline 50.00 ± 17.68" in done.stdout

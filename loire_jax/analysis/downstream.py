@@ -8,6 +8,10 @@ the fine-tuning job and the reports can import it. A result names the digest of 
 checkpoint it scored; given the run's current digests (``checkpoint_digest``, which the
 callers take from ``store.checkpoints.stage_digest``), a result of another checkpoint is
 left out of every table and counted as stale: it is not the current model's score.
+
+Each result also records its task's trivial baseline, computed at scoring time from the
+validation examples scored (``loire_jax.downstream.baselines``): every table shows it
+beside the scores and marks a score that does not clear it (``clears``, ``RULE``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,43 @@ RESULTS = "results.json"
 SCORE_MARGIN = Margin(absolute=1.0)
 PAPER_AVERAGE = {"GPT_S": 81.61, "GPT_L": 82.74, "GPT_R": 83.18, "Token-KD": 81.30, "ER": 82.61, "ELLE": 83.35,
                  "LOIRE": 84.84, "Layer-stack": 82.91}
+
+
+# The rule the tables' footnotes state (``clears``), in one sentence.
+RULE = ("† marks a score that is not above its task's trivial baseline (the best constant answer: the majority "
+        "class, the most often right choice, or always no answer for QA) by more than the noise 2·√(p(1−p)/n) of "
+        "that baseline's accuracy p over the n validation examples scored (2/√n for Matthews' coefficient): it has "
+        "not shown that the model learned the task")
+
+
+def clears(score: float, base: Mapping[str, Any] | None) -> bool | None:
+    """Whether ``score`` is above the baseline ``base`` (as a job records it: ``score``,
+    ``noise``) by more than its noise; None without a baseline (an older job's results)."""
+    if not isinstance(base, Mapping) or not isinstance(base.get("score"), (int, float)):
+        return None
+    return score > base["score"] + float(base.get("noise") or 0.0)
+
+
+def _marked(cell: str, score: float | None, base: Mapping[str, Any] | None) -> str:
+    return cell + " †" if score is not None and clears(score, base) is False else cell
+
+
+def _baseline_cell(bases: Sequence[Mapping[str, Any]]) -> str:
+    """The baseline of a column: its score ± noise (n examples); a range where the runs
+    scored different validation samples."""
+    scores = sorted({round(float(b["score"]), 2) for b in bases})
+    if not scores:
+        return "-"
+    if len(scores) > 1:
+        return f"{scores[0]:.2f} to {scores[-1]:.2f}"
+    b = bases[0]
+    return f"{scores[0]:.2f} ± {float(b.get('noise') or 0.0):.2f} (n {b.get('n', '?')})"
+
+
+def baseline_of(saved: Any) -> dict[str, Any] | None:
+    """The baseline a job's results record (None in an older job's results)."""
+    base = saved.get("baseline") if isinstance(saved, dict) else None
+    return base if isinstance(base, dict) and isinstance(base.get("score"), (int, float)) else None
 
 
 # (run_dir, stage) -> the digest of that stage's checkpoint now; raises where it has none
@@ -85,9 +126,22 @@ def read_scores(run_dir: paths.PathLike, tasks: Sequence[str], stage: int, seed:
     return out
 
 
+def read_baselines(run_dir: paths.PathLike, tasks: Sequence[str], stage: int,
+                   seed: int) -> dict[str, dict[str, Any] | None]:
+    """Each task's baseline as the job of ``read_scores`` recorded it (None where it has none)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for task in tasks:
+        try:
+            out[task] = baseline_of(json.loads((job_dir(run_dir, task, stage, seed) / RESULTS).read_text()))
+        except (OSError, ValueError):
+            out[task] = None
+    return out
+
+
 def run_jobs(run_dir: paths.PathLike, checkpoint_digest: CheckpointDigest | None = None) -> list[dict[str, Any]]:
     """Every finished fine-tuning of a run, one entry per (job, stage): ``job``, ``stage``,
-    ``metric`` and ``seeds`` (seed -> final validation score), sorted by job and stage.
+    ``metric``, ``seeds`` (seed -> final validation score) and ``baseline`` (the trivial
+    baseline its current results record, if any), sorted by job and stage.
     Read from each seed's results (not the last call's summary, which holds only the seeds
     that call ran). With ``checkpoint_digest``, a result that scored another checkpoint
     than the stage's current one is left out of ``seeds`` and listed in ``stale``."""
@@ -107,6 +161,8 @@ def run_jobs(run_dir: paths.PathLike, checkpoint_digest: CheckpointDigest | None
         entry = found.setdefault((job, stage), {"job": job, "stage": stage, "metric": saved.get("metric"), "seeds": {}})
         if current.holds(saved, stage):
             entry["seeds"][seed] = score
+            if baseline_of(saved) is not None:
+                entry.setdefault("baseline", baseline_of(saved))
         else:
             entry.setdefault("stale", []).append(seed)
     return [found[k] for k in sorted(found)]
@@ -119,14 +175,20 @@ def runs_section(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     cols = sorted({(j["job"], j["stage"]) for s in summaries for j in s.get("downstream") or ()})
     if not cols:
         return []
-    rows = []
+    rows, bases = [], {c: [] for c in cols}
     for s in summaries:
         got = {(j["job"], j["stage"]): list(j["seeds"].values()) for j in s.get("downstream") or ()}
+        base = {(j["job"], j["stage"]): j.get("baseline") for j in s.get("downstream") or ()}
+        for c, b in base.items():
+            if b is not None:
+                bases[c].append(b)
         cells = [seed_stats(got.get(c, [])) for c in cols]
         seeds = sorted({seed for j in s.get("downstream") or () for seed in j["seeds"]})
         avg = statistics.fmean(c["mean"] for c in cells) if all(cells) else None
-        rows.append([s["name"], ",".join(map(str, seeds)) or "-", *map(stat_cell, cells),
+        rows.append([s["name"], ",".join(map(str, seeds)) or "-",
+                     *(_marked(stat_cell(st), st and st["mean"], base.get(c)) for c, st in zip(cols, cells)),
                      f"{avg:.2f}" if avg is not None else "-"])
+    rows.append(["trivial baseline", "-", *(_baseline_cell(bases[c]) for c in cols), "-"])
     header = ["run", "seeds", *(f"{job} (M{stage})" for job, stage in cols), "average"]
     stale = [f"{s['name']} {j['job']} (M{j['stage']}) seed {seed}" for s in summaries
              for j in s.get("downstream") or () for seed in j.get("stale", ())]
@@ -136,7 +198,8 @@ def runs_section(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["", "## Downstream (Table 5)", "",
             "Final validation score of each fine-tuning (`launch/finetune.py`; accuracy, or the task's metric, "
             "percent): mean ± half the range over its seeds. The average is taken over the columns where the "
-            "run has every one.", "", *markdown_table(header, rows), *note]
+            "run has every one. The last row is each task's trivial baseline on the same validation examples, "
+            "± its noise.", "", *markdown_table(header, rows), "", RULE + ".", *note]
 
 
 def _average(r: Mapping[str, Any], tasks: Sequence[str]) -> float | None:
@@ -149,28 +212,51 @@ def _counted(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in runs if r["finished"] and r["gate"]["passed"] and r.get("downstream")]
 
 
-def table(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[list[str]]:
+def table(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
+          baselines: bool = False) -> list[list[str]]:
     """Rows of Table 5: system, counted runs, each task's score and the average, as mean ±
-    half the range over the runs that passed the sanity gate, and the paper's average."""
+    half the range over the runs that passed the sanity gate, and the paper's average.
+    With ``baselines``, a score that does not clear its task's baseline is marked (†) and
+    a last row gives each task's baseline (``downstream_baseline`` of the runs)."""
     rows = []
+    base = suite_baselines(results, tasks)
     for system, runs in results.items():
         counted = _counted(runs)
         if not any(r.get("downstream") for r in runs):
             continue
-        cells = [stat_cell(seed_stats([(r["downstream"] or {}).get(t) for r in counted])) for t in tasks]
+        stats = [seed_stats([(r["downstream"] or {}).get(t) for r in counted]) for t in tasks]
+        cells = [_marked(stat_cell(st), st and st["mean"], base[t][0] if baselines and base[t] else None)
+                 for t, st in zip(tasks, stats)]
         avgs = [a for r in counted if (a := _average(r, tasks)) is not None]
         paper = PAPER_AVERAGE.get(system)
         rows.append([system, f"{len(counted)}/{len(runs)}", *cells, stat_cell(seed_stats(avgs)),
                      f"{paper:.2f}" if paper is not None else "-"])
+    if baselines and rows:
+        rows.append(["trivial baseline", "-", *(_baseline_cell(base[t]) for t in tasks), "-", "-"])
     return rows
+
+
+def suite_baselines(results: Mapping[str, Sequence[Mapping[str, Any]]],
+                    tasks: Sequence[str]) -> dict[str, list[Mapping[str, Any]]]:
+    """Each task's baselines as the suite's runs recorded them (``downstream_baseline``)."""
+    out: dict[str, list[Mapping[str, Any]]] = {t: [] for t in tasks}
+    for runs in results.values():
+        for r in runs:
+            for t in tasks:
+                b = (r.get("downstream_baseline") or {}).get(t)
+                if isinstance(b, Mapping) and isinstance(b.get("score"), (int, float)):
+                    out[t].append(b)
+    return out
 
 
 def section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[str]:
     """The report's Table 5 section, as markdown lines."""
     return ["", "## Downstream (Table 5; Table 11)", "",
             "Validation score per task (accuracy, or the task's metric) of each counted run's final model "
-            "fine-tuned at the run's seed: mean ± half the range; the paper's column is its ten-task average.", "",
-            *markdown_table(["system", "runs", *tasks, "average", "paper average"], table(results, tasks))]
+            "fine-tuned at the run's seed: mean ± half the range; the paper's column is its ten-task average. "
+            "The last row is each task's trivial baseline on the same validation examples, ± its noise.", "",
+            *markdown_table(["system", "runs", *tasks, "average", "paper average"],
+                            table(results, tasks, baselines=True)), "", RULE + "."]
 
 
 def _claims(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tuple[str, str, str, list[str], bool]]:

@@ -324,7 +324,7 @@ class Experiment:
 
     def _report(self, main, setting, why, sweep_rows) -> int:
         from loire_jax.analysis import claims, comparison
-        from loire_jax.analysis.downstream import read_scores
+        from loire_jax.analysis.downstream import read_baselines, read_scores
         from loire_jax.config.loader import load_finetune_config
         from loire_jax.store.checkpoints import stage_digest
 
@@ -336,6 +336,8 @@ class Experiment:
             if tasks and planned.system in ds.systems:
                 result["downstream"] = read_scores(self.root / planned.workdir, tasks, len(planned.config.stages),
                                                    planned.seed, checkpoint_digest=stage_digest)
+                result["downstream_baseline"] = read_baselines(self.root / planned.workdir, tasks,
+                                                               len(planned.config.stages), planned.seed)
             results.setdefault(planned.system, []).append(result)
         meta = {"name": self.suite.name, "seeds": list(self.suite.all_seeds), "setting": list(setting), "why": why,
                 "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}

@@ -2,7 +2,7 @@
 (``python launch/finetune.py`` in a checkout).
 
     loire-finetune RUN_DIR --task boolq|PATH.yaml [--task ...] [--stage K] [--seeds 1,2,3] [--mesh 8]
-                   [--compile-cache DIR|auto|off] [--coordinator HOST:PORT --num-processes N
+                   [--quick] [--no-progress] [--compile-cache DIR|auto|off] [--coordinator HOST:PORT --num-processes N
                    --process-id I | --distributed auto] [--init-timeout S] [key=value ...]
 
 Reads stage K's final model (default: the run's last stage), puts the task's head on it and
@@ -13,7 +13,12 @@ the seeds), and rewrites the run's report (``RUN_DIR/report``), whose Downstream
 lists every fine-tuning of the run. Several ``--task`` run one after the other, each task's
 config and records checked (and two tasks of one name refused) before the first starts.
 Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
-or its files (``task.files.train=my.jsonl``) of every task. Rerunning the command resumes a stopped seed
+or its files (``task.files.train=my.jsonl``) of every task. A task's max_len longer than the
+model's max_seq_len is lowered to it, unless max_len is given here. ``--quick`` (epochs=2
+max_train_examples=512 max_len=64 lr=1e-3 batch_size=32 tag=quick, before the overrides)
+finishes a built-in task in minutes on a 2-core CPU. Progress (a bar on a terminal, lines
+with an ETA elsewhere) shows from the first step; each score is printed beside the task's
+trivial baseline. Rerunning the command resumes a stopped seed
 and skips finished ones, while the checkpoint, data and settings they record still hold
 (else they are moved aside and recomputed, or, for other settings, refused); a second
 command on the same job is refused while the first holds its lock. Several processes (one per host or GPU) take ``loire-train``'s
@@ -63,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
                                                                "default: the last)")
     parser.add_argument("--seeds", default=None, help="e.g. 1,2,3 (default: the task config's seed)")
     parser.add_argument("--mesh", default=None, help="device mesh (default: the task config's, else the run's)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a short job for a first look: epochs=2 max_train_examples=512 max_len=64 lr=1e-3 "
+                             "batch_size=32 tag=quick (overrides given after it win)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar or progress lines (the epoch scores are still printed)")
     parser.add_argument("--compile-cache", default="auto", metavar="DIR|auto|off",
                         help="persistent XLA compilation cache, as loire-train's (auto: $JAX_COMPILATION_CACHE_DIR "
                              "or ~/.cache/loire_jax/xla)")
@@ -74,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     from loire_jax.config import presets
     from loire_jax.config.finetune import check_distinct_jobs
     from loire_jax.config.loader import load_finetune_config, run_config_from_dict
+    from loire_jax.downstream.settings import QUICK, given
 
-    cfgs = [(presets.find(task, "tasks"), load_finetune_config(task, args.overrides)) for task in args.task]
+    overrides = [*QUICK, *args.overrides] if args.quick else list(args.overrides)
+    cfgs = [(presets.find(task, "tasks"), load_finetune_config(task, overrides)) for task in args.task]
     check_distinct_jobs(cfgs)  # before any compute: two tasks of one name would share their results' folder
     meshes = sorted({cfg.mesh for _, cfg in cfgs if cfg.mesh is not None})
     if args.mesh is None and len(meshes) > 1:
@@ -115,27 +127,40 @@ def main(argv: list[str] | None = None) -> int:
     from loire_jax.parallel.sharding import make_mesh
 
     say(f"devices: {note}", flush=True)
+    options = {"progress": not args.no_progress and jax.process_index() == 0,
+               "max_len_given": given(args.overrides, "max_len")}  # --quick's max_len yields to the model's
     results = _fine_tune(run_dir, run, [cfg for _, cfg in cfgs], lambda: make_mesh(sizes, devs), args.stage, seeds,
-                         say)
+                         say, options)
     if isinstance(results, int):
         return results
-    if jax.process_index() == 0:  # the run's report gains its downstream table
-        from loire_jax.analysis.reports import ReportError, write_report
-        from loire_jax.store.checkpoints import stage_digest
-
-        try:
-            say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
-        except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
-            say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
-    for result in results:
-        mean, half = result.mean_half_range
-        say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
-            f"{[s.seed for s in result.seeds]} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
+    if jax.process_index() == 0:
+        _report(run_dir, results, say)
     return devices.finished(0)
 
 
+def _report(run_dir: Path, results: list[Any], say: Callable[..., None]) -> None:
+    """The run's report gains its downstream table; then each task's line, its score beside
+    the task's trivial baseline."""
+    from loire_jax.analysis.downstream import clears
+    from loire_jax.analysis.reports import ReportError, write_report
+    from loire_jax.store.checkpoints import stage_digest
+
+    try:
+        say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
+    except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
+        say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
+    for result in results:
+        mean, half = result.mean_half_range
+        base = result.baseline
+        versus = "" if base is None else (
+            f"; trivial baseline {base['score']:.2f} ± {base['noise']:.2f}"
+            + ("" if clears(mean, base) else ": not above it beyond noise, so no sign that the model learned the task"))
+        say(f"{result.task} on stage {result.stage}: {result.metric} {mean:.2f} ± {half:.2f} over seeds "
+            f"{[s.seed for s in result.seeds]}{versus} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
+
+
 def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any], stage: int | None,
-               seeds: list[int] | None, say: Callable[..., None]) -> list[Any] | int:
+               seeds: list[int] | None, say: Callable[..., None], options: dict[str, Any]) -> list[Any] | int:
     """Each task's fine-tuning in turn: their results, or the exit code of the first that
     stopped or failed. With several tasks every task's records are read and checked first,
     so a bad file of the last task fails before the first task's compute."""
@@ -151,7 +176,8 @@ def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any]
             for cfg in cfgs:
                 load_examples(cfg.task, run.data.root / "downloads")
         for cfg in cfgs:
-            result = finetune(run_dir, cfg, stage=stage, seeds=seeds, mesh=on, log=lambda line: say(line, flush=True))
+            result = finetune(run_dir, cfg, stage=stage, seeds=seeds, mesh=on, log=lambda line: say(line, flush=True),
+                              **options)
             if not result.complete:
                 say(f"stopped by signal {result.stopped} after a save; rerun the same command to resume",
                     file=sys.stderr)

@@ -35,12 +35,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from loire_jax import paths
 from loire_jax.analysis.downstream import FINETUNE_DIR, RESULTS  # the layout the reports read
 from loire_jax.config.finetune import FinetuneConfig, TaskConfig
-from loire_jax.config.model import ModelConfig
-from loire_jax.config.run import RunConfig
 from loire_jax.config.shapes import GATES
-from loire_jax.downstream import encoding, heads, provenance, scoring
+from loire_jax.downstream import baselines, encoding, heads, provenance, scoring
 from loire_jax.downstream.errors import FinetuneError
 from loire_jax.downstream.programs import Programs, data_ways, host, make_optimizer
+from loire_jax.downstream.progress import JobProgress, bar_wanted
+from loire_jax.downstream.settings import fit_max_len, given
+from loire_jax.downstream.stage_model import StageModel, stage_model  # noqa: F401  (public here too)
 from loire_jax.downstream.tasks import TaskError, load_examples
 from loire_jax.parallel import peers
 from loire_jax.paths import Path
@@ -68,6 +69,7 @@ class FinetuneResult:
     metric: str
     seeds: list[SeedResult]
     stopped: int | None = None  # the signal that stopped the job early (resume by rerunning), else None
+    baseline: dict[str, Any] | None = None  # the task's trivial baseline on the examples scored (``baselines``)
 
     @property
     def complete(self) -> bool:
@@ -76,57 +78,6 @@ class FinetuneResult:
     @property
     def mean_half_range(self) -> tuple[float, float]:
         return scoring.mean_half_range([s.score for s in self.seeds])
-
-
-# ----------------------------------------------------------------------------- the stage's model
-@dataclasses.dataclass(frozen=True)
-class StageModel:
-    run: RunConfig
-    stage: int
-    directory: Path
-    model: ModelConfig
-    tokenizer: Any
-
-
-def stage_model(run_dir: paths.PathLike, stage: int | None = None) -> StageModel:
-    """The run's config, the stage (default: the last), its model config and the tokenizer the
-    model was trained with, all checked before any array is read: a stage that has not
-    finished, or a data cache that now holds another tokenizer, is refused."""
-    from loire_jax.config.loader import run_config_from_dict
-    from loire_jax.data import load_tokenizer
-    from loire_jax.data.errors import DataError
-    from loire_jax.store import checkpoints
-    from loire_jax.store.provenance import check_stage
-
-    run_dir = paths.as_path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise FinetuneError(f"{run_dir} is not a loire_jax run directory (no config.json)")
-    try:
-        run = run_config_from_dict(json.loads((run_dir / "config.json").read_text()))
-    except ValueError as err:
-        raise FinetuneError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
-    n = len(run.stages)
-    stage = n if stage is None else stage
-    if not 1 <= stage <= n:
-        raise FinetuneError(f"stage must be in 1..{n} (the run's stages), got {stage}")
-    directory = checkpoints.stage_dir(run_dir, stage)
-    step = checkpoints.latest_complete_step(directory)
-    # another run's checkpoint put in stage_<k> is refused first, in one line naming the difference
-    meta = check_stage(run, stage, run_dir) if step is not None else {}
-    total = run.stages[stage - 1].steps
-    if step != total:
-        done = "has no checkpoint" if step is None else f"is at step {step} of {total}"
-        raise FinetuneError(f"stage {stage} ({run.stages[stage - 1].name}) of {run_dir} has not finished: it {done}; "
-                            "finish the run first, or pick a finished stage with --stage")
-    model = ModelConfig.from_dict(meta["model"])
-    try:
-        tokenizer = load_tokenizer(run.data, build=False)
-    except DataError as err:
-        raise FinetuneError(f"the run's tokenizer is not in its data cache ({str(err).splitlines()[0]})") from None
-    if tokenizer.identity != meta["tokenizer"]:
-        raise FinetuneError("the run's data cache now holds another tokenizer than the one stage "
-                            f"{stage} was trained with; point data.data_dir at the run's own cache")
-    return StageModel(run, stage, directory, model, tokenizer)
 
 
 def _layout(sm: StageModel) -> encoding.Layout:
@@ -166,8 +117,9 @@ class _Job:
     def __init__(self, cfg: FinetuneConfig, sm: StageModel, mesh: Mesh, train: encoding.Encoded,
                  valid: encoding.Encoded, valid_records: list[dict[str, Any]], directory: Path, seed: int,
                  signals: Any, log: Callable[[str], None], on_step: Callable[[int], None] | None = None, *,
-                 made_of: dict[str, Any]) -> None:
+                 made_of: dict[str, Any], progress: bool = False) -> None:
         self.cfg, self.sm, self.mesh, self.seed, self.log, self.on_step = cfg, sm, mesh, seed, log, on_step
+        self.progress, self.say = progress, log  # progress: a bar or lines with an ETA from the first step
         self.made_of = made_of  # the checkpoint and data every stored state of this job names
         self.train, self.valid, self.valid_records = train, valid, valid_records
         self.directory, self.signals = directory, signals
@@ -246,16 +198,8 @@ class _Job:
             return {k: float(v) for k, v in result.items()}
         pred = np.argmax(np.concatenate(outputs)[:n], axis=-1)
         gold = self.valid.targets["label"]
-        metric = task.metric
-        if metric == "accuracy":
-            result["score"] = scoring.accuracy(pred, gold)
-        elif metric == "f1":
-            result["score"] = scoring.binary_f1(pred, gold)
-        elif metric == "macro_f1":
-            result["score"] = scoring.macro_f1(pred, gold, task.num_labels)
-        else:
-            result["score"] = scoring.matthews_corrcoef(pred, gold)
-        if metric != "accuracy":
+        result["score"] = scoring.classification_score(task.metric, pred, gold, task.num_labels)
+        if task.metric != "accuracy":
             result["accuracy"] = scoring.accuracy(pred, gold)
         return {k: float(v) for k, v in result.items()}
 
@@ -288,7 +232,10 @@ class _Job:
             assert isinstance(state, TrainState)
             t0, pending = time.perf_counter(), None
             log_every = max(1, self.steps_per_epoch // 4)
-            with self.signals.deferred():
+            shown = JobProgress(f"  seed {self.seed}", start, self.total, self.log, bar=bar_wanted()) \
+                if self.progress else None
+            self.say = shown.write if shown is not None else self.log
+            with self.signals.deferred(), contextlib.closing(shown) if shown else contextlib.nullcontext():
                 for step in range(start, self.total):
                     inputs, targets = self._rows(self.train, self.batch_indices(step))
                     weights = np.ones(len(targets[next(iter(targets))]), np.float32)
@@ -299,6 +246,8 @@ class _Job:
                     pending, done = (step, loss), step + 1
                     if self.on_step is not None:
                         self.on_step(done)
+                    if shown is not None:
+                        shown.step(done)
                     epoch_end = done % self.steps_per_epoch == 0
                     # one collective per check with several processes: only where a save may fall
                     check = jax.process_count() == 1 or done % every == 0 or epoch_end
@@ -324,7 +273,8 @@ class _Job:
                   "steps": self.total, "train_examples": self.train.examples,
                   "validation_examples": self.valid.examples,
                   "truncated": {"train": self.train.truncated, "validation": self.valid.truncated},
-                  "wall_s_last_call": round(wall, 2), "config": cfg.to_dict(), provenance.PROVENANCE: self.made_of}
+                  "wall_s_last_call": round(wall, 2), "config": cfg.to_dict(), provenance.PROVENANCE: self.made_of,
+                  "baseline": baselines.baseline(cfg, self.valid_records)}  # of the examples scored
         if cfg.task.kind == "qa":  # rows the model read: a long context's windows
             result["windows"] = {"train": len(self.train), "validation": len(self.valid)}
         if jax.process_index() == 0:  # one writer; every process holds the same history
@@ -343,7 +293,7 @@ class _Job:
         scores = self.evaluate(programs, params)
         history["eval"].append({"epoch": epoch, "step": done, **scores})
         name = "F1" if self.cfg.task.kind == "qa" else self.cfg.task.metric
-        self.log(f"  seed {self.seed} epoch {epoch}/{self.cfg.epochs}: validation {name} {scores['score']:.2f}, "
+        self.say(f"  seed {self.seed} epoch {epoch}/{self.cfg.epochs}: validation {name} {scores['score']:.2f}, "
                  f"loss {scores['loss']:.4f}")
 
     def _metric_name(self) -> str:
@@ -359,7 +309,8 @@ class _Job:
 def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, cfg: FinetuneConfig | None = None, *,
              stage: int | None = None, seeds: Sequence[int] | None = None, overrides: Sequence[str] = (),
              mesh: Mesh | str | None = None, log: Callable[[str], None] = print,
-             on_step: Callable[[int], None] | None = None) -> FinetuneResult:
+             on_step: Callable[[int], None] | None = None, progress: bool = False,
+             max_len_given: bool | None = None) -> FinetuneResult:
     """Fine-tune stage ``stage`` (default: the last) of the run in ``run_dir`` on ``task`` at
     each seed (default: ``cfg.seed``), and write each seed's metrics and results, and a
     summary, under ``<run_dir>/finetune/<task>/stage<k>/``.
@@ -370,18 +321,27 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
     task's files and records, the head on this model, the mesh) is refused before any
     compute, with a one-line ``LoireError``. Under SIGTERM/SIGINT (main thread) the job
     saves and returns with ``stopped`` set; calling again resumes it. ``on_step(step)`` is
-    called after each training step is dispatched (a progress bar's hook).
+    called after each training step is dispatched (a progress bar's hook); ``progress``
+    shows a bar on a terminal, else lines through ``log``, from the first step, with an ETA.
+
+    A ``max_len`` above the model's ``max_seq_len`` is lowered to it (said in the job's first
+    line) where it is the task's default, and refused where the user set it
+    (``max_len_given``; default: ``max_len`` is among ``overrides``, or ``cfg`` or a whole
+    ``FinetuneConfig`` was given).
     """
     from loire_jax.config.loader import load_finetune_config
     from loire_jax.train.signals import RunSignals, Stopped
 
+    if max_len_given is None:
+        max_len_given = isinstance(task, FinetuneConfig) or cfg is not None or given(overrides, "max_len")
     if isinstance(task, FinetuneConfig):
         cfg = task
     elif isinstance(task, TaskConfig):
         cfg = dataclasses.replace(cfg, task=task) if cfg is not None else FinetuneConfig(task=task)
     elif cfg is None:
         cfg = load_finetune_config(task, overrides)
-    sm, mesh, (train, train_records), (valid, valid_records), data = _prepare(run_dir, cfg, stage, mesh)
+    cfg, sm, mesh, (train, train_records), (valid, valid_records), data, note = _prepare(run_dir, cfg, stage, mesh,
+                                                                                        max_len_given)
     made_of = provenance.record(sm.directory, sm.stage, sm.run.stages[sm.stage - 1].steps, data)  # once per call
     seeds = list(seeds) if seeds is not None else [cfg.seed]
     root = paths.as_path(run_dir) / FINETUNE_DIR / cfg.job_name / f"stage{sm.stage}"
@@ -403,9 +363,12 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
                 f"{cfg.job_name} ({cfg.task.kind}, {train.examples} train / {valid.examples} validation examples"
                 + (f" in {len(train)} / {len(valid)} windows" if len(train) + len(valid) > train.examples
                    + valid.examples else "") + f", {cfg.epochs} epochs of {len(train) // cfg.batch_size} steps) "
-                f"at seeds {seeds}")
+                f"at seeds {seeds}" + (f"; {note}" if note else ""))
+            base = baselines.baseline(cfg, valid_records)
+            log(f"  trivial baseline: {base['answer']} scores {base['score']:.2f} ({base['name']}; noise ± "
+                f"{base['noise']:.2f} over {base['n']} validation examples)")
             stopped = _run_seeds(cfg, sm, mesh, train, valid, valid_records, root, reuse, made_of, signals, log,
-                                 on_step, out)
+                                 on_step, out, progress)
             if stopped is None and writer:
                 _write_summary(root, FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out), made_of)
     except Stopped:
@@ -415,13 +378,14 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
             peers.failed_alone(err)
         raise
     if stopped is not None:
-        return FinetuneResult(cfg.job_name, sm.stage, cfg.task.metric, out, stopped=stopped)
-    return FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out)
+        return FinetuneResult(cfg.job_name, sm.stage, cfg.task.metric, out, stopped=stopped, baseline=base)
+    return FinetuneResult(cfg.job_name, sm.stage, out[0].metric, out, baseline=base)
 
 
 def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any, valid_records: Any, root: Path,
                reuse: dict[int, dict[str, Any] | None], made_of: dict[str, Any], signals: Any,
-               log: Callable[[str], None], on_step: Callable[[int], None] | None, out: list[SeedResult]) -> int | None:
+               log: Callable[[str], None], on_step: Callable[[int], None] | None, out: list[SeedResult],
+               progress: bool = False) -> int | None:
     """Each seed's job in turn (``reuse``: seed -> its stored results that still hold, or
     None); appends to ``out`` and returns the stopping signal's number, or None when every
     seed is done."""
@@ -433,7 +397,7 @@ def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any,
             continue
         directory.mkdir(parents=True, exist_ok=True)
         job = _Job(dataclasses.replace(cfg, seed=seed), sm, mesh, train, valid, valid_records, directory, seed,
-                   signals, log, on_step, made_of=made_of)
+                   signals, log, on_step, made_of=made_of, progress=progress)
         got = job.run()
         if isinstance(got, int):
             return got
@@ -441,16 +405,17 @@ def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any,
     return None
 
 
-def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, mesh: Mesh | str | None) -> tuple:
-    """(stage model, mesh, (train arrays, records), (validation arrays, records), the data's
-    record for provenance), every check made: the model against the task's settings and the
-    mesh, the task's records."""
+def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, mesh: Mesh | str | None,
+             max_len_given: bool) -> tuple:
+    """(the config as the model allows it, stage model, mesh, (train arrays, records),
+    (validation arrays, records), the data's record for provenance, a note on what was
+    changed), every check made: the model against the task's settings and the mesh, the
+    task's records."""
     from loire_jax.config.mesh import parse_mesh
     from loire_jax.parallel.sharding import check_divisible, make_mesh
 
     sm = stage_model(run_dir, stage)
-    if cfg.max_len > sm.model.max_seq_len:
-        raise FinetuneError(f"max_len {cfg.max_len} exceeds the model's max_seq_len {sm.model.max_seq_len}")
+    cfg, note = fit_max_len(cfg, sm.model.max_seq_len, max_len_given)
     try:
         encoding.resolved_pooling(cfg.pooling, sm.model.encoder)
     except ValueError as err:
@@ -476,7 +441,7 @@ def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, me
         train, valid = (encode(cfg, r, sm.tokenizer, layout) for r in (train_records, valid_records))
     except ValueError as err:
         raise TaskError(f"task {cfg.task.name!r}: {str(err).splitlines()[0]}") from None
-    return sm, mesh, (train, train_records), (valid, valid_records), data
+    return cfg, sm, mesh, (train, train_records), (valid, valid_records), data, note
 
 
 def _write_summary(root: Path, result: FinetuneResult, made_of: dict[str, Any]) -> None:

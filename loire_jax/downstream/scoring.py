@@ -236,6 +236,17 @@ def matthews_corrcoef(pred: np.ndarray | Sequence[int], labels: np.ndarray | Seq
 
 
 # --------------------------------------------------------------------------- over seeds
+def classification_score(metric: str, pred: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
+    """A classification task's score in its ``metric`` (``config.finetune.METRICS``), percent."""
+    if metric == "accuracy":
+        return accuracy(pred, gold)
+    if metric == "f1":
+        return binary_f1(pred, gold)
+    if metric == "macro_f1":
+        return macro_f1(pred, gold, num_labels)
+    return matthews_corrcoef(pred, gold)
+
+
 def mean_half_range(values: Sequence[float]) -> tuple[float, float]:
     """(mean, (max − min) / 2) of a score over seeds, reported as "mean ± half-range": with
     the few seeds fine-tuning affords (3 to 5), the half-range says plainly how far apart
