@@ -105,6 +105,17 @@ def _prompted(ds: grain.MapDataset, token: int | None, at: int) -> grain.MapData
     return ds.map(put)
 
 
+def _own_memory(prep, name: str, domain_index: int, seq_len: int, seed: int, prompt: int | None,
+                prompt_at: int) -> grain.MapDataset:
+    """The stage's own domain's recovery memory, shuffled apart from the others (``recovery: end``)."""
+    src = PackedWindows([prep.tokens(domain_index, "memory")], seq_len)
+    if len(src) == 0:
+        raise InsufficientDataError(f"recovery: end replays the recovery memory of {name!r}, which holds no full "
+                                    f"sequence of {seq_len + 1} tokens")
+    return _prompted(grain.MapDataset.source(src).shuffle(seed=seed + _OWN_MEMORY_SEED_OFFSET).repeat(), prompt,
+                     prompt_at)
+
+
 def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                   memory_domains: Sequence[int] | None = None, process_index: int = 0,
@@ -168,14 +179,8 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
         # without weights, each domain's share is its memory's size, as in one concatenated memory
         weights = memory_weights if memory_weights is not None else [len(src) for src in sources]
         mem = parts[0] if len(parts) == 1 else grain.MapDataset.mix(parts, [float(w) for w in weights])
-    own = None
-    if own_memory and mem is not None:
-        own_src = PackedWindows([prep.tokens(domain_index, "memory")], seq_len)
-        if len(own_src) == 0:
-            raise InsufficientDataError(f"recovery: end replays the recovery memory of {name!r}, which holds no full "
-                                        f"sequence of {seq_len + 1} tokens")
-        own = _prompted(grain.MapDataset.source(own_src).shuffle(seed=seed + _OWN_MEMORY_SEED_OFFSET).repeat(),
-                        prompts.get(domain_index), prompt_at)
+    own = _own_memory(prep, name, domain_index, seq_len, seed, prompts.get(domain_index), prompt_at) \
+        if own_memory and mem is not None else None
     endless = sys.maxsize // (2 * global_batch_size)
     length = (steps if steps is not None else endless) * global_batch_size
     replay = ((replay_steps if replay_steps is not None else endless) - recover_steps - replay_start) \
