@@ -230,7 +230,7 @@ def test_the_shipped_decoder_suites_plan_every_run(name):
     sweep = sweep_runs(suite)
     main = main_runs(suite, suite.sweep.settings()[0])
     assert len(sweep) == len(suite.sweep.settings()) * len(suite.sweep.systems)
-    assert len(main) == len(suite.systems) * len(suite.seeds) == 42
+    assert len(main) == len(suite.systems) * len(suite.seeds) == 48
     assert len({r.workdir for r in sweep + main}) == len(sweep + main)
     assert {r.config.seed for r in main} == set(suite.seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
 

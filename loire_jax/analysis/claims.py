@@ -59,7 +59,8 @@ class Claim:
     it returns whether it holds and the number behind it. A claim with a ``check`` and
     ``contrast`` opponents is about LOIRE alone: the check decides it, and the opponents
     the suite has are compared as well (a suite with none of them still gets the verdict).
-    ``paper_model``: whose figures ``paper`` quotes."""
+    ``paper_model``: whose figures ``paper`` quotes. ``subject``: the system whose runs stand
+    for LOIRE's (a LOIRE variant, such as LOIRE at a rival's replay dose)."""
 
     claim: str
     where: str
@@ -70,6 +71,7 @@ class Claim:
     check: Callable[[Sequence[Mapping[str, Any]]], tuple[bool, str]] | None = None
     contrast: bool = False
     paper_model: str = "LOIRE-GPT1"
+    subject: str = "LOIRE"
 
 
 def _total(r: Mapping[str, Any], key: str) -> float | None:
@@ -107,6 +109,12 @@ CLAIMS = (
           "Init within 0.09-0.76 PPL of the previous Final", "abs(Init - previous Final) AP, mean "
           "over stages 2-5", _mean_gap, ("Random", "Zero"), check=_exact_growth, contrast=True,
           paper_model="LOIRE-Bert"),
+    Claim("LOIRE forgets less than ER at ER's replay dose (equal old-data tokens)", "Table 2 (vs ER, equal replay)",
+          "AP+ -3.84 vs ER's; the paper does not equalise replay", "final AP+", lambda r: _final(r, "AP+"), ("ER",),
+          subject="LOIRE-ER-replay"),
+    Claim("LOIRE forgets less than ELLE at ELLE's replay dose (equal old-data tokens)",
+          "Table 2 (vs ELLE, equal replay)", "AP+ -3.84 vs 3.13; the paper does not equalise replay", "final AP+",
+          lambda r: _final(r, "AP+"), ("ELLE",), subject="LOIRE-ELLE-replay"),
 )
 
 
@@ -124,18 +132,19 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]],
 
     out = []
     fam = family(results)
-    loire = counted("LOIRE")
-    # LOIRE's runs that failed the gate are not dropped in its favour: they make every verdict inconclusive
-    loire_failed = [r["name"] for r in results.get("LOIRE", ()) if r["finished"] and not r["gate"]["passed"]]
     for c in CLAIMS:
-        others = [s for s in results if s != "LOIRE"] if c.opponents is None else list(c.opponents)
+        loire = counted(c.subject)
+        # LOIRE's runs that failed the gate are not dropped in its favour: they make every verdict inconclusive
+        loire_failed = [r["name"] for r in results.get(c.subject, ()) if r["finished"] and not r["gate"]["passed"]]
+        # "every other system": LOIRE's own variants (LOIRE-*) are not its rivals
+        others = [s for s in results if not s.startswith("LOIRE")] if c.opponents is None else list(c.opponents)
         present = [s for s in others if s in results]
         if c.contrast and c.check is not None:  # LOIRE's own check decides; the opponents are a contrast
-            missing, others = "LOIRE" not in results, present
+            missing, others = c.subject not in results, present
         else:
-            missing = "LOIRE" not in results or not others or len(present) < len(others)
+            missing = c.subject not in results or not others or len(present) < len(others)
         mine = [v for v in (c.metric(r) for r in loire) if v is not None]
-        parts, numbers, worse = [], [f"LOIRE {range_text(mine)}"], []
+        parts, numbers, worse = [], [f"{c.subject} {range_text(mine)}"], []
         for other in present:
             theirs = [v for v in (c.metric(r) for r in counted(other)) if v is not None]
             parts.append(lower(mine, theirs))
