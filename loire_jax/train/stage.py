@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import jax
 import jax.numpy as jnp
 
-from loire_jax.config.schedule import (phases, replay_domains, replay_record, replay_shares, stage_vocab,
-                                      teacher_stages)
+from loire_jax.config.schedule import phases, replay_domains, replay_record, replay_shares, stage_vocab, teacher_stages
 from loire_jax.config.stage import model_name, stage_number
 from loire_jax.growth.net2net import grow_vocab
 from loire_jax.interop import pretrained
