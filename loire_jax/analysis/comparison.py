@@ -44,14 +44,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     lines += ["", f"A verdict needs {MIN_SEEDS} counted runs of each system it compares; it is \"holds\" only "
               "when no seed's value of the other system is as low as any of LOIRE's.", ""]
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
-    lines += ["## AP and AP+ per stage (Table 2, Fig. 3)", "",
-              "Replay: the old-data tokens each run trained on over all its stages (windows of the earlier "
-              "domains' recovery memory; a LOIRE run's own domain's memory in a `recovery: end` window not "
-              "counted), the same at every seed.", ""]
-    header = ["system", "runs", "replay"] + [f"{model_name(k)} {m}" for k in range(stages) for m in ("AP", "AP+")]
-    lines += markdown_table(header, [[s, f"{a['counted']}/{a['runs']}", _tokens(a.get("replay_tokens"))]
-                                     + [stat_cell(a[m][k]) for k in range(stages) for m in ("AP", "AP+")]
-                                     for s, a in agg.items()])
+    lines += _ap_table(agg, stages)
     lines += ["", "## Init versus Final (Fig. 4; Table 2's bottom rows)", "",
               "Init: the AP of the grown model right after growth, on the domains seen before it; Final: "
               "the previous stage's final AP on the same domains. Exact growth makes them equal.", ""]
@@ -105,6 +98,18 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                           f"{r['final_ap']:.2f}" if r.get("final_ap") is not None else "-",
                           "pass" if r.get("gate_passed") else "fail"] for r in sweep])
     return "\n".join(lines) + "\n"
+
+
+def _ap_table(agg: Mapping[str, Any], stages: int) -> list[str]:
+    """AP and AP+ per stage, with the old-data tokens each system replayed beside them."""
+    lines = ["## AP and AP+ per stage (Table 2, Fig. 3)", "",
+             "Replay: the old-data tokens each run trained on over all its stages (windows of the earlier "
+             "domains' recovery memory; a LOIRE run's own domain's memory in a `recovery: end` window not "
+             "counted), the same at every seed.", ""]
+    header = ["system", "runs", "replay"] + [f"{model_name(k)} {m}" for k in range(stages) for m in ("AP", "AP+")]
+    return lines + markdown_table(header, [[s, f"{a['counted']}/{a['runs']}", _tokens(a.get("replay_tokens"))]
+                                           + [stat_cell(a[m][k]) for k in range(stages) for m in ("AP", "AP+")]
+                                           for s, a in agg.items()])
 
 
 def _tokens(st: Mapping[str, Any] | None) -> str:
