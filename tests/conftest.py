@@ -84,7 +84,7 @@ def run_config(tmp_path_factory):
         {"name": "B", "domains": ["NEWS"], "steps": 6,
          "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
          "warmup_steps": 3, "gate_ramp_steps": 3, "teachers": "all", "replay_ratio": 0.2,
-         "beta": 0.1, "beta_steps": 2},
+         "beta": 0.1, "beta_steps": 2, "recovery": "start"},  # recovery: end is tests/test_recovery_end.py's
     ])
     path = base / "e2e.yaml"
     path.write_text(yaml.safe_dump(config))

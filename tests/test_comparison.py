@@ -180,7 +180,8 @@ def test_every_claim_against_all_its_opponents():
     assert got == {"Table 2": "holds", "Table 2 (vs ELLE)": "holds", "Table 4": "not run", "Fig. 6, Table 11": "holds",
                    "Table 7/11": "holds", "Table 12": "holds", "Fig. 4": "inconclusive",
                    "Table 2 (bottom), Fig. 4": "inconclusive", "Table 4 (vs LiGO)": "not run",
-                   "Table 4 (vs LiGO, FLOPs)": "not run"}
+                   "Table 4 (vs LiGO, FLOPs)": "not run", "Table 2 (vs ER, equal replay)": "not run",
+                   "Table 2 (vs ELLE, equal replay)": "not run"}
     # LOIRE's Init equals its previous Final, but Zero's gap is 21, 4, 21 AP: too uneven a contrast at three seeds
     results["ELLE"][0] = result("ELLE", 0, -1.5)  # ELLE forgets less than LOIRE on one seed
     assert {v["where"]: v["verdict"] for v in verdicts(results)}["Table 2 (vs ELLE)"] == "inconclusive"
@@ -563,3 +564,38 @@ def test_the_flops_ratios_at_the_papers_shapes_that_the_verdict_quotes():
         total = {s: sum(stage_flops(run, stage_models(run))) for s in ("LOIRE", "GPT_L")
                  for run in [derive(s, base)]}
         assert round(100 * total["LOIRE"] / total["GPT_L"], 1) == want, name
+
+
+def test_replay_tokens_are_read_from_the_records_or_planned_and_shown_beside_ap():
+    """Each run's old-data tokens per stage: its "replay" records, or the plan's count for a run
+    recorded before them; the report shows the total beside AP and AP+."""
+    from loire_jax.analysis.suite_results import replay_tokens
+    from loire_jax.config.schedule import replay_tokens as planned
+
+    run = load_run_config(ROOT / "configs" / "mini.yaml")
+    assert replay_tokens(run, []) == [planned(run, k) for k in range(5)] == [0] + [10240] * 4
+    logged = [{"kind": "replay", "stage": 2, "tokens": 7}]
+    assert replay_tokens(run, logged) == [0, 7, 10240, 10240, 10240]
+    results = {"LOIRE": [{**result("LOIRE", i, 1.0), "replay_tokens": [0, 10240]} for i in range(3)],
+               "ER": [{**result("ER", i, 2.0), "replay_tokens": [0, 40960]} for i in range(3)]}
+    suite = {"name": "t", "seeds": [0, 1, 2], "setting": [], "why": "base", "margin": 0.25, "entropy": {}}
+    table = markdown(suite, results).split("## AP and AP+ per stage")[1]
+    assert "| system | runs | replay | M1 AP |" in table
+    assert "| LOIRE | 3/3 | 10.2k | 60.00 ± 0.00 |" in table and "| ER | 3/3 | 41.0k |" in table
+
+
+def test_the_equal_replay_claims_compare_the_dose_variants_with_their_rivals():
+    """At equal old-data tokens, LOIRE-ER-replay faces ER and LOIRE-ELLE-replay faces ELLE;
+    the variants are LOIRE's own, never rivals in "the lowest AP+ of all systems"."""
+    results = {"LOIRE": [result("LOIRE", i, 1.0) for i in range(3)],
+               "ER": [result("ER", i, 5.0) for i in range(3)],
+               "ELLE": [result("ELLE", i, 5.0) for i in range(3)],
+               "LOIRE-ER-replay": [result("LOIRE-ER-replay", i, 9.0) for i in range(3)],
+               "LOIRE-ELLE-replay": [result("LOIRE-ELLE-replay", i, 0.0) for i in range(3)]}
+    got = {v["where"]: v for v in verdicts(results)}
+    assert got["Table 2 (vs ER, equal replay)"]["verdict"] == "reversed"
+    assert got["Table 2 (vs ER, equal replay)"]["numbers"][0].startswith("LOIRE-ER-replay - ER per seed s0 +4,")
+    assert got["Table 2 (vs ELLE, equal replay)"]["verdict"] == "holds"
+    assert got["Table 2"]["verdict"] == "holds"  # LOIRE 1.0 beats ER and ELLE; its variants are not counted
+    del results["LOIRE-ER-replay"]
+    assert {v["where"]: v["verdict"] for v in verdicts(results)}["Table 2 (vs ER, equal replay)"] == "not run"

@@ -25,7 +25,7 @@ def encoder_config(tmp_path_factory):
         {"name": "B", "domains": ["NEWS"], "steps": 4,
          "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
          "warmup_steps": 2, "gate_ramp_steps": 2, "teachers": "all", "replay_ratio": 0.2,
-         "beta": 0.1, "beta_steps": 2},
+         "beta": 0.1, "beta_steps": 2, "recovery": "start"},
     ])
     # the trained BPE has <s> and </s>; [MASK] and [PAD] are appended at 320 and 321
     config["model"] = {**config["model"], "preset": "bert", "vocab_size": 322}

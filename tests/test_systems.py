@@ -231,7 +231,7 @@ def test_the_shipped_decoder_suites_plan_every_run(name):
     main = main_runs(suite, suite.sweep.settings()[0])
     assert len(sweep) == len(suite.sweep.settings()) * len(suite.sweep.systems)
     # three seeds a system, and two more for the seven systems the headline verdicts rest on
-    assert len(main) == sum(len(suite.seeds_of(s)) for s in suite.systems) == 14 * 3 + 7 * 2
+    assert len(main) == sum(len(suite.seeds_of(s)) for s in suite.systems) == 16 * 3 + 7 * 2
     assert len({r.workdir for r in sweep + main}) == len(sweep + main)
     assert {r.config.seed for r in main} == set(suite.all_seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
 

@@ -31,8 +31,15 @@ def _config(tmp_path, **stage):
                     stages=[{"name": "A", "domains": ["SCI"], "steps": STEPS, **stage}])
 
 
-def test_the_step_loop_is_a_generator_of_one_record_per_step_with_metrics_one_step_late(tmp_path):
-    run = run_config_from_dict(_config(tmp_path, warmup_steps=2))
+# The recovery window's steps: the stage's first two (recovery: start) or its last two (end).
+WINDOW = {"start": (["warmup"] * 2 + ["train"] * (STEPS - 2), "warmup"),
+          "end": (["train"] * (STEPS - 2) + ["warmup"] * 2, "train")}
+
+
+@pytest.mark.parametrize("recovery", list(WINDOW))
+def test_the_step_loop_is_a_generator_of_one_record_per_step_with_metrics_one_step_late(tmp_path, recovery):
+    run = run_config_from_dict(_config(tmp_path, warmup_steps=2, recovery=recovery))
+    expected, first = WINDOW[recovery]
     emitted: list[dict] = []
     programs = Programs(run, make_mesh(parse_mesh("1")), emitted.append, lambda where: None)
     stage_phases = phases(run.stages[0], False)
@@ -60,16 +67,16 @@ def test_the_step_loop_is_a_generator_of_one_record_per_step_with_metrics_one_st
     metrics.flush()
     assert [r.step for r in got] == list(range(1, STEPS + 1))
     assert {(r.stage_index, r.stage) for r in got} == {(0, 1)}  # index 0 is the paper's stage 1 (M1)
-    assert [r.phase for r in got] == ["warmup"] * 2 + ["train"] * (STEPS - 2)
+    assert [r.phase for r in got] == expected
     assert [r.final for r in got] == [False] * (STEPS - 1) + [True]
     assert [r.compiled for r in got] == [True] + [False] * (STEPS - 1)  # warmup and train share one program
-    assert [r["phase"] for r in emitted if r["kind"] == "compile"] == ["warmup"]
+    assert [r["phase"] for r in emitted if r["kind"] == "compile"] == [first]
     losses = {r["step"]: r["loss"] for r in emitted if r["kind"] == "train"}
     assert sorted(losses) == list(range(1, STEPS + 1)) and all(np.isfinite(list(losses.values())))
     # resumed from step 2's state and data position: the same steps, bit for bit
     emitted.clear()
     steps, metrics = loop(saved, 2)
-    assert [(r.step, r.phase, r.compiled) for r in steps] == [(3, "train", False), (4, "train", False)]
+    assert [(r.step, r.phase, r.compiled) for r in steps] == [(3, expected[2], False), (4, expected[3], False)]
     metrics.flush()
     assert {r["step"]: r["loss"] for r in emitted if r["kind"] == "train"} == {3: losses[3], 4: losses[4]}
 

@@ -69,7 +69,8 @@ class Claim:
     it returns whether it holds and the number behind it. A claim with a ``check`` and
     ``contrast`` opponents is about LOIRE alone: the check decides it, and the opponents
     the suite has are compared as well (a suite with none of them still gets the verdict).
-    ``paper_model``: whose figures ``paper`` quotes."""
+    ``paper_model``: whose figures ``paper`` quotes. ``subject``: the system whose runs stand
+    for LOIRE's (a LOIRE variant, such as LOIRE at a rival's replay dose)."""
 
     claim: str
     where: str
@@ -82,6 +83,7 @@ class Claim:
     paper_model: str = "LOIRE-GPT1"
     tests: str = ""
     margin: Margin = PPL_MARGIN
+    subject: str = "LOIRE"
 
 
 def _total(r: Mapping[str, Any], key: str) -> float | None:
@@ -140,6 +142,14 @@ CLAIMS = (
           "over stages 2-5", _mean_gap, ("Random", "Zero"), check=_exact_growth, contrast=True,
           paper_model="LOIRE-Bert",
           tests="our exact hidden-size operator, not the paper's eqs 9-11 (their drift is not measured here)"),
+    Claim("LOIRE forgets less than ER at ER's replay dose (equal old-data tokens)", "Table 2 (vs ER, equal replay)",
+          "AP+ -3.84 vs ER's; the paper does not equalise replay", "final AP+", lambda r: _final(r, "AP+"), ("ER",),
+          subject="LOIRE-ER-replay",
+          tests="LOIRE's recipe replaying exactly ER's old-data windows per stage, against ER"),
+    Claim("LOIRE forgets less than ELLE at ELLE's replay dose (equal old-data tokens)",
+          "Table 2 (vs ELLE, equal replay)", "AP+ -3.84 vs 3.13; the paper does not equalise replay", "final AP+",
+          lambda r: _final(r, "AP+"), ("ELLE",), subject="LOIRE-ELLE-replay",
+          tests="LOIRE's recipe replaying exactly ELLE's old-data windows per stage, against ELLE"),
 )
 
 
@@ -156,11 +166,12 @@ def _by_seed(runs: Sequence[Mapping[str, Any]], metric: Callable[[Mapping[str, A
 
 def _opponents(c: Claim, results: Mapping[str, Any]) -> tuple[list[str], bool]:
     """The opponents a claim is judged against in this suite, and whether it is not run."""
-    others = [s for s in results if s != "LOIRE"] if c.opponents is None else list(c.opponents)
+    # "every other system": LOIRE's own variants (LOIRE-*) are not its rivals
+    others = [s for s in results if not s.startswith("LOIRE")] if c.opponents is None else list(c.opponents)
     present = [s for s in others if s in results]
-    if c.contrast and c.check is not None:  # LOIRE's own check decides; the opponents are a contrast
-        return present, "LOIRE" not in results
-    return present, "LOIRE" not in results or not others or len(present) < len(others)
+    if c.contrast and c.check is not None:  # the subject's own check decides; the opponents are a contrast
+        return present, c.subject not in results
+    return present, c.subject not in results or not others or len(present) < len(others)
 
 
 def claims_judged(results: Mapping[str, Sequence[Mapping[str, Any]]], downstream_tasks: Sequence[str] = ()) -> int:
@@ -180,16 +191,16 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]],
 
     out = []
     fam, family_size = family(results), claims_judged(results, downstream_tasks)
-    loire = counted("LOIRE")
-    # LOIRE's runs that failed the gate are not dropped in its favour: they make every verdict inconclusive
-    loire_failed = [r["name"] for r in results.get("LOIRE", ()) if r["finished"] and not r["gate"]["passed"]]
     for c in CLAIMS:
+        loire = counted(c.subject)
+        # the subject's runs that failed the gate are not dropped in its favour: they make every verdict inconclusive
+        loire_failed = [r["name"] for r in results.get(c.subject, ()) if r["finished"] and not r["gate"]["passed"]]
         present, missing = _opponents(c, results)
         mine = _by_seed(loire, c.metric)
         level = pair_level(family_size, len(present))
         pairs = {o: judge(mine, _by_seed(counted(o), c.metric), lower_is_better=True, margin=c.margin, level=level)
                  for o in present}
-        words, numbers = [p["verdict"] for p in pairs.values()], [pair_text(o, p) for o, p in pairs.items()]
+        words, numbers = [p["verdict"] for p in pairs.values()], [pair_text(o, p, subject=c.subject) for o, p in pairs.items()]
         exact = None
         if c.check is not None and not missing:
             if len(mine) >= MIN_SEEDS:
@@ -203,7 +214,7 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]],
         verdict = "not run" if missing else combine(words)
         reason = _why(verdict, pairs, exact)
         if loire_failed and verdict != "not run":
-            verdict, reason = "inconclusive", f"LOIRE run(s) {', '.join(loire_failed)} failed the sanity gate"
+            verdict, reason = "inconclusive", f"{c.subject} run(s) {', '.join(loire_failed)} failed the sanity gate"
         out.append({"claim": c.claim, "where": c.where, "paper": _paper(c.paper, c.paper_model, fam),
                     "metric": c.label, "tests": c.tests, "verdict": verdict, "numbers": numbers, "why": reason,
                     "pairs": pairs})

@@ -45,10 +45,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                       f"**{v['verdict']}** ({v['why']})"] for v in judged])
     lines += ["", verdict_note(claims_judged(results, tasks)), ""]
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
-    lines += ["## AP and AP+ per stage (Table 2, Fig. 3)", ""]
-    header = ["system", "runs"] + [f"{model_name(k)} {m}" for k in range(stages) for m in ("AP", "AP+")]
-    lines += markdown_table(header, [[s, f"{a['counted']}/{a['runs']}"] + [stat_cell(a[m][k]) for k in range(stages)
-                                                                 for m in ("AP", "AP+")] for s, a in agg.items()])
+    lines += _ap_table(agg, stages)
     lines += ["", "## Init versus Final (Fig. 4; Table 2's bottom rows)", "",
               "Init: the AP of the grown model right after growth, on the domains seen before it; Final: "
               "the previous stage's final AP on the same domains. Exact growth makes them equal.", ""]
@@ -117,6 +114,26 @@ def verdict_note(family_size: int) -> str:
             f"every opponent, and is reversed if reversed against any. {family_size} claims are judged at once: "
             f"Bonferroni at a family-wise {ALPHA:g}, each claim's share {ALPHA:g}/{family_size} split evenly over "
             "its opponents, which sets each interval's level.")
+
+
+def _ap_table(agg: Mapping[str, Any], stages: int) -> list[str]:
+    """AP and AP+ per stage, with the old-data tokens each system replayed beside them."""
+    lines = ["## AP and AP+ per stage (Table 2, Fig. 3)", "",
+             "Replay: the old-data tokens each run trained on over all its stages (windows of the earlier "
+             "domains' recovery memory; a LOIRE run's own domain's memory in a `recovery: end` window not "
+             "counted), the same at every seed.", ""]
+    header = ["system", "runs", "replay"] + [f"{model_name(k)} {m}" for k in range(stages) for m in ("AP", "AP+")]
+    return lines + markdown_table(header, [[s, f"{a['counted']}/{a['runs']}", _tokens(a.get("replay_tokens"))]
+                                           + [stat_cell(a[m][k]) for k in range(stages) for m in ("AP", "AP+")]
+                                           for s, a in agg.items()])
+
+
+def _tokens(st: Mapping[str, Any] | None) -> str:
+    """A token count for the table: 10.2k, 1.3M."""
+    if st is None:
+        return "-"
+    n = st["mean"]
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
 
 def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):

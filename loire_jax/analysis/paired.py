@@ -105,17 +105,17 @@ def combine(words: Sequence[str]) -> str:
     return "inconclusive"
 
 
-def pair_text(other: str, pair: Mapping[str, Any], spec: str = ".4g") -> str:
+def pair_text(other: str, pair: Mapping[str, Any], spec: str = ".4g", subject: str = "LOIRE") -> str:
     """The numbers behind one pair: each seed's difference, the mean, the sign count and the
-    interval, with its level and the margin."""
+    interval, with its level and the margin. ``subject``: the system the claim is about."""
     if not pair["n"]:
-        return f"LOIRE - {other}: no seed with a counted run of both"
+        return f"{subject} - {other}: no seed with a counted run of both"
     per_seed = ", ".join(f"s{s} {d:+{spec}}" for s, d in zip(pair["seeds"], pair["diffs"]))
-    text = f"LOIRE - {other} per seed {per_seed}"
+    text = f"{subject} - {other} per seed {per_seed}"
     if pair["interval"] is None:
         return f"{text}; {pair['n']} paired seeds, fewer than {MIN_SEEDS}"
     lo, hi = pair["interval"]
-    return (f"{text}; mean {pair['mean']:+{spec}}, LOIRE better at {pair['better']}/{pair['n']}, "
+    return (f"{text}; mean {pair['mean']:+{spec}}, {subject} better at {pair['better']}/{pair['n']}, "
             f"{_percent(1 - pair['level'])} t interval [{lo:+{spec}}, {hi:+{spec}}], margin ±{pair['margin']:{spec}}")
 
 

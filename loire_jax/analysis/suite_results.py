@@ -1,6 +1,6 @@
 """What a comparison suite measured: each run's result (AP and AP+ per stage, Init after
-growth, cost, the sanity gate, where its wall time went) and, per system, the same over
-its seeds.
+growth, cost, the old-data tokens it replayed, the sanity gate, where its wall time went)
+and, per system, the same over its seeds.
 
 The sanity gate: a run whose train loss at the end of any stage is not at least ``margin``
 nats below the unigram entropy of that stage's data learned nothing a unigram table would
@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 from loire_jax.analysis.reports import last_by, summarize
 from loire_jax.analysis.tables import seed_stats
 from loire_jax.config.run import RunConfig
+from loire_jax.config.schedule import replay_tokens as planned_replay
 from loire_jax.config.stage import stage_number
 
 # The family of each model kind: the prefix of its fixed-size baselines.
@@ -99,6 +100,14 @@ def breakdown(run: RunConfig, records: Sequence[Mapping[str, Any]]) -> dict[str,
     return out
 
 
+def replay_tokens(run: RunConfig, records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The old-data tokens (windows of earlier domains' recovery memory) each stage trained
+    on: its "replay" record, or for a run recorded before the record existed, the plan's
+    count (``schedule.replay_tokens``, the same pure function of the config)."""
+    logged = {r["stage"]: r["tokens"] for r in records if r.get("kind") == "replay"}
+    return [logged.get(stage_number(k), planned_replay(run, k)) for k in range(len(run.stages))]
+
+
 def run_result(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Mapping[str, float],
                margin: float, diverged: str | None = None) -> dict[str, Any]:
     """What the comparison needs of one run: AP/AP+ per stage, Init AP after each growth
@@ -119,6 +128,7 @@ def run_result(run: RunConfig, records: Sequence[Mapping[str, Any]], entropy: Ma
         "previous_final_AP": [pres[j]["previous_final"] if j in pres else None for j in map(stage_number, range(n))],
         "flops": [st["flops"] for st in s["stages"]],
         "wall_s": [st["wall_s"] for st in s["stages"]],
+        "replay_tokens": replay_tokens(run, records),
         "gate": checked,
         "breakdown": breakdown(run, records),
     }
@@ -139,6 +149,8 @@ def aggregate(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, A
                for key in ("AP", "AP+", "init_AP", "previous_final_AP")},
             "flops": [seed_stats([r["flops"][k] for r in runs if complete(r)]) for k in range(stages)],
             "wall_s": [seed_stats([r["wall_s"][k] for r in runs if complete(r)]) for k in range(stages)],
+            # the old data it trained on, in total: the same at every seed (a function of the config)
+            "replay_tokens": seed_stats([sum(r["replay_tokens"]) for r in runs if r.get("replay_tokens")]),
         }
     return out
 

@@ -88,6 +88,8 @@ def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None
         if section in raw and raw[section] is None:  # an empty YAML section: the defaults
             del raw[section]
 
+    if isinstance(raw.get("stages"), list):
+        raw["stages"] = [_saved_before_recovery(s) for s in raw["stages"]]
     defaults = _listed(raw.pop("stage_defaults", {}))
     _validate(_StageDefaults, defaults, ConfigError, prefix=("stage_defaults",), schema=StageConfig)
     if isinstance(raw.get("stages"), list):  # stage names default to M1, M2, ...
@@ -100,6 +102,18 @@ def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None
     elif isinstance(raw.get("data"), Mapping):
         raw["data"] = _with_data_paths(raw["data"], base)
     return _validate(RunConfig, raw, ConfigError)
+
+
+# Every field a saved stage (``RunConfig.to_dict``) holds, ``recovery`` aside.
+_SAVED_STAGE_KEYS = frozenset(f.name for f in dataclasses.fields(StageConfig)) - {"recovery"}
+
+
+def _saved_before_recovery(stage: Any) -> Any:
+    """A stage saved before ``recovery`` existed (every other field written, as ``to_dict``
+    writes them) ran its warmup at the stage start: read it so, not with today's default."""
+    if isinstance(stage, Mapping) and "recovery" not in stage and _SAVED_STAGE_KEYS <= set(stage):
+        return {**stage, "recovery": "start"}
+    return stage
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Mapping
 
 from loire_jax.config.growth_plan import GrowthPlan
@@ -23,7 +24,8 @@ from loire_jax.errors import ConfigError
 # stage_number, model_name, seen_domains (config.stage) and validate (config.run) are also
 # importable from here, where they lived before.
 __all__ = ["Phase", "first_seen", "global_step", "growth_plans", "model_name", "phase_at", "phases", "prompt_ids",
-           "prompt_position", "replay_domains", "replay_shares", "seen_domains", "seen_domains_at", "stage_models",
+           "prompt_position", "recovery_window", "replay_domains", "replay_fraction", "replay_shares",
+           "own_memory_windows", "replay_record", "replay_tokens", "replay_windows", "seen_domains", "seen_domains_at", "stage_models",
            "stage_number", "stage_tokens", "stage_vocab", "teacher_stages", "validate"]
 
 
@@ -129,15 +131,73 @@ class Phase:
 def phases(stage: StageConfig, has_teachers: bool) -> list[Phase]:
     """recover: ELLE's first recover_steps on the memory alone, or ligo: LiGO's operator
     training (run by ``train.ligo_phase``, not the step loop); distill: the first beta_steps
-    (with teachers); warmup: replay until warmup_steps; train: the rest."""
+    of the recovery window (with teachers); warmup: the rest of the window, replay without
+    teachers; train: the rest of the stage. The window is the stage's first warmup_steps,
+    or with ``recovery: end`` its last (``recovery_window``)."""
     rec = stage.recover_steps or stage.ligo_steps  # never both (StageConfig)
-    kd_end = stage.beta_steps if (has_teachers and stage.beta > 0) else 0
-    warm_end = max(stage.warmup_steps, kd_end, rec)
+    kd = stage.beta_steps if (has_teachers and stage.beta > 0) else 0
     replay = stage.replay_ratio > 0
+    if stage.recovery == "end" and not rec:  # ELLE's recovering warmup and LiGO's operator phase come first
+        start = stage.steps - stage.warmup_steps
+        out = [Phase("train", 0, start, False, False), Phase("distill", start, start + kd, replay, True),
+               Phase("warmup", start + kd, stage.steps, replay, False)]
+        return [p for p in out if p.end > p.start]
+    warm_end = max(stage.warmup_steps, kd, rec)
     head = Phase("recover", 0, rec, True, False) if stage.recover_steps else Phase("ligo", 0, rec, False, False)
-    out = [head, Phase("distill", rec, kd_end, replay, True),
-           Phase("warmup", max(kd_end, rec), warm_end, replay, False), Phase("train", warm_end, stage.steps, False, False)]
+    out = [head, Phase("distill", rec, kd, replay, True),
+           Phase("warmup", max(kd, rec), warm_end, replay, False), Phase("train", warm_end, stage.steps, False, False)]
     return [p for p in out if p.end > p.start]
+
+
+def recovery_window(stage_phases: list[Phase]) -> tuple[int, int]:
+    """[start, end) of the steps that replay memory (the recovering warmup included): (0, 0)
+    for a stage without replay."""
+    replay = [p for p in stage_phases if p.replay]
+    return (min(p.start for p in replay), max(p.end for p in replay)) if replay else (0, 0)
+
+
+def replay_fraction(ratio: float) -> Fraction:
+    """The replay share as the exact fraction the data stream mixes by: window i of the
+    window's windows is a memory window iff floor((i+1) r) > floor(i r)."""
+    return Fraction(ratio).limit_denominator(10_000)
+
+
+def replay_windows(run: RunConfig, k: int) -> int:
+    """How many windows of stage ``k`` (0-based) come from the recovery memory of earlier
+    domains: ELLE's recovering warmup whole, then the replay share of the rest of the
+    recovery window. Where the window sits does not change the count; the windows of the
+    stage's own memory (``recovery: end``) are not counted (they are not old data)."""
+    stage = run.stages[k]
+    if not replay_domains(run, k):
+        return 0
+    start, end = recovery_window(phases(stage, bool(teacher_stages(run, k))))
+    mixed = max(end - start - stage.recover_steps, 0) * run.batch_size
+    frac = replay_fraction(stage.replay_ratio)
+    return stage.recover_steps * run.batch_size + mixed * frac.numerator // frac.denominator
+
+
+def own_memory_windows(run: RunConfig, k: int) -> int:
+    """With ``recovery: end``, the windows of stage ``k``'s recovery window that come from its
+    own domain's memory (the window's windows that are not old memory); 0 otherwise."""
+    stage = run.stages[k]
+    if stage.recovery != "end" or not replay_domains(run, k) or stage.replay_ratio <= 0:
+        return 0
+    start, end = recovery_window(phases(stage, bool(teacher_stages(run, k))))
+    return (end - start) * run.batch_size - replay_windows(run, k)
+
+
+def replay_record(run: RunConfig, k: int) -> dict[str, int | str]:
+    """Stage ``k``'s "replay" record for metrics.jsonl: the old-data tokens it trained on, the
+    run's total through it, and the tokens of its own memory replayed beside them."""
+    return {"kind": "replay", "stage": stage_number(k), "recovery": run.stages[k].recovery,
+            "tokens": replay_tokens(run, k), "run_tokens": sum(replay_tokens(run, j) for j in range(k + 1)),
+            "own_memory_tokens": own_memory_windows(run, k) * run.seq_len}
+
+
+def replay_tokens(run: RunConfig, k: int) -> int:
+    """The old-data tokens stage ``k`` trains on: its memory windows of earlier domains, each
+    ``seq_len`` tokens (the tokens a window trains, as ``stage_tokens`` counts them)."""
+    return replay_windows(run, k) * run.seq_len
 
 
 def phase_at(stage_phases: list[Phase], step: int) -> Phase:

@@ -23,6 +23,7 @@ from loire_jax.errors import ConfigError, raise_problems
 TEACHERS = ("all", "last", "none")
 REPLAY_FROM = ("all", "previous")
 REPLAY_WEIGHTS = ("size", "forgetting")
+RECOVERY = ("start", "end")
 
 
 # --------------------------------------------------------------------------- names
@@ -99,9 +100,17 @@ class StageConfig:
     - ``domains``: the stage's new data; the first is the domain D_t this stage adds (its
       evaluation column in AP/AP+). Further names are trained alongside it, evenly mixed.
       Replay during warmup draws on the recovery memory of every earlier stage's domains.
-    - ``warmup_steps``: the iterative-distillation warmup at the stage start (5k in App. D.1):
-      during it a ``replay_ratio`` share of each batch comes from recovery memory (the data
-      is split 9:1 into pre-training and recovery memory, §3.1) and the teachers distil.
+    - ``warmup_steps``: the iterative-distillation warmup (5k in App. D.1): during it a
+      ``replay_ratio`` share of each batch comes from the recovery memory of earlier domains
+      (the data is split 9:1 into pre-training and recovery memory, §3.1) and the teachers
+      distil.
+    - ``recovery``: where that warmup sits. ``end`` (the default; §2.6, App. D.1 and Algorithm 1
+      l.21-23 read so): the last ``warmup_steps`` of the stage, after its plain training, with
+      the rest of each batch from the stage's own domain's memory, so the stage ends as
+      M^(t)+, recovered on the memories of D_1..D_t, which is evaluated and teaches later
+      stages. ``start``: the first ``warmup_steps``, right after growth, the rest of each batch
+      from the domain's pre-training split, then plain training to the stage's end. The gate
+      ramp stays at the stage start (where growth is) either way.
     - ``beta``/``beta_steps``: L = L_LM + beta * sum_j L_distill,j for the first ``beta_steps``
       steps, then beta vanishes (0.1 for 1k steps, App. D.1).
     - ``replay_from``: whose memory the replay draws on: every earlier stage's domains
@@ -137,6 +146,7 @@ class StageConfig:
     replay_ratio: float = 0.0
     replay_from: Literal["all", "previous"] = "all"
     replay_weights: Literal["size", "forgetting"] = "size"
+    recovery: Literal["start", "end"] = "end"
     beta: float = 0.0
     beta_steps: int = 0
     reset_optimizer: bool = False
@@ -175,6 +185,9 @@ class StageConfig:
             problems.append(f"replay_from must be one of {REPLAY_FROM}, got {self.replay_from!r}")
         if self.replay_weights not in REPLAY_WEIGHTS:
             problems.append(f"replay_weights must be one of {REPLAY_WEIGHTS}, got {self.replay_weights!r}")
+        if self.recovery not in RECOVERY:
+            problems.append(f"recovery must be one of {RECOVERY} (where the warmup sits in the stage), "
+                            f"got {self.recovery!r}")
         if not (is_num(self.beta) and self.beta >= 0.0):
             problems.append(f"beta must be a non-negative number, got {self.beta!r}")
         if not isinstance(self.init_from, str):
@@ -194,6 +207,9 @@ class StageConfig:
             if self.recover_steps and self.distills:
                 problems.append(f"recover_steps={self.recover_steps} (ELLE's recovering warmup) runs without "
                                 "teachers; set teachers: none or recover_steps: 0")
+            elif self.recover_steps and self.recovery == "end":
+                problems.append(f"recover_steps={self.recover_steps} (ELLE's recovering warmup) runs before the "
+                                "domain's data, at the stage start: set recovery: start")
             elif self.recover_steps and self.warmup_steps and self.warmup_steps < self.recover_steps:
                 problems.append(f"warmup_steps={self.warmup_steps} ends inside recover_steps={self.recover_steps}: "
                                 "the replay share applies after the recovering warmup")

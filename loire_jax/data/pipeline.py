@@ -2,8 +2,8 @@
 
 Training chain: ArrayRecord source → (tokenized once at prepare time) → packed windows
 of seq_len+1 → seeded shuffle, reshuffled every epoch → the stage stream (replay of the
-recovery memory of earlier domains in its first steps, then the domain alone, continuing
-in order) → this process's shard → batch. Everything before the iterator is a
+recovery memory of earlier domains in its replay window, at the stage's start or its end,
+the domain alone elsewhere, continuing in order) → this process's shard → batch. Everything before the iterator is a
 ``MapDataset`` (random access), so the iterator state is a single index: deterministic
 and resumable in O(1).
 """
@@ -18,11 +18,13 @@ import grain
 import numpy as np
 
 from loire_jax.config.data import DataConfig
+from loire_jax.config.schedule import replay_fraction
 from loire_jax.data.errors import ConfigError, InsufficientDataError
 from loire_jax.data.packing import PackedWindows, eval_windows
 from loire_jax.data.prepare import load_prepared
 
 _MEMORY_SEED_OFFSET = 0x5EED  # memory shuffle must differ from the current-domain shuffle
+_OWN_MEMORY_SEED_OFFSET = 0x6EED  # and the stage's own memory (recovery: end) from both; below SEED_HEADROOM
 
 
 def _process_info() -> tuple[int, int]:
@@ -36,44 +38,57 @@ def _as_batch(tokens: np.ndarray) -> dict[str, np.ndarray]:
 
 
 class StageStream:
-    """The windows of one stage, in order: the recovering phase, the replay phase, then the
-    train phase, one stream.
+    """The windows of one stage, in order: the recovering phase, then the train phase with
+    its replay window (at its start, or with ``recovery: end`` at its end), one stream.
 
     The first ``recover_windows`` (ELLE's function-recovering warmup) are the recovery
-    memory's alone. After them, window i of the next ``replay_windows`` is drawn from the recovery memory iff
-    floor((i+1) r) > floor(i r) (r = the replay ratio as an exact fraction), so every prefix
-    holds the ratio to within one window. The current domain's windows are consumed in
-    order across the hand-over: the train phase continues where the replay phase stopped,
-    and a window repeats only after a full epoch of the domain. Random access, so the
-    iterator state is one index (O(1) resume).
+    memory's alone. After them, window i of the ``replay_windows`` that start at
+    ``replay_start`` is drawn from the recovery memory iff floor((i+1) r) > floor(i r)
+    (r = the replay ratio as an exact fraction, ``schedule.replay_fraction``), so every
+    prefix holds the ratio to within one window. The window's other windows are the
+    current domain's, or with ``own`` (``recovery: end``) its own recovery memory's. The
+    current domain's pre-training windows are consumed in order across the window: training
+    continues where it stopped, and a window repeats only after a full epoch of the domain.
+    Random access, so the iterator state is one index (O(1) resume).
     """
 
     def __init__(self, current: grain.MapDataset, memory: grain.MapDataset | None, ratio: float,
-                 replay_windows: int, length: int, recover_windows: int = 0):
-        self._cur, self._mem = current, memory
-        self._frac = Fraction(ratio).limit_denominator(10_000) if memory is not None else Fraction(0)
+                 replay_windows: int, length: int, recover_windows: int = 0, replay_start: int = 0,
+                 own: grain.MapDataset | None = None):
+        self._cur, self._mem, self._own = current, memory, own
+        self._frac = replay_fraction(ratio) if memory is not None else Fraction(0)
         self._replay, self._len = replay_windows if memory is not None else 0, length
         self._recover = recover_windows if memory is not None else 0
+        self._start = replay_start if memory is not None else 0
 
     def __len__(self) -> int:
         return self._len
 
-    def _memory_before(self, i: int) -> int:
-        i = min(i, self._replay)
-        return i * self._frac.numerator // self._frac.denominator
+    def _in_window(self, k: int) -> int:
+        """Windows of the replay window before train-phase window k."""
+        return min(max(k - self._start, 0), self._replay)
+
+    def _memory_before(self, k: int) -> int:
+        return self._in_window(k) * self._frac.numerator // self._frac.denominator
+
+    def _own_before(self, k: int) -> int:
+        return self._in_window(k) - self._memory_before(k) if self._own is not None else 0
 
     def source_of(self, i: int) -> tuple[str, int]:
-        """("memory" | "current", index into that dataset) of window i."""
+        """("memory" | "own" | "current", index into that dataset) of window i."""
         if i < self._recover:
             return "memory", i
         k = i - self._recover
-        if k < self._replay and self._memory_before(k + 1) > self._memory_before(k):
+        inside = self._start <= k < self._start + self._replay
+        if inside and self._memory_before(k + 1) > self._memory_before(k):
             return "memory", self._recover + self._memory_before(k)
-        return "current", k - self._memory_before(k)
+        if inside and self._own is not None:
+            return "own", self._own_before(k)
+        return "current", k - self._memory_before(k) - self._own_before(k)
 
     def __getitem__(self, i: int):
         which, j = self.source_of(int(i))
-        return (self._mem if which == "memory" else self._cur)[j]
+        return {"memory": self._mem, "own": self._own, "current": self._cur}[which][j]
 
 
 def _prompted(ds: grain.MapDataset, token: int | None, at: int) -> grain.MapDataset:
@@ -90,12 +105,23 @@ def _prompted(ds: grain.MapDataset, token: int | None, at: int) -> grain.MapData
     return ds.map(put)
 
 
+def _own_memory(prep, name: str, domain_index: int, seq_len: int, seed: int, prompt: int | None,
+                prompt_at: int) -> grain.MapDataset:
+    """The stage's own domain's recovery memory, shuffled apart from the others (``recovery: end``)."""
+    src = PackedWindows([prep.tokens(domain_index, "memory")], seq_len)
+    if len(src) == 0:
+        raise InsufficientDataError(f"recovery: end replays the recovery memory of {name!r}, which holds no full "
+                                    f"sequence of {seq_len + 1} tokens")
+    return _prompted(grain.MapDataset.source(src).shuffle(seed=seed + _OWN_MEMORY_SEED_OFFSET).repeat(), prompt,
+                     prompt_at)
+
+
 def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
                   memory_domains: Sequence[int] | None = None, process_index: int = 0,
                   process_count: int = 1, recover_steps: int = 0,
                   memory_weights: Sequence[float] | None = None, prompts: Mapping[int, int] | None = None,
-                  prompt_at: int = 0) -> grain.MapDataset:
+                  prompt_at: int = 0, replay_start: int = 0, own_memory: bool = False) -> grain.MapDataset:
     """The batched MapDataset behind ``train_iterator`` (one process's share).
 
     ``replay_steps``: how many leading steps draw on the recovery memory (None: all of
@@ -106,7 +132,10 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
     share of the replayed windows (None: in proportion to the memory's size), mixed by
     grain's weighted ``mix`` of the domains' own shuffled memories; ``prompts``: each
     domain's prompt token (ELLE), put at ``prompt_at`` in every window of that domain,
-    memory windows included.
+    memory windows included; ``replay_start``: the step where the replay window starts (0:
+    the stage start; with ``recovery: end`` its last warmup steps), which then ends at
+    ``replay_steps``; ``own_memory``: the window's other windows come from the domain's own
+    recovery memory rather than its pre-training split (``recovery: end``).
     """
     if not 0 <= domain_index < len(cfg.domains):
         raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
@@ -150,11 +179,15 @@ def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_ba
         # without weights, each domain's share is its memory's size, as in one concatenated memory
         weights = memory_weights if memory_weights is not None else [len(src) for src in sources]
         mem = parts[0] if len(parts) == 1 else grain.MapDataset.mix(parts, [float(w) for w in weights])
+    own = _own_memory(prep, name, domain_index, seq_len, seed, prompts.get(domain_index), prompt_at) \
+        if own_memory and mem is not None else None
     endless = sys.maxsize // (2 * global_batch_size)
     length = (steps if steps is not None else endless) * global_batch_size
-    replay = ((replay_steps if replay_steps is not None else endless) - recover_steps) * global_batch_size
+    replay = ((replay_steps if replay_steps is not None else endless) - recover_steps - replay_start) \
+        * global_batch_size
     ds = grain.MapDataset.source(StageStream(cur, mem, replay_ratio, max(replay, 0), length,
-                                             recover_steps * global_batch_size))
+                                             recover_steps * global_batch_size, replay_start * global_batch_size,
+                                             own))
     if process_count > 1:
         ds = ds[process_index::process_count]
     return ds.batch(local_bs, drop_remainder=True).map(_as_batch)
@@ -165,7 +198,7 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
                    memory_domains: Sequence[int] | None = None, num_threads: int = 1,
                    prefetch: int = 4, recover_steps: int = 0,
                    memory_weights: Sequence[float] | None = None, prompts: Mapping[int, int] | None = None,
-                   prompt_at: int = 0) -> grain.DatasetIterator:
+                   prompt_at: int = 0, replay_start: int = 0, own_memory: bool = False) -> grain.DatasetIterator:
     """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
 
     ``replay_ratio`` is the share of sequences drawn from the recovery memory of
@@ -183,7 +216,7 @@ def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_b
                        seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
                        memory_domains=memory_domains, process_index=pi, process_count=pc,
                        recover_steps=recover_steps, memory_weights=memory_weights, prompts=prompts,
-                       prompt_at=prompt_at)
+                       prompt_at=prompt_at, replay_start=replay_start, own_memory=own_memory)
     it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                  prefetch_buffer_size=prefetch))
     return iter(it_ds)

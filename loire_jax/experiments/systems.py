@@ -7,7 +7,9 @@ the model, the growth or the warmup of its stages, and everything else is inheri
 (App. D.2, §3.3, App. F). ``derive(name, base)`` returns the system's ``RunConfig``.
 
 The warmup that a system keeps (replay share, distillation weight and length, gate ramp)
-is LOIRE's, stage by stage, so the systems differ only where the paper says they do.
+is LOIRE's, stage by stage, in LOIRE's place (``recovery``: the stage's start or its end),
+so the systems differ only where the paper says they do. The rivals ER and ELLE follow
+their own recipes, which replay from the stage's start.
 
 The fixed-size baselines carry the paper's names for the base's kind of model: GPT_S,
 GPT_L and GPT_R beside a decoder (LOIRE-GPT), BERT_S, BERT_L and BERT_R beside an encoder
@@ -18,10 +20,11 @@ other family is refused in one line. Every other system applies to both kinds.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Mapping
 
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import stage_models
+from loire_jax.config.schedule import replay_windows, stage_models
 from loire_jax.config.stage import GrowthSpec, StageConfig
 
 
@@ -94,9 +97,10 @@ def _recovered(name: str) -> Callable[[RunConfig], RunConfig]:
 
 
 def _er(base: RunConfig) -> RunConfig:
-    """Chaudhry et al.: the previous domain's memory mixed into every batch of the stage."""
+    """Chaudhry et al.: the previous domain's memory mixed into every batch of the stage (a
+    replay over the whole stage, so it has no place to choose, and no own memory: ``start``)."""
     return _named(base, "ER", stages=_later(base, lambda s: dataclasses.replace(
-        _plain(s), warmup_steps=s.steps, replay_ratio=s.replay_ratio, replay_from="previous")))
+        _plain(s), warmup_steps=s.steps, replay_ratio=s.replay_ratio, replay_from="previous", recovery="start")))
 
 
 def _token_kd(base: RunConfig) -> RunConfig:
@@ -159,13 +163,44 @@ def _elle_stage(stage: StageConfig) -> StageConfig:
     recover = min(stage.warmup_steps, stage.steps - 1)
     return dataclasses.replace(_plain(stage), growth=growth, reset_optimizer=bool(growth), recover_steps=recover,
                                warmup_steps=stage.steps, replay_ratio=ELLE_REPLAY, replay_from="all",
-                               replay_weights="forgetting")
+                               replay_weights="forgetting", recovery="start")
 
 
 def _elle(base: RunConfig) -> RunConfig:
     """Qin et al., 2022 (Table 2): function-recovering expansion, recovering warmup, replay
     weighted by forgetting, and a trainable prompt token per domain (``domain_prompts``)."""
     return _named(base, "ELLE", stages=_later(base, _elle_stage), domain_prompts=True)
+
+
+# A dose variant's old-data share of a batch: at most this, its window lengthened if need be,
+# so the window still trains the stage's own domain at least as much as the earlier ones.
+DOSE_SHARE_CAP = 0.5
+
+
+def _dose(rival: str) -> Callable[[RunConfig], RunConfig]:
+    """LOIRE at a rival's replay dose: each stage replays as many old-data windows as the
+    rival's stage (``schedule.replay_windows`` of the rival's own derived config, so the dose
+    follows its config), through LOIRE's own recovery window, in its place, with its teachers
+    and growth. The window keeps its length where a share of at most ``DOSE_SHARE_CAP`` gives
+    the dose, else it grows (from its place: the stage's start or its end) until that share
+    does."""
+    def derive_dose(base: RunConfig) -> RunConfig:
+        theirs = SYSTEMS[rival].derive(base)
+        stages = [base.stages[0]]
+        for k, stage in enumerate(base.stages[1:], start=1):
+            dose = replay_windows(theirs, k)
+            if not dose:
+                stages.append(stage)
+                continue
+            if not stage.warmup_steps:
+                raise ValueError(f"stage {stage.name!r} has no recovery window to replay {rival}'s dose through")
+            window = max(stage.warmup_steps, math.ceil(dose / (base.batch_size * DOSE_SHARE_CAP)))
+            ratio = dose / (min(window, stage.steps) * base.batch_size)
+            if ratio >= 1:
+                raise ValueError(f"{rival}'s dose of {dose} windows does not fit stage {stage.name!r}")
+            stages.append(dataclasses.replace(stage, warmup_steps=min(window, stage.steps), replay_ratio=ratio))
+        return _named(base, f"LOIRE-{rival}-replay", stages=tuple(stages))
+    return derive_dose
 
 
 # LiGO trains its operator for 100 steps of a 20k-step stage (App. D.1's stage length);
@@ -223,6 +258,11 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
     System("ELLE", "ELLE's expansion (duplicated units + noise, ungated layer copies), its recovering warmup on "
            "the memory alone, 10% replay weighted by forgetting, a trainable prompt token per domain; no distillation",
            "Table 2", _elle),
+    System("LOIRE-ER-replay", "LOIRE replaying ER's dose of old data (its old-data windows per stage), through its "
+           "own recovery window", "Table 2 (equal replay)", _dose("ER")),
+    System("LOIRE-ELLE-replay", "LOIRE replaying ELLE's dose of old data (its old-data windows per stage), through "
+           "its own recovery window, lengthened to keep old data at most half of each batch", "Table 2 (equal replay)",
+           _dose("ELLE")),
     System("LiGO", "LiGO's learned growth operator (trained first, the previous model frozen), then the grown "
            "model trained on each domain alone", "Tables 4, 6", _ligo),
 )}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import jax
 import jax.numpy as jnp
 
-from loire_jax.config.schedule import phases, replay_domains, replay_shares, stage_vocab, teacher_stages
+from loire_jax.config.schedule import phases, replay_domains, replay_record, replay_shares, stage_vocab, teacher_stages
 from loire_jax.config.stage import model_name, stage_number
 from loire_jax.growth.net2net import grow_vocab
 from loire_jax.interop import pretrained
@@ -101,6 +101,7 @@ class StageRun:
         self.ck.wait()
         trainer.evaluator.evaluate(index, state.params, "final")
         self.ctx.emit(clock.lap(stage_number(index), self.stage.steps))
+        self.ctx.emit(replay_record(self.run_config, index))  # the old data it trained on (the data stream's count)
         if session.signals.should_stop():  # at the stage's end: the stage is complete and saved
             session.say(f"stopped ({session.signals.name}) after stage {stage_number(index)}: run again to resume")
             return False

@@ -337,6 +337,34 @@ def test_elles_recovering_warmup_reads_the_memory_alone_then_the_stream_goes_on(
     assert replayed == [tuple(r) for i in range(20) for r in memory_only[i]["tokens"]][:len(replayed)]
 
 
+@pytest.mark.parametrize("own", [False, True], ids=["pretrain-beside", "own-memory-beside"])
+def test_a_replay_window_at_the_stage_end_keeps_the_share_and_the_domain_order(tiny_cfg, own):
+    """recovery: end: the replay window is the stage's last steps. Before it, the domain's
+    windows alone, as a stream without replay serves them; inside it the replay share of the
+    earlier domains' memory, the rest from the domain's own memory (``own``) or its
+    pre-training windows, continuing where they stopped; the old-memory count is the plan's."""
+    from loire_jax.config.schedule import replay_fraction
+
+    prep = load_prepared(tiny_cfg)
+    cur, mem = _window_sets(tiny_cfg, 2)
+    own_set = {tuple(w) for w in PackedWindows([prep.tokens(2, "memory")], SEQ)}
+    bs, start, end, ratio = 10, 12, 20, 0.2
+    kw = dict(seq_len=SEQ, global_batch_size=bs, seed=3, steps=end)
+    ds = train_dataset(tiny_cfg, 2, replay_ratio=ratio, replay_steps=end, replay_start=start, own_memory=own, **kw)
+    plain = train_dataset(tiny_cfg, 2, replay_ratio=0.0, **kw)
+    batches = [[tuple(r) for r in ds[i]["tokens"]] for i in range(end)]
+    assert batches[:start] == [[tuple(r) for r in plain[i]["tokens"]] for i in range(start)]
+    window = [r for b in batches[start:] for r in b]
+    old = [r for r in window if r in mem and r not in cur and r not in own_set]
+    frac = replay_fraction(ratio)
+    assert len(old) == (end - start) * bs * frac.numerator // frac.denominator
+    rest = [r for r in window if r not in old]
+    if own:
+        assert all(r in own_set for r in rest)
+    else:  # the domain goes on where it stopped: the plain stream's next windows
+        assert rest == [tuple(r) for i in range(start, end) for r in plain[i]["tokens"]][:len(rest)]
+
+
 def test_weighted_replay_shares_the_memory_windows_by_the_weights(tiny_cfg):
     """ELLE's forgetting-weighted replay: each memory domain's share of the replayed windows
     follows its weight (here 3:1), whatever the sizes of the memories."""

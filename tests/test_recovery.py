@@ -1,0 +1,115 @@
+"""Where the recovery window sits (``recovery: start | end``), and how much old data each
+system replays: the plan's phases, the refusals, the saved configs of before the option, the
+systems derived from LOIRE, and the equal-dose variants. Pure planning, no training (the
+end-to-end run is tests/test_recovery_end.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from loire_jax import load_run_config
+from loire_jax.config.loader import run_config_from_dict
+from loire_jax.config.schedule import phases, recovery_window, replay_record, replay_windows
+from loire_jax.errors import ConfigError
+from loire_jax.experiments.systems import SYSTEMS, derive
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "configs" / "mini.yaml"
+
+
+def _with(run, **changes):
+    return run.replace(stages=tuple(dataclasses.replace(s, **changes) for s in run.stages))
+
+
+@pytest.fixture(scope="module")
+def mini():
+    return load_run_config(MINI)
+
+
+def test_end_puts_replay_and_distillation_in_the_last_warmup_steps(mini):
+    """400 steps, warmup 100, beta_steps 20: the window is steps 300-400 at the end, 0-100 at
+    the start; the distillation is the window's first 20 steps either way."""
+    stage = mini.stages[1]
+    assert stage.recovery == "end"  # the default (docs/results.md: the three quotes)
+    got = [(p.name, p.start, p.end, p.replay, p.distill) for p in phases(stage, True)]
+    assert got == [("train", 0, 300, False, False), ("distill", 300, 320, True, True),
+                   ("warmup", 320, 400, True, False)]
+    start = [(p.name, p.start, p.end, p.replay, p.distill) for p in phases(dataclasses.replace(stage,
+                                                                                              recovery="start"), True)]
+    assert start == [("distill", 0, 20, True, True), ("warmup", 20, 100, True, False),
+                     ("train", 100, 400, False, False)]
+    assert recovery_window(phases(stage, True)) == (300, 400)
+
+
+def test_the_old_data_count_is_the_same_in_both_places_and_the_own_memory_only_at_the_end(mini):
+    end, start = replay_record(mini, 1), replay_record(_with(mini, recovery="start"), 1)
+    # 100 steps x 16 windows x 0.1 = 160 windows of 64 tokens
+    assert (end["tokens"], start["tokens"]) == (160 * 64, 160 * 64)
+    assert (end["own_memory_tokens"], start["own_memory_tokens"]) == ((1600 - 160) * 64, 0)
+    assert replay_record(mini, 4)["run_tokens"] == 4 * 160 * 64 and replay_record(mini, 0)["tokens"] == 0
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["stages.M2.recovery=middle"], "stages.M2.recovery: Input should be 'start' or 'end'"),
+    (["stages.M2.recover_steps=5", "stages.M2.teachers=none"], "runs before the domain's data, at the stage start: "
+     "set recovery: start"),
+])
+def test_a_bad_recovery_is_refused_in_one_line(overrides, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        load_run_config(MINI, overrides)
+    assert "\n" not in str(err.value) and "stages.M2" in str(err.value)
+
+
+def test_a_stage_built_by_hand_refuses_another_place(mini):
+    with pytest.raises(ConfigError, match=r"recovery must be one of \('start', 'end'\).*got 'middle'"):
+        dataclasses.replace(mini.stages[1], recovery="middle")
+
+
+def test_a_config_saved_before_the_option_reads_as_start_and_a_new_one_round_trips(mini):
+    saved = mini.to_dict()
+    assert run_config_from_dict(saved) == mini  # recovery: end written and read back
+    for stage in saved["stages"]:
+        del stage["recovery"]  # what to_dict wrote before the option existed
+    assert {s.recovery for s in run_config_from_dict(saved).stages} == {"start"}
+    # a hand-written stage that leaves it out gets the default
+    assert load_run_config(MINI).stages[2].recovery == "end"
+
+
+@pytest.mark.parametrize("reading", ["start", "end"])
+def test_every_system_derived_from_loire_keeps_its_recovery_in_place(mini, reading):
+    """The systems that keep LOIRE's warmup keep its place; those that strip it keep no
+    window; the rivals ER and ELLE follow their own recipes, from the stage start."""
+    base = _with(mini, recovery=reading)
+    for name in SYSTEMS:
+        if SYSTEMS[name].kind not in (None, "decoder"):
+            continue
+        run = derive(name, base)
+        for k, stage in enumerate(run.stages[1:], start=1):
+            window = recovery_window(phases(stage, k > 0 and stage.teachers != "none"))
+            if name in ("ER", "ELLE"):
+                assert stage.recovery == "start" and window[0] == 0, name
+            elif stage.warmup_steps:
+                assert stage.recovery == reading, name
+                assert window == ((0, stage.warmup_steps) if reading == "start" else
+                                  (stage.steps - stage.warmup_steps, stage.steps)), name
+            else:
+                assert window == (0, 0), name
+            assert stage.gate_ramp_steps in (0, base.stages[k].gate_ramp_steps), name  # the ramp is not moved
+
+
+@pytest.mark.parametrize("reading", ["start", "end"])
+@pytest.mark.parametrize("changes", [{}, {"replay_ratio": 0.2}, {"steps": 600, "warmup_steps": 150}])
+def test_the_dose_variants_replay_exactly_their_rivals_old_data(mini, reading, changes):
+    """LOIRE-ER-replay and LOIRE-ELLE-replay take the dose from ER's and ELLE's derived configs,
+    so it stays equal when the base changes; everything else is LOIRE's."""
+    base = mini.replace(stages=(mini.stages[0], *(dataclasses.replace(s, recovery=reading, **changes)
+                                                  for s in mini.stages[1:])))
+    for rival in ("ER", "ELLE"):
+        mine, theirs = derive(f"LOIRE-{rival}-replay", base), derive(rival, base)
+        assert [replay_windows(mine, k) for k in range(5)] == [replay_windows(theirs, k) for k in range(5)] != [0] * 5
+        for ours, stage in zip(mine.stages, base.stages):
+            assert ours.replay_ratio <= 0.5 and ours.recovery == stage.recovery
+            assert dataclasses.replace(ours, warmup_steps=stage.warmup_steps, replay_ratio=stage.replay_ratio) == stage
