@@ -105,6 +105,10 @@ def test_what_each_system_changes_in_the_later_stages(loire):
         [(*_warmup(s)[:3], "none", 0.0, 0) for s in base]
     for name in ("Layer-stack", "Random", "Zero", "SCHL-Reverse"):
         assert [_warmup(s) for s in _later(derive(name, loire))] == [_warmup(s) for s in base], name
+    # LOIRE-start: LOIRE read the other way, its window at each stage's start; nothing else changes
+    assert [dataclasses.replace(s, recovery="start") for s in _later(derive("LOIRE-start", loire))] == \
+        [dataclasses.replace(s, recovery="start") for s in base]
+    assert {s.recovery for s in _later(derive("LOIRE-start", loire))} == {"start"}
 
 
 def test_growth_of_the_ablations(loire):
@@ -231,7 +235,7 @@ def test_the_shipped_decoder_suites_plan_every_run(name):
     main = main_runs(suite, suite.sweep.settings()[0])
     assert len(sweep) == len(suite.sweep.settings()) * len(suite.sweep.systems)
     # three seeds a system, and two more for the seven systems the headline verdicts rest on
-    assert len(main) == sum(len(suite.seeds_of(s)) for s in suite.systems) == 16 * 3 + 7 * 2
+    assert len(main) == sum(len(suite.seeds_of(s)) for s in suite.systems) == 17 * 3 + 8 * 2
     assert len({r.workdir for r in sweep + main}) == len(sweep + main)
     assert {r.config.seed for r in main} == set(suite.all_seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
 

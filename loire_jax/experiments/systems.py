@@ -75,6 +75,13 @@ def _loire(base: RunConfig) -> RunConfig:
     return _named(base, "LOIRE")
 
 
+def _loire_start(base: RunConfig) -> RunConfig:
+    """LOIRE read the other way (docs/results.md#where-the-recovery-window-sits): the replay and
+    distillation window at each stage's start, right after growth, whatever the base says."""
+    return _named(base, "LOIRE-start", stages=_later(base, lambda s: dataclasses.replace(s, recovery="start"),
+                                                     first=lambda s: s))
+
+
 def _small(name: str) -> Callable[[RunConfig], RunConfig]:
     """GPT_S / BERT_S: M1's size throughout, each domain in turn."""
     return lambda base: _named(base, name, stages=_later(base, _plain))
@@ -249,6 +256,8 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
     System("Token-KD", "M1's size, token-level KD from the previous model on replayed prior data", "Table 2",
            _token_kd),
     System("LOIRE", "the method: exact growth, plug-in layers, iterative distillation warmup", "Table 2", _loire),
+    System("LOIRE-start", "LOIRE with its recovery window at each stage's start, right after growth (the other "
+           "reading of the recipe)", "§2.6, App. D.1, Alg. 1", _loire_start),
     System("SCHL-Reverse", "LOIRE with the growth order reversed", "Table 7, 11", _reverse),
     System("Layer-stack", "LOIRE with layer copies stacked on top", "Fig. 6, Table 11", _layer_stack),
     System("Random", "LOIRE with random new slots (hidden, ffn, heads)", "Fig. 4", _init("random")),
