@@ -22,6 +22,7 @@ from loire_jax.config.schedule import (
     stage_models,
 )
 from loire_jax.experiments.systems import SYSTEMS, derive, scratch_name
+from loire_jax.growth.transforms import ramp_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("data", "seed", "batch_size", "seq_len", "eval", "optimizer", "precision", "mesh", "microbatches",
@@ -74,7 +75,8 @@ def test_sizes_of_the_systems(config):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m1}, name
     for name in (scratch_name("L", kind), scratch_name("R", kind)):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m5}, name
-    for name in ("LOIRE", "Layer-stack", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse", "ELLE", "LiGO"):
+    for name in ("LOIRE", "Layer-stack", "Layer-stack-open", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse",
+                 "ELLE", "LiGO"):
         got = stage_models(derive(name, loire))
         assert (_shape(got[0]), _shape(got[-1])) == (m1, m5), name
     reverse = [_shape(m) for m in stage_models(derive("SCHL-Reverse", loire))]
@@ -103,8 +105,15 @@ def test_what_each_system_changes_in_the_later_stages(loire):
         [(*_warmup(s)[:3], "last", *_warmup(s)[4:]) for s in base]
     assert [_warmup(s) for s in _later(derive("Memory", loire))] == \
         [(*_warmup(s)[:3], "none", 0.0, 0) for s in base]
-    for name in ("Layer-stack", "Random", "Zero", "SCHL-Reverse"):
+    for name in ("Layer-stack", "Layer-stack-open", "Random", "Zero", "SCHL-Reverse"):
         assert [_warmup(s) for s in _later(derive(name, loire))] == [_warmup(s) for s in base], name
+    # Fig. 6 as the paper ran it: Layer-stack with its layer copies open; nothing else differs
+    stack, opened = derive("Layer-stack", loire), derive("Layer-stack-open", loire)
+    gates = [g.gate for s in opened.stages for g in s.growth]
+    assert gates == ["open" if g.op == "layers" else "closed" for s in stack.stages for g in s.growth] and "open" in gates
+    closed = tuple(dataclasses.replace(s, growth=tuple(dataclasses.replace(g, gate="closed") for g in s.growth))
+                   for s in opened.stages)
+    assert opened.replace(name=stack.name, stages=closed) == stack
 
 
 def test_growth_of_the_ablations(loire):
@@ -118,6 +127,11 @@ def test_growth_of_the_ablations(loire):
         assert growth(kind.capitalize()) == [(o, n, i, m, e) if o == "layers" else (o, n, kind, m, False)
                                              for o, n, i, m, e in ours]
     assert growth("SCHL-Reverse") == ours[::-1]
+    # the open stack's layer growth is planned as not function-preserving, and nothing ramps
+    for name, preserving in (("Layer-stack", True), ("Layer-stack-open", False)):
+        layers = [(p, stage) for stage in growth_plans(derive(name, loire)) for p in stage if p.op == "layers"]
+        assert layers and all(p.function_preserving == preserving for p, _ in layers), name
+        assert all(bool(ramp_layers(stage)) == preserving for _, stage in layers), name
 
 
 @pytest.mark.parametrize("config", list(BASES))
@@ -230,7 +244,8 @@ def test_the_shipped_decoder_suites_plan_every_run(name):
     sweep = sweep_runs(suite)
     main = main_runs(suite, suite.sweep.settings()[0])
     assert len(sweep) == len(suite.sweep.settings()) * len(suite.sweep.systems)
-    assert len(main) == len(suite.systems) * len(suite.seeds) == 42
+    assert len(main) == len(suite.systems) * len(suite.seeds) == 45
+    assert {"Layer-stack", "Layer-stack-open"} <= set(suite.systems)  # Fig. 6 both ways
     assert len({r.workdir for r in sweep + main}) == len(sweep + main)
     assert {r.config.seed for r in main} == set(suite.seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
 

@@ -114,7 +114,8 @@ def _stage_line(stage) -> str:
     parts = [f"{stage.steps} steps"]
     if stage.growth:
         parts.append("grow " + ", ".join(f"{g.op}->{g.size}" + (f" ({g.init})" if g.init != "loire" else "")
-                                         + (" stacked" if g.mode == "stack" else "") for g in stage.growth))
+                                         + (" stacked" if g.mode == "stack" else "")
+                                         + (" open" if g.gate == "open" else "") for g in stage.growth))
     if stage.reset_optimizer:
         parts.append("optimizer afresh")
     if stage.ligo_steps:
@@ -128,7 +129,7 @@ def _stage_line(stage) -> str:
                      + (" weighted by forgetting" if stage.replay_weights == "forgetting" else ""))
     if stage.distills:
         parts.append(f"KD from {stage.teachers} (beta {stage.beta:g} x {stage.beta_steps})")
-    if stage.gate_ramp_steps and any(g.op == "layers" for g in stage.growth):
+    if stage.gate_ramp_steps and any(g.op == "layers" and g.gate == "closed" for g in stage.growth):
         parts.append(f"gate ramp {stage.gate_ramp_steps}")
     return f"{stage.name} [{', '.join(stage.domains)}]: " + "; ".join(parts)
 
