@@ -311,3 +311,41 @@ def test_a_suite_naming_the_other_kinds_baseline_is_refused_in_one_line_before_a
         assert err.count("\n") == 1 and err.startswith("error: system GPT_L is for decoders, but 'wrong' has "
                                                         "model kind 'encoder'") and err.rstrip().endswith("use BERT_L")
     assert not (tmp_path / "w").exists()
+
+
+def test_the_gpu_probe_is_gpt_papers_shapes_at_a_short_sequence_and_its_dry_run_the_same_suite_at_toy_shapes():
+    """paper-gpu-probe (issue 40 item 6): LOIRE, ELLE and GPT_L at gpt_paper.yaml's shapes and
+    vocabulary, with the sizes its header's time estimate rests on; --dry-run is the same
+    systems, stages, domains and growth at toy shapes, under another name."""
+    from loire_jax.experiments.suite import dry_run, load_suite, main_runs
+
+    suite = load_suite("paper-gpu-probe")
+    assert suite.systems == ("LOIRE", "ELLE", "GPT_L") and suite.seeds == (1,) and suite.sweep is None
+    paper = load_run_config(ROOT / "configs" / "gpt_paper.yaml")
+    runs = {r.system: r.config for r in main_runs(suite, ())}
+    loire = runs["LOIRE"]
+    assert [_shape(m) for m in stage_models(loire)] == [_shape(m) for m in stage_models(paper)]
+    assert loire.model.vocab_size == paper.model.vocab_size and loire.data.tokenizer.kind == "gpt2"
+    # the figures the time estimate in the suite's header rests on
+    assert (loire.batch_size, loire.seq_len, loire.precision) == (64, 256, "bf16")
+    assert [(s.steps, s.warmup_steps, s.beta_steps) for s in loire.stages] == [(200, 0, 0)] + [(200, 50, 10)] * 4
+    toy = {r.system: r.config for r in main_runs(dry_run(suite), ())}
+    assert toy.keys() == runs.keys()
+    for name, run in runs.items():
+        small = toy[name]
+        assert small.name != run.name and small.data == run.data
+        assert [(s.domains, [(g.op, g.init) for g in s.growth]) for s in small.stages] == \
+            [(s.domains, [(g.op, g.init) for g in s.growth]) for s in run.stages]
+        assert max(_shape(stage_models(small)[-1])) <= 64 and small.seq_len <= 16
+
+
+def test_a_dry_run_needs_the_suites_toy_shapes_and_a_cut_needs_the_stages(tmp_path, capsys):
+    from loire_jax.cli.experiment import main
+
+    for args, said in ((["--suite", "rivals-mini", "--dry-run"], "error: suite 'rivals-mini' has no dry_run overrides"),
+                       (["--suite", "paper-gpu-probe", "--stages", "6"], "its runs have 5 stages, so they cannot be "
+                                                                           "cut to the first 6; ask for 1 to 5")):
+        assert main([*args, "--workdir", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err
+    assert not (tmp_path / "w").exists()
