@@ -468,7 +468,7 @@ SHELL = {
         "not run here (needs the suite's runs); tests/test_trainer.py runs launch/report.py on two workdirs",
     "python launch/experiment.py --suite paper-mini --list": "run",
     "python launch/experiment.py --suite paper-mini":
-        "not run here (50 runs, about an hour on 2 cores; docs/results/paper-mini records one); "
+        "not run here (53 runs, about an hour on 2 cores; docs/results/paper-mini records one of 50); "
         "tests/test_experiment.py runs a micro suite end to end",
     "python launch/experiment.py --suite rivals-mini --list": "run",
     "python launch/experiment.py --suite rivals-mini":
@@ -489,6 +489,15 @@ SHELL = {
         "not run here: as the line above",
     "python tools/docs_figures.py --check": "run",
     # docs/performance.md
+    "python -m loire_jax.data prepare --config default_gpt2":
+        "not run here: it downloads the pinned openai-whisper sdist for GPT-2's vocabulary and tokenizes the "
+        "built-in stream; tests/data covers prepare on the fixture corpus",
+    "python launch/experiment.py --suite paper-gpu-probe --dry-run --compile-cache /scratch/xla":
+        "not run here: it needs the GPT-2-tokenized corpus; tests/test_experiment.py runs the same dry run on the "
+        "fixture corpus",
+    "python launch/experiment.py --suite paper-gpu-probe --compile-cache /scratch/xla --workdir "
+    "runs/experiments/paper-gpu-probe":
+        "not run here: it is for one GPU (about 6-8 minutes on an H100); tests/test_experiment.py runs its dry run",
     "python benchmarks/bench_compile.py":
         "not run here: minutes (six five-stage runs); it made docs/results/bench-compile, and the accelerator "
         "check's dry run (tests/test_accelerator_check.py) runs it on a two-stage toy config",

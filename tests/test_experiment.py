@@ -168,3 +168,31 @@ def test_an_encoder_suite_reports_under_the_bert_names_with_init_equal_to_the_pr
     init_final = report.split("## Init versus Final", 1)[1].split("## Cost", 1)[0]
     assert "| BERT_L |" in init_final and "GPT" not in init_final
     assert "inconclusive: growth preserves the function" in out.stdout
+
+
+def test_the_gpu_probe_runs_at_toy_shapes_as_a_dry_run(tmp_path):
+    """paper-gpu-probe --dry-run (issue 40 item 6), its first two stages: the shipped suite, its
+    data replaced by the fixture corpus under the five domains' names, runs LOIRE, ELLE and
+    GPT_L at toy shapes end to end and reports, under its own name."""
+    from data_helpers import local_domain
+
+    data = tiny_config_dict(tmp_path / "data")
+    data["domains"] = [local_domain(name, path) for name, path in (
+        ("WB", "science.txt"), ("NEWS", "news.jsonl"), ("REV", "reviews.txt"), ("BIO", "science.txt"),
+        ("CS", "reviews.txt"))]
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump(data))
+    suite = yaml.safe_load((ROOT / "configs" / "suites" / "paper-gpu-probe.yaml").read_text())
+    assert sum(o.startswith("data=") for o in suite["overrides"]) == 1
+    suite["base"] = str(ROOT / "configs" / "gpt_paper.yaml")
+    suite["overrides"] = [f"data={tmp_path / 'data.yaml'}" if o.startswith("data=") else o for o in suite["overrides"]]
+    (tmp_path / "probe.yaml").write_text(yaml.safe_dump(suite))
+    out = experiment("--suite", str(tmp_path / "probe.yaml"), "--dry-run", "--stages", "2", "--workdir",
+                     str(tmp_path / "suite"), "--compile-cache", str(tmp_path / "xla"), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads((tmp_path / "suite" / "report" / "report.json").read_text())
+    assert data["suite"]["name"] == "paper-gpu-probe-dry-run-first2"
+    assert {s: [r["finished"] for r in runs] for s, runs in data["runs"].items()} == \
+        {"LOIRE": [True], "ELLE": [True], "GPT_L": [True]}
+    config = json.loads((tmp_path / "suite" / "runs" / "LOIRE" / "seed1" / "config.json").read_text())
+    assert (config["model"]["hidden"], config["seq_len"], len(config["stages"])) == (16, 16, 2)
+    assert config["model"]["vocab_size"] == 50257  # the paper's head, at toy width

@@ -36,6 +36,9 @@ CASES = [
     ("repeated positions", dict(op="layers", size=5, positions=[1, 1]), "distinct"),
     ("wrong number of positions", dict(op="layers", size=5, positions=[1]), "needs 2 positions"),
     ("unknown mode", dict(op="layers", size=4, mode="sandwich"), "unknown layer growth mode"),
+    ("unknown gate", dict(op="layers", size=4, gate="ajar"), "unknown gate 'ajar'"),
+    ("open gate on ffn", dict(op="ffn", size=9, gate="open"), "gate='open' applies to layer growth only"),
+    ("open gate on ELLE's copies", dict(op="layers", size=4, init="elle", gate="open"), "makes no gated layer"),
     ("positions on ffn", dict(op="ffn", size=9, positions=[0]), "layer growth only"),
     ("unknown init", dict(op="ffn", size=9, init="xavier"), "unknown init"),
     ("unknown method", dict(op="hidden", size=12, method="interpolate"), "unknown hidden method"),
@@ -109,6 +112,9 @@ def test_layer_placement_plugin_and_stack():
     got = stack["layers"]["mlp"]["up"]["kernel"]
     for new, src in enumerate([0, 1, 2, 0, 2]):
         np.testing.assert_array_equal(got[new], layers[src])
+    _, opened = grow(CFG, PARAMS, "layers", 5, positions=[2, 0], mode="stack", gate="open")
+    np.testing.assert_array_equal(opened["gates"], [1, 1, 1, 1, 1])  # born open: nothing ramps
+    np.testing.assert_array_equal(opened["layers"]["mlp"]["up"]["kernel"], got)
 
 
 def test_default_positions_spread_evenly():

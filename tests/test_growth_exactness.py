@@ -239,6 +239,19 @@ def test_random_init_changes_the_function(arch, op):
     assert _delta_after(cfg, op, SIZES[op](cfg), init="random") > 1e-6
 
 
+@pytest.mark.parametrize("mode", ["stack", "plugin"])
+def test_layer_copies_born_open_change_the_logits_and_closed_ones_do_not(mode):
+    """Fig. 6's layer-stack as the paper ran it (gate='open'): each copy acts from the first
+    step, so the logits move right after growth and the plan says it is not function-
+    preserving; the same copies behind a closed gate are the identity."""
+    cfg = _arch_cfg(("layernorm", "pre", "gelu", "learned", False))
+    assert _delta_after(cfg, "layers", 3, mode=mode) <= F64_TOL
+    assert _delta_after(cfg, "layers", 3, mode=mode, gate="open") > 1e-3
+    closed, opened = (plan_growth(cfg, "layers", 3, mode=mode, gate=g) for g in ("closed", "open"))
+    assert closed.function_preserving and closed.gate == "closed" and closed.reason == ""
+    assert not opened.function_preserving and opened.gate == "open" and "open" in opened.reason
+
+
 @pytest.mark.parametrize("arch", tiered(ARCHS[::5], lambda i, a: i == 0, unpack=False),
                          ids=lambda a: "-".join(str(x) for x in a))
 def test_zero_init_changes_the_function_under_hidden_growth(arch):

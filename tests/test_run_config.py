@@ -388,6 +388,28 @@ def test_elles_settings_are_checked_in_one_line(overrides, needle):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("overrides,needle", [
+    (["stages.M5.growth.0.gate=ajar"], r"gate must be one of \('closed', 'open'\), got 'ajar'"),
+    (["stages.M3.growth.0.gate=open"], "gate: open applies to layer growth only .*, not op: ffn"),
+    (["stages.M5.growth.0.gate=open", "stages.M5.growth.0.init=elle", "stages.M5.reset_optimizer=true"],
+     "init: elle makes no gated layer .*: drop gate"),
+])
+def test_a_layer_gate_is_checked_in_one_line(overrides, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        tiny(*overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_layer_copies_born_open_are_planned_as_not_function_preserving_and_do_not_ramp():
+    from loire_jax.config.schedule import growth_plans
+    from loire_jax.growth.transforms import ramp_layers
+
+    closed, opened = (growth_plans(tiny("stages.M5.growth.0.mode=stack", *extra))[4]
+                      for extra in ([], ["stages.M5.growth.0.gate=open"]))
+    assert closed[0].function_preserving and ramp_layers(closed) == (2, 3)
+    assert not opened[0].function_preserving and "open" in opened[0].reason and ramp_layers(opened) == ()
+
+
 def test_mesh_that_does_not_divide_is_rejected_naming_stage_and_dim():
     with pytest.raises(ValueError, match=r"stages\.M1 \('M1-WB'\).*not divisible by mesh axis fsdp=3"):
         tiny("mesh=3")

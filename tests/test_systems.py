@@ -22,6 +22,7 @@ from loire_jax.config.schedule import (
     stage_models,
 )
 from loire_jax.experiments.systems import SYSTEMS, derive, scratch_name
+from loire_jax.growth.transforms import ramp_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("data", "seed", "batch_size", "seq_len", "eval", "optimizer", "precision", "mesh", "microbatches",
@@ -74,7 +75,8 @@ def test_sizes_of_the_systems(config):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m1}, name
     for name in (scratch_name("L", kind), scratch_name("R", kind)):
         assert {_shape(m) for m in stage_models(derive(name, loire))} == {m5}, name
-    for name in ("LOIRE", "Layer-stack", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse", "ELLE", "LiGO"):
+    for name in ("LOIRE", "Layer-stack", "Layer-stack-open", "Random", "Zero", "Single-KD", "Memory", "SCHL-Reverse",
+                 "ELLE", "LiGO"):
         got = stage_models(derive(name, loire))
         assert (_shape(got[0]), _shape(got[-1])) == (m1, m5), name
     reverse = [_shape(m) for m in stage_models(derive("SCHL-Reverse", loire))]
@@ -103,12 +105,19 @@ def test_what_each_system_changes_in_the_later_stages(loire):
         [(*_warmup(s)[:3], "last", *_warmup(s)[4:]) for s in base]
     assert [_warmup(s) for s in _later(derive("Memory", loire))] == \
         [(*_warmup(s)[:3], "none", 0.0, 0) for s in base]
-    for name in ("Layer-stack", "Random", "Zero", "SCHL-Reverse"):
+    for name in ("Layer-stack", "Layer-stack-open", "Random", "Zero", "SCHL-Reverse"):
         assert [_warmup(s) for s in _later(derive(name, loire))] == [_warmup(s) for s in base], name
     # LOIRE-start: LOIRE read the other way, its window at each stage's start; nothing else changes
     assert [dataclasses.replace(s, recovery="start") for s in _later(derive("LOIRE-start", loire))] == \
         [dataclasses.replace(s, recovery="start") for s in base]
     assert {s.recovery for s in _later(derive("LOIRE-start", loire))} == {"start"}
+    # Fig. 6 as the paper ran it: Layer-stack with its layer copies open; nothing else differs
+    stack, opened = derive("Layer-stack", loire), derive("Layer-stack-open", loire)
+    gates = [g.gate for s in opened.stages for g in s.growth]
+    assert gates == ["open" if g.op == "layers" else "closed" for s in stack.stages for g in s.growth] and "open" in gates
+    closed = tuple(dataclasses.replace(s, growth=tuple(dataclasses.replace(g, gate="closed") for g in s.growth))
+                   for s in opened.stages)
+    assert opened.replace(name=stack.name, stages=closed) == stack
 
 
 def test_growth_of_the_ablations(loire):
@@ -122,6 +131,11 @@ def test_growth_of_the_ablations(loire):
         assert growth(kind.capitalize()) == [(o, n, i, m, e) if o == "layers" else (o, n, kind, m, False)
                                              for o, n, i, m, e in ours]
     assert growth("SCHL-Reverse") == ours[::-1]
+    # the open stack's layer growth is planned as not function-preserving, and nothing ramps
+    for name, preserving in (("Layer-stack", True), ("Layer-stack-open", False)):
+        layers = [(p, stage) for stage in growth_plans(derive(name, loire)) for p in stage if p.op == "layers"]
+        assert layers and all(p.function_preserving == preserving for p, _ in layers), name
+        assert all(bool(ramp_layers(stage)) == preserving for _, stage in layers), name
 
 
 @pytest.mark.parametrize("config", list(BASES))
@@ -235,7 +249,8 @@ def test_the_shipped_decoder_suites_plan_every_run(name):
     main = main_runs(suite, suite.sweep.settings()[0])
     assert len(sweep) == len(suite.sweep.settings()) * len(suite.sweep.systems)
     # three seeds a system, and two more for the seven systems the headline verdicts rest on
-    assert len(main) == sum(len(suite.seeds_of(s)) for s in suite.systems) == 17 * 3 + 8 * 2
+    assert len(main) == sum(len(suite.seeds_of(s)) for s in suite.systems) == 18 * 3 + 8 * 2
+    assert {"Layer-stack", "Layer-stack-open"} <= set(suite.systems)  # Fig. 6 both ways
     assert len({r.workdir for r in sweep + main}) == len(sweep + main)
     assert {r.config.seed for r in main} == set(suite.all_seeds) and {r.config.seed for r in sweep} == {suite.sweep.seed}
 
@@ -300,4 +315,42 @@ def test_a_suite_naming_the_other_kinds_baseline_is_refused_in_one_line_before_a
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: system GPT_L is for decoders, but 'wrong' has "
                                                         "model kind 'encoder'") and err.rstrip().endswith("use BERT_L")
+    assert not (tmp_path / "w").exists()
+
+
+def test_the_gpu_probe_is_gpt_papers_shapes_at_a_short_sequence_and_its_dry_run_the_same_suite_at_toy_shapes():
+    """paper-gpu-probe: LOIRE in both readings, ELLE and GPT_L at gpt_paper.yaml's shapes and
+    vocabulary, with the sizes its header's time estimate rests on; --dry-run is the same
+    systems, stages, domains and growth at toy shapes, under another name."""
+    from loire_jax.experiments.suite import dry_run, load_suite, main_runs
+
+    suite = load_suite("paper-gpu-probe")
+    assert suite.systems == ("LOIRE", "LOIRE-start", "ELLE", "GPT_L") and suite.seeds == (1,) and suite.sweep is None
+    paper = load_run_config(ROOT / "configs" / "gpt_paper.yaml")
+    runs = {r.system: r.config for r in main_runs(suite, ())}
+    loire = runs["LOIRE"]
+    assert [_shape(m) for m in stage_models(loire)] == [_shape(m) for m in stage_models(paper)]
+    assert loire.model.vocab_size == paper.model.vocab_size and loire.data.tokenizer.kind == "gpt2"
+    # the figures the time estimate in the suite's header rests on
+    assert (loire.batch_size, loire.seq_len, loire.precision) == (64, 256, "bf16")
+    assert [(s.steps, s.warmup_steps, s.beta_steps) for s in loire.stages] == [(200, 0, 0)] + [(200, 50, 10)] * 4
+    toy = {r.system: r.config for r in main_runs(dry_run(suite), ())}
+    assert toy.keys() == runs.keys()
+    for name, run in runs.items():
+        small = toy[name]
+        assert small.name != run.name and small.data == run.data
+        assert [(s.domains, [(g.op, g.init) for g in s.growth]) for s in small.stages] == \
+            [(s.domains, [(g.op, g.init) for g in s.growth]) for s in run.stages]
+        assert max(_shape(stage_models(small)[-1])) <= 64 and small.seq_len <= 16
+
+
+def test_a_dry_run_needs_the_suites_toy_shapes_and_a_cut_needs_the_stages(tmp_path, capsys):
+    from loire_jax.cli.experiment import main
+
+    for args, said in ((["--suite", "rivals-mini", "--dry-run"], "error: suite 'rivals-mini' has no dry_run overrides"),
+                       (["--suite", "paper-gpu-probe", "--stages", "6"], "its runs have 5 stages, so they cannot be "
+                                                                           "cut to the first 6; ask for 1 to 5")):
+        assert main([*args, "--workdir", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err
     assert not (tmp_path / "w").exists()

@@ -1,7 +1,8 @@
 """The paper's comparisons as one command: every baseline and ablation, every seed, one report.
 
     python launch/experiment.py --suite paper-mini|bert-mini|PATH.yaml [--list] [--seeds 1,2,3]
-                                [--workdir DIR] [--mesh M] [--compile-cache DIR|auto|off]
+                                [--workdir DIR] [--mesh M] [--compile-cache DIR|auto|off] [--dry-run]
+                                [--stages N]
 
 A suite (``configs/suites/<name>.yaml``) derives every system from one LOIRE config
 (``loire_jax.experiments.systems``), so all of them see the same data order, seeds, tokens per stage
@@ -15,6 +16,11 @@ one an experiment made; any other is refused before anything is written.
 The base's model kind names the fixed-size baselines: GPT_S, GPT_L and GPT_R beside a
 decoder (paper-mini), BERT_S, BERT_L and BERT_R beside an encoder (bert-mini, LOIRE-Bert);
 a suite naming the other kind's is refused before anything runs.
+
+``--dry-run`` runs the suite at toy shapes: its ``dry_run`` overrides (model, sequence,
+steps, evaluation) applied after its own, named ``<suite>-dry-run`` with a workdir of that
+name, so a suite sized for an accelerator is checked end to end in seconds on a CPU.
+``--stages N`` cuts every run to its first N stages (named ``<suite>-firstN``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,16 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--stages takes a positive integer, got {text!r}")
+    return value
+
+
 @command()
 def main(argv: list[str] | None = None) -> int:
     parser = usage.parser(__doc__)
@@ -54,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="persistent XLA compilation cache, as loire-train's (auto: $JAX_COMPILATION_CACHE_DIR "
                              "or ~/.cache/loire_jax/xla)")
     parser.add_argument("--progress", action="store_true", help="a progress bar per stage")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="the suite at toy shapes (its dry_run overrides), under <suite>-dry-run")
+    parser.add_argument("--stages", type=_positive, default=None, metavar="N",
+                        help="only the first N stages of every run, under <suite>-firstN")
     args = parser.parse_args(argv)
 
     from loire_jax.config.mesh import parse_mesh
@@ -61,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         suite = suites.load_suite(args.suite, args.seeds)
+        if args.dry_run:
+            suite = suites.dry_run(suite)
+        if args.stages is not None:
+            suite = suites.first_stages(suite, args.stages)
         sweep = suites.sweep_runs(suite)
         chosen = _chosen(suites.workdir_for(suite, args.workdir), suite)
         main_runs = suites.main_runs(suite, chosen[0] if chosen else ())  # every system derives, or one line says why
@@ -115,7 +139,8 @@ def _stage_line(stage) -> str:
     parts = [f"{stage.steps} steps"]
     if stage.growth:
         parts.append("grow " + ", ".join(f"{g.op}->{g.size}" + (f" ({g.init})" if g.init != "loire" else "")
-                                         + (" stacked" if g.mode == "stack" else "") for g in stage.growth))
+                                         + (" stacked" if g.mode == "stack" else "")
+                                         + (" open" if g.gate == "open" else "") for g in stage.growth))
     if stage.reset_optimizer:
         parts.append("optimizer afresh")
     if stage.ligo_steps:
@@ -129,7 +154,7 @@ def _stage_line(stage) -> str:
                      + (" weighted by forgetting" if stage.replay_weights == "forgetting" else ""))
     if stage.distills:
         parts.append(f"KD from {stage.teachers} (beta {stage.beta:g} x {stage.beta_steps})")
-    if stage.gate_ramp_steps and any(g.op == "layers" for g in stage.growth):
+    if stage.gate_ramp_steps and any(g.op == "layers" and g.gate == "closed" for g in stage.growth):
         parts.append(f"gate ramp {stage.gate_ramp_steps}")
     return f"{stage.name} [{', '.join(stage.domains)}]: " + "; ".join(parts)
 

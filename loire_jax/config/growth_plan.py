@@ -36,12 +36,19 @@ HEADS_METHODS = ("auto", "groups", "within")
 MODES = ("plugin", "stack")
 
 
+# A LOIRE layer copy's gate at birth: "closed" (alpha = 0, ramped open: function-preserving)
+# or "open" (alpha = 1 from the first step: Fig. 6's layer-stack as the paper ran it, which
+# is not function-preserving).
+LAYER_GATES = ("closed", "open")
+
+
 @dataclasses.dataclass(frozen=True)
 class GrowthPlan:
     """Everything one growth step decides, validated; applying it is then pure array work.
 
     ``function_preserving`` is what the construction guarantees: True for every
-    ``init="loire"`` plan that ``exact=True`` accepts.
+    ``init="loire"`` plan that ``exact=True`` accepts, except layer copies born open
+    (``gate="open"``), which act at once; ``reason`` then says so.
     """
 
     op: str
@@ -51,6 +58,7 @@ class GrowthPlan:
     method: str | None = None  # hidden; heads under GQA ("groups" or "within")
     positions: tuple[int, ...] = ()  # layers only: source layer of each copy
     mode: str | None = None  # layers only
+    gate: str | None = None  # layers only: the copies' gate at birth, "closed" or "open"
     tied_rescale: str | None = None  # hidden duplicate with tied embeddings: norm scaled by 1/m
     function_preserving: bool = False
     reason: str = ""  # why not function-preserving, when it is not
@@ -116,18 +124,22 @@ def plan_growth(
     mode: str = "plugin",
     last_gate: float | None = None,
     noise: float | None = None,
+    gate: str = "closed",
 ) -> GrowthPlan:
     """Validate a growth request and resolve every choice; raises ``GrowthError`` (a
     ``ValueError``) on bad input.
 
     ``last_gate`` is the current gate of the last layer; only the tied post-norm
     ``duplicate`` construction depends on it (``grow`` passes it for you). ``noise`` is
-    ELLE's (``init="elle"`` only; default ``ELLE_NOISE``).
+    ELLE's (``init="elle"`` only; default ``ELLE_NOISE``). ``gate`` (layers only): the
+    copies start ``closed`` (alpha = 0, the identity, then ramped) or ``open`` (alpha = 1:
+    each copy acts at once, so the plan is not function-preserving).
     """
     if op not in OPS:
         raise GrowthError(f"unknown growth operator {op!r}; choose one of {OPS}")
     if init not in INITS:
         raise GrowthError(f"unknown init {init!r}; choose one of {INITS}")
+    _check_gate(op, init, gate)
     if init == "elle":
         return _plan_elle(cfg, op, size, ELLE_NOISE if noise is None else noise, method, positions, mode)
     if init == "ligo":
@@ -149,7 +161,7 @@ def plan_growth(
     if op == "heads":
         return _plan_heads(cfg, check_size("heads", cfg.heads, size), init, method)
     if op == "layers":
-        return _plan_layers(cfg, size, init, positions, mode)
+        return _plan_layers(cfg, size, init, positions, mode, gate)
 
     h2 = check_size("hidden", cfg.hidden, size)
     if init != "loire":
@@ -218,7 +230,20 @@ def _alternatives(cfg: ModelConfig, h2: int) -> str:
     return "; ".join(options)
 
 
-def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int] | None, mode: str) -> GrowthPlan:
+def _check_gate(op: str, init: str, gate: Any) -> None:
+    """A gate choice only where a gated layer copy is made: LOIRE's layer growth (and its
+    random/zero ablations, whose copies start open anyway)."""
+    if gate not in LAYER_GATES:
+        raise GrowthError(f"unknown gate {gate!r}; choose one of {LAYER_GATES}")
+    if gate == "open" and op != "layers":
+        raise GrowthError(f"gate='open' applies to layer growth only (a new layer's gate), not {op!r}")
+    if gate == "open" and init in ("elle", "ligo"):
+        raise GrowthError(f"gate='open' applies to LOIRE's gated layer copies; init={init!r} makes no gated layer "
+                          "(its new layers act at once)")
+
+
+def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int] | None, mode: str,
+                 gate: str = "closed") -> GrowthPlan:
     l2 = check_size("layers", cfg.layers, size)
     if l2 > 2 * cfg.layers:
         raise GrowthError(f"layer growth copies each layer at most once, so {cfg.layers} layers can grow to at "
@@ -238,8 +263,13 @@ def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int
         if len(chosen) != n:
             raise GrowthError(f"growing {cfg.layers}->{l2} layers needs {n} positions, got {len(chosen)}")
         chosen = tuple(sorted(chosen))
+    why = (f"init={init!r}" if init != "loire" else
+           "the layer copies start open (gate='open'): each adds its source layer's update at once" if gate == "open"
+           else "")
+    # the ablations' copies start open whatever was asked (transforms: a random layer is not the identity)
     return GrowthPlan("layers", cfg, cfg.replace(layers=l2), init, positions=chosen, mode=mode,
-                      function_preserving=init == "loire", reason="" if init == "loire" else f"init={init!r}")
+                      gate=gate if init == "loire" else "open",
+                      function_preserving=not why, reason=why)
 
 
 def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, positions: Sequence[int] | None,
@@ -253,7 +283,7 @@ def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, po
     if op == "layers":
         plan = _plan_layers(cfg, size, "elle", positions, "plugin")
         return dataclasses.replace(plan, positions=tuple(positions) if positions is not None else (), noise=float(noise),
-                                   function_preserving=False, reason="ELLE's layer copies are ungated")
+                                   gate="open", function_preserving=False, reason="ELLE's layer copies are ungated")
     if positions is not None:
         raise GrowthError(f"positions apply to layer growth only, not {op!r}")
     if op == "heads":

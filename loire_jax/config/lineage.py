@@ -46,11 +46,12 @@ def plan_lineage(model: ModelConfig, stages: Sequence[StageConfig],
         for j, g in enumerate(stage.growth):
             try:
                 plan = plan_growth(cfg, g.op, g.size, init=g.init, exact=g.exact, method=g.method,
-                                   positions=g.positions, mode=g.mode, last_gate=last_gate, noise=g.noise)
+                                   positions=g.positions, mode=g.mode, last_gate=last_gate, noise=g.noise,
+                                   gate=g.gate)
             except ValueError as err:
                 raise ConfigError(f"stages.{model_name(i)} ({stage.name!r}) growth.{j} ({g.op} -> {g.size}): "
                                   f"{err}") from None
-            if plan.op == "layers" and plan.init not in ("elle", "ligo") and (
+            if plan.op == "layers" and plan.gate == "closed" and (
                     plan.mode == "stack" or cfg.layers - 1 in plan.positions):
                 last_gate = 0.0  # the new last layer is a fresh copy with alpha = 0
             stage_plans.append(plan)

@@ -17,7 +17,7 @@ import math
 from typing import Literal, Sequence
 
 from loire_jax.config.checks import is_int, is_num
-from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, INITS, MODES, OPS
+from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, INITS, LAYER_GATES, MODES, OPS
 from loire_jax.errors import ConfigError, raise_problems
 
 TEACHERS = ("all", "last", "none")
@@ -58,6 +58,9 @@ class GrowthSpec:
     as the paper's zero-padding ``method="paper"``); the default refuses them.
     ``init: elle`` is ELLE's expansion (the rival of Table 2), with ``noise`` its std
     (default 0.01); without ``positions`` its layer copies' sources are drawn from the run's seed.
+    ``gate`` (layers only): LOIRE's copies start ``closed`` (alpha = 0, ramped open over
+    ``gate_ramp_steps``: function-preserving) or ``open`` (alpha = 1 from the first step, no
+    ramp: Fig. 6's layer-stack as the paper ran it, not function-preserving).
     """
 
     op: str
@@ -68,6 +71,7 @@ class GrowthSpec:
     mode: str = "plugin"  # layers only: "plugin" (LOIRE) or "stack" (Fig. 6 ablation)
     exact: bool = True
     noise: float | None = None  # init "elle" only
+    gate: str = "closed"  # layers only: "closed" (LOIRE) or "open" (Fig. 6 as the paper ran it)
 
     def __post_init__(self) -> None:
         if self.positions is not None:
@@ -78,11 +82,16 @@ class GrowthSpec:
         if not (is_int(self.size) and self.size > 0):
             problems.append(f"size must be a positive integer, got {self.size!r}")
         for name, allowed in (("init", INITS), ("method", tuple(dict.fromkeys(HIDDEN_METHODS + HEADS_METHODS))),
-                              ("mode", MODES)):
+                              ("mode", MODES), ("gate", LAYER_GATES)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.positions is not None and not all(is_int(p) for p in self.positions):
             problems.append(f"positions must be integers, got {self.positions!r}")
+        if self.gate == "open" and self.op in OPS and self.op != "layers":
+            problems.append(f"gate: open applies to layer growth only (a new layer's gate), not op: {self.op}")
+        elif self.gate == "open" and self.init in ("elle", "ligo"):
+            problems.append(f"gate: open applies to LOIRE's gated layer copies; init: {self.init} makes no gated "
+                            "layer (its new layers act at once): drop gate")
         if not isinstance(self.exact, bool):
             problems.append(f"exact must be true or false, got {self.exact!r}")
         if self.noise is not None:

@@ -10,6 +10,10 @@ sanity gate) is then shared by every system, so no system is tuned and another n
 Everything here is planning, a pure function of the suite: the runs, their configs and
 their directories. ``launch/experiment.py`` carries the plan out; ``loire_jax.analysis.comparison``
 reads what the runs measured.
+
+A suite may also name ``dry_run`` overrides that shrink it to toy shapes (model, sequence,
+steps, evaluation); ``dry_run(suite)`` is then the same suite with them applied last, under
+its own name, so a suite sized for an accelerator is checked end to end on a CPU first.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ class Suite:
     def all_seeds(self) -> tuple[int, ...]:
         """Every seed some system runs at, in order."""
         return self.seeds + (self.extra_seeds.seeds if self.extra_seeds is not None else ())
+    dry_run: tuple[str, ...] = ()  # overrides, applied last, that shrink the suite to toy shapes
+    first_stages: int | None = None  # run only the first n stages of every system (None: all)
 
     def __post_init__(self) -> None:
         problems = []
@@ -117,6 +123,8 @@ class Suite:
                                 "the comparison does not use")
         if self.downstream is not None:
             problems += _downstream_problems(self.downstream, self.systems)
+        if self.first_stages is not None and not (isinstance(self.first_stages, int) and self.first_stages >= 1):
+            problems.append(f"first_stages must be a positive integer, got {self.first_stages!r}")
         if not (isinstance(self.gate_margin, (int, float)) and self.gate_margin >= 0):
             problems.append(f"gate_margin must be a non-negative number of nats, got {self.gate_margin!r}")
         if problems:
@@ -187,10 +195,10 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
     known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about", "downstream",
-             "extra_seeds"}
+             "extra_seeds", "dry_run"}
     if not isinstance(raw, Mapping) or set(raw) - known or not {"name", "base", "systems", "seeds"} <= set(raw):
         raise ConfigError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
-                         f"overrides, sweep, gate_margin, about, downstream, extra_seeds); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
+                         f"overrides, sweep, gate_margin, about, downstream, extra_seeds, dry_run); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
     def names(key: str, value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{path}: {key} must be a list of strings, got {value!r}")
@@ -238,7 +246,27 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
                  seeds=tuple(seeds) if seeds is not None else tuple(integer("seeds", s) for s in raw["seeds"]),
                  overrides=names("overrides", raw.get("overrides") or []), sweep=sweep,
                  gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")), downstream=downstream,
-                 extra_seeds=extra)
+                 extra_seeds=extra, dry_run=names("dry_run", raw.get("dry_run") or []))
+
+
+
+def dry_run(suite: Suite) -> Suite:
+    """The suite at toy shapes: its ``dry_run`` overrides applied after its own, named
+    ``<name>-dry-run`` (so its runs, their names and its default workdir are never the real
+    suite's). Everything else (systems, seeds, sweep, stages, data) is the suite's, so every
+    system derives, grows, distils, evaluates and reports as it will at full size. A suite
+    without ``dry_run`` overrides is refused: its shapes would run at full size."""
+    if not suite.dry_run:
+        raise ConfigError(f"suite {suite.name!r} has no dry_run overrides, so --dry-run would run it at full size; "
+                          "add a dry_run: [key=value, ...] list that shrinks it (see configs/suites/paper-gpu-probe.yaml)")
+    return dataclasses.replace(suite, name=f"{suite.name}-dry-run", overrides=suite.overrides + suite.dry_run,
+                               dry_run=())
+
+
+def first_stages(suite: Suite, n: int) -> Suite:
+    """The suite with every run cut to its first ``n`` stages, named ``<name>-first<n>`` (a
+    quick look, or a quicker dry run); the runs' stages are otherwise the suite's."""
+    return dataclasses.replace(suite, name=f"{suite.name}-first{n}", first_stages=n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,6 +296,11 @@ def setting_label(setting: Sequence[str]) -> str:
 def base_config(suite: Suite, setting: Sequence[str] = ()) -> RunConfig:
     """The LOIRE config of ``setting``: the base YAML, the suite's overrides, then the setting's."""
     run = load_run_config(suite.base, [*suite.overrides, *setting])
+    if suite.first_stages is not None:
+        if suite.first_stages > len(run.stages):
+            raise ConfigError(f"suite {suite.name!r}: its runs have {len(run.stages)} stages, so they cannot be cut to "
+                              f"the first {suite.first_stages}; ask for 1 to {len(run.stages)}")
+        run = run.replace(stages=run.stages[:suite.first_stages])
     return run.replace(name=suite.name)
 
 

@@ -135,6 +135,15 @@ def _layer_stack(base: RunConfig) -> RunConfig:
                        if g.op == "layers" else g)
 
 
+def _layer_stack_open(base: RunConfig) -> RunConfig:
+    """Fig. 6 as the paper ran it: Layer-stack with the stacked copies open from their first
+    step (no closed gate, so nothing ramps): not function-preserving, so the collapse the
+    paper reports (final AP 62.64) can show. Only the gate differs from Layer-stack."""
+    return _map_growth(base, "Layer-stack-open", lambda g: dataclasses.replace(g, mode="stack", positions=None,
+                                                                               gate="open")
+                       if g.op == "layers" else g)
+
+
 def _init(kind: str) -> Callable[[RunConfig], RunConfig]:
     """Fig. 4: the new slots of the hidden, FFN and head operators random or zero (the
     layer operator stays LOIRE's); not function-preserving, so ``exact`` is off for them."""
@@ -260,6 +269,8 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
            "reading of the recipe)", "§2.6, App. D.1, Alg. 1", _loire_start),
     System("SCHL-Reverse", "LOIRE with the growth order reversed", "Table 7, 11", _reverse),
     System("Layer-stack", "LOIRE with layer copies stacked on top", "Fig. 6, Table 11", _layer_stack),
+    System("Layer-stack-open", "Layer-stack with the copies open from their first step (no gate, no ramp; "
+           "not function-preserving), as the paper ran it", "Fig. 6, Table 11", _layer_stack_open),
     System("Random", "LOIRE with random new slots (hidden, ffn, heads)", "Fig. 4", _init("random")),
     System("Zero", "LOIRE with zero new slots (hidden, ffn, heads)", "Fig. 4", _init("zero")),
     System("Single-KD", "LOIRE distilling from the last model only", "Table 12", _single_kd),

@@ -9,7 +9,8 @@ unless ``exact=False``.
 - ``"heads"`` (eqs 6-7): new heads of the same ``head_dim``; new W^Q/K/V columns random,
   new W^O rows zero. RoPE acts within a head, so this is exact with RoPE too.
 - ``"layers"`` (eqs 12-13): copies of chosen layers, gated with alpha = 0, either plugged
-  in after their source (``mode="plugin"``, LOIRE) or stacked on top (``"stack"``, Fig. 6).
+  in after their source (``mode="plugin"``, LOIRE) or stacked on top (``"stack"``, Fig. 6);
+  ``gate="open"`` starts them at alpha = 1 instead (not function-preserving).
 - ``"hidden"`` (eqs 9-11): the paper zero-pads the stream, which breaks LayerNorm (its
   App. G eq. 23 takes the statistics over the old width). Exact constructions instead:
   ``zero_pad`` with RMSNorm (gains x sqrt(h1/h2), eps x h1/h2), ``mean_expand`` with pre-norm
@@ -260,7 +261,7 @@ def _grow_layers(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
             continue
         y = x[source]
         if path == GATES:
-            gate = 0.0 if plan.init == "loire" else 1.0  # ablations plug the new layer in ungated
+            gate = 0.0 if plan.gate == "closed" else 1.0  # open: the ablations, and Fig. 6's stack as the paper ran it
             y = y.at[copies].set(0.0 if ctx.moment else gate)
         elif ctx.moment == 1:
             y = y.at[copies].set(0.0)
@@ -399,6 +400,7 @@ def grow(
     mode: str = "plugin",
     mesh: jax.sharding.Mesh | None = None,
     noise: float | None = None,
+    gate: str = "closed",
 ) -> tuple[ModelConfig, dict[str, Any]]:
     """Grow ``params`` of ``cfg`` along ``op`` to ``size``; returns ``(new_cfg, new_params)``.
 
@@ -414,6 +416,8 @@ def grow(
       ``paper``.
     - ``positions``/``mode`` (layers only): which layers to copy (default: spread evenly),
       and ``plugin`` (copy right after its source) or ``stack`` (copies on top).
+    - ``gate`` (layers only): ``closed`` (the copies start at alpha = 0, the identity) or
+      ``open`` (alpha = 1 at once; not function-preserving: Fig. 6's layer-stack as the paper ran it).
     - ``mesh``: grow under ``jax.jit`` with the new model's shardings
       (``sharding.param_shardings``), so the model is never gathered onto one host.
       Parameters that are already sharded over a mesh use it automatically.
@@ -426,7 +430,7 @@ def grow(
     if op == "hidden" and cfg.tie_embeddings and cfg.norm_position == "post" and not cfg.encoder:
         last_gate = float(jax.device_get(params[GATES][-1]))  # one scalar, not the model
     plan = plan_growth(cfg, op, size, init=init, exact=exact, method=method, positions=positions,
-                       mode=mode, last_gate=last_gate, noise=noise)
+                       mode=mode, last_gate=last_gate, noise=noise, gate=gate)
     key = as_key(key)
     mesh = mesh or _mesh_of(params)
     if plan.init == "elle":  # eager (it picks sources on the host); sharded ops keep the model sharded
