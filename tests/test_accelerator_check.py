@@ -381,15 +381,15 @@ def test_the_commit_is_the_checkouts_or_unknown(check, tmp_path):
     assert check.variants.commit(tmp_path) == "unknown"
 
 
-@pytest.mark.slow  # a child per variant group and the device probe: about a minute on two cores
-def test_the_variants_dry_run_times_every_candidate_and_the_combination(check, tmp_path):
-    out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--parts", "variants", "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+@pytest.mark.slow
+@ENGINE
+def test_the_dry_runs_variants_part_times_every_candidate_and_the_combination(check, dry_run):
+    """The variants part of the whole dry run (the same part ``--parts variants`` runs alone: a
+    second dry run for it cost the slow tier a minute on two cores)."""
+    out, result = dry_run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
-    assert data["device"]["platform"] == "cpu" and data["commit"] != ""  # named though the step part did not run
+    assert data["device"]["platform"] == "cpu" and data["commit"] != ""
     part = next(p for p in data["parts"] if p["name"] == "variants")
     names = [r["variant"] for r in part["records"]]
     assert names == [n for n, _ in check.variants.VARIANTS] + [check.variants.COMBINED]

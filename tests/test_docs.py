@@ -191,6 +191,7 @@ def _exec(code: str, cwd: Path, monkeypatch) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc,index,code", [b for b in blocks("python") if LIBRARY_RUN not in b[2]],
                          ids=[f"{doc}#{i}" for doc, i, code in blocks("python") if LIBRARY_RUN not in code])
 def test_python_block_runs_as_pasted(doc, index, code, tmp_path, monkeypatch):

@@ -106,6 +106,7 @@ WORDS = ["the", "The", "a", "An", "cat", "Cat,", "cats", "dog", "sat", "sat.", "
 answers = st.one_of(st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join), st.text(max_size=12))
 
 
+@pytest.mark.slow
 @given(answers, st.lists(answers, max_size=4))
 def test_scores_lie_in_the_unit_interval_and_exact_match_never_beats_f1(prediction, golds):
     em, score = exact_match(prediction, golds), f1(prediction, golds)

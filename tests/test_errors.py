@@ -252,6 +252,7 @@ print(json.dumps(changed))
 """
 
 
+@pytest.mark.slow
 def test_importing_every_module_changes_nothing_in_the_process():
     files = [str(p) for p in sorted(PKG.rglob("*.py"))]
     result = subprocess.run([sys.executable, "-c", _IMPORT_ALL, json.dumps([MODULES, files])], capture_output=True,

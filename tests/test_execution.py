@@ -166,6 +166,7 @@ def test_microbatches_give_the_full_batch_update(clip):
                                rtol=1e-11)
 
 
+@pytest.mark.slow
 def test_microbatches_are_deterministic_and_must_divide_the_batch():
     cfg = _model()
     params = init_params(cfg, jax.random.key(0))

@@ -41,6 +41,7 @@ def _compiled_flops(spec: StepSpec) -> float:
     return float(cost["flops"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("teachers", [(), (TEACHER,)], ids=["plain", "distill"])
 def test_train_flops_match_the_compiled_step(teachers):
     spec = StepSpec(STUDENT, teachers=teachers, betas=(0.1,) * len(teachers))

@@ -237,6 +237,7 @@ def lm_loss(cfg: ModelConfig):
 TOKENS = jnp.asarray(np.random.default_rng(1).integers(4, 29, (4, 10)), jnp.int32)
 
 
+@pytest.mark.slow
 def test_training_steps_change_the_operator_only_and_lower_the_loss():
     old = cfg_of("gpt2-gqa-bias")
     new = old.replace(hidden=9, ffn=14, heads=8, layers=3)
@@ -276,6 +277,7 @@ def test_no_gradient_reaches_the_small_model():
     assert all(np.any(np.asarray(g)) for p, g in flatten_dict(direct, sep="/").items() if p != "gates")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,sizes", [("gpt2-gqa-bias", dict(hidden=9, ffn=14, heads=8, kv_heads=2, layers=3)),
                                         ("encoder-rms-gqa-untied", dict(hidden=8, ffn=13, heads=8, kv_heads=2,
                                                                         layers=3))],

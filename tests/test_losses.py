@@ -122,6 +122,7 @@ def test_padded_columns_carry_no_probability_and_no_gradient():
     assert np.all(np.asarray(junk_grads["embed"]["embedding"])[20:] == 0.0)
 
 
+@pytest.mark.slow
 def test_a_grown_student_distils_its_ancestor_at_zero_kd():
     """Growth keeps the function, so KL from the ancestor is 0 through the chunked path too."""
     spec, params, tokens, _ = _case(30, 128, True, 7, 0, 1)

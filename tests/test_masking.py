@@ -96,6 +96,7 @@ def _encoder(**kw) -> ModelConfig:
     return preset("bert", **{**base, **kw})
 
 
+@pytest.mark.slow
 @pytest.mark.float64
 def test_loss_is_the_cross_entropy_over_masked_positions_and_kd_the_kl_there():
     cfg = _encoder()
@@ -139,6 +140,7 @@ def test_microbatches_give_the_same_update_for_an_encoder():
     assert max(jax.tree_util.tree_leaves(delta)) < 1e-9  # Adam's g/sqrt(v) magnifies rounding of tiny gradients
 
 
+@pytest.mark.slow
 @pytest.mark.float64
 def test_validation_masks_do_not_depend_on_the_batching():
     cfg = _encoder()
@@ -190,6 +192,7 @@ def test_an_optimizer_step_lowers_the_masked_loss():
     assert losses[-1] < 0.7 * losses[0]
 
 
+@pytest.mark.slow
 def test_at_most_max_predictions_tokens_are_selected_and_the_rest_stay_as_they_are():
     """BERT's max_predictions_per_seq: past it, a token is neither corrupted nor scored."""
     tokens = _windows(64, 32)

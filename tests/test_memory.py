@@ -30,6 +30,7 @@ def _paper(h, f, a, L):
                   dtype="bfloat16", param_dtype="float32", attention="xla", remat="dots")
 
 
+@pytest.mark.slow
 def test_paper_m5_distillation_step_with_four_teachers_fits_the_bound():
     student = _paper(768, 2048, 12, 12)
     teachers = tuple(_paper(*s).replace(param_dtype="bfloat16")

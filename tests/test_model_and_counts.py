@@ -91,6 +91,7 @@ def test_causal_model_ignores_the_future():
     assert float(jnp.max(jnp.abs(a[:, 3:] - b[:, 3:]))) > 0
 
 
+@pytest.mark.slow
 def test_gate_zero_layer_is_bitwise_identity():
     cfg = preset("paper", vocab_size=11, max_seq_len=6, hidden=8, ffn=8, heads=2, head_dim=4, layers=2)
     params = init_params(cfg, jax.random.key(0))
@@ -100,6 +101,7 @@ def test_gate_zero_layer_is_bitwise_identity():
     np.testing.assert_array_equal(apply_model(cfg, params, tokens), apply_model(cfg2, grown, tokens))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position", ["rope", "learned"])
 def test_grouped_query_attention_is_mha_with_shared_key_value_heads(position):
     """GQA (6 query heads, 2 key/value heads) computes what multi-head attention computes

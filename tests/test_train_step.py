@@ -41,6 +41,7 @@ def test_kd_is_zero_when_the_teacher_is_the_student_and_positive_otherwise():
     np.testing.assert_allclose(float(diff["loss"]), float(diff["lm_loss"] + diff["kd_loss"]), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_each_teacher_keeps_its_own_architecture():
     """A grown student distils from its smaller ancestor; growth kept the function, so KD ~ 0."""
     small = init_params(CFG, jax.random.key(0))
@@ -52,6 +53,7 @@ def test_each_teacher_keeps_its_own_architecture():
     np.testing.assert_allclose(float(m["lm_loss"]), float(without["lm_loss"]), rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.float64
 @pytest.mark.parametrize("microbatches", [1, 2])
 def test_a_stage_s_one_program_distils_inside_its_window_and_nowhere_else(microbatches):
