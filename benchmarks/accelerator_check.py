@@ -80,7 +80,7 @@ check_results = _script("accelerator_results")  # results.json and results.md
 check_runner = _script("accelerator_runner")  # the budget, the children's environment and allowances
 check_parts = _script("accelerator_parts")  # each part's measurement
 
-# The names its callers use (tests/test_accelerator_check.py, tools/docs_figures.py).
+# The names its callers use (tests/test_accelerator_check.py, tools/figures_accelerator.py).
 PARTS, REAL, DRY = check_plan.PARTS, check_plan.REAL, check_plan.DRY
 step_cases, part_seconds, plan_lines = check_plan.step_cases, check_plan.part_seconds, check_plan.plan_lines
 paper_config, engine_config, suite_config = check_plan.paper_config, check_plan.engine_config, check_plan.suite_config

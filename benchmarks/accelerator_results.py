@@ -1,7 +1,7 @@
 """The accelerator check's results: ``DIR/results.json`` and ``DIR/results.md``, rewritten
 whole after every part (and every step case), so a killed check still leaves what it
 finished. The header names the device, the versions and the commit; every table comes from
-``analysis.tables.markdown_table``. README's GPU table (tools/docs_figures.py) formats its
+``analysis.tables.markdown_table``. README's GPU table (tools/figures_accelerator.py) formats its
 cells with ``rate_text`` and ``figure_text``, so the README and results.md agree.
 
 Loaded from its file by accelerator_check.py after its neighbours (benchmarks is no package:

@@ -316,7 +316,7 @@ def test_the_readme_renders_a_recorded_check_s_step_table_with_its_date_device_a
     spec.loader.exec_module(figures)
     out, _ = dry_run
     data = json.loads((out / "results.json").read_text())
-    monkeypatch.setattr(figures, "ACCELERATOR", tmp_path)
+    monkeypatch.setattr(figures.accelerator, "ACCELERATOR", tmp_path)
     (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="dry run"):
         figures.render("readme-performance")

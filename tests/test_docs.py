@@ -67,12 +67,12 @@ def test_every_quoted_figure_equals_what_its_record_renders():
 
 
 def test_a_changed_record_makes_the_check_fail_naming_the_figure(tmp_path, monkeypatch):
-    shutil.copytree(figures.RESULTS, tmp_path / "results")
+    shutil.copytree(figures.records.RESULTS, tmp_path / "results")
     path = tmp_path / "results" / "default-run" / "report.json"
     report = json.loads(path.read_text())
     report["runs"][0]["lifelong"][1]["AP"] += 1.0
     path.write_text(json.dumps(report))
-    monkeypatch.setattr(figures, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(figures.records, "RESULTS", tmp_path / "results")
     found = figures.problems()
     assert any("figures:default-run-report differs from its record" in line for line in found), found
     assert figures.main(["--check"]) == 1
@@ -122,7 +122,7 @@ def test_the_recorded_report_is_what_the_report_code_computes_from_the_recorded_
     from loire_jax.config.loader import run_config_from_dict
 
     for name in ("default-run-first", "default-run"):
-        folder = figures.RESULTS / name
+        folder = figures.records.RESULTS / name
         run = run_config_from_dict(json.loads((folder / "config.json").read_text()))
         records, bad = read_records(folder)
         assert bad == []

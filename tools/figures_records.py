@@ -1,0 +1,229 @@
+"""The records the docs' figures are rendered from: which command each one reruns
+(``RECORDINGS``), running and storing one (``record``, ``store``), reading one back
+(``load``), and what a rerun must reproduce exactly (``run_figures``, ``reproduce``).
+
+A record is a folder ``docs/results/NAME/`` (docs_figures.py's docstring says what it
+holds); a benchmark's figures come from its ``--json`` file in ``benchmarks/results/``
+(``bench:NAME``). Loaded from its file by docs_figures.py (tools is no package).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+BENCH = ROOT / "benchmarks" / "results"  # bench_step.py --json files, read as ``bench:NAME``
+
+
+@dataclasses.dataclass(frozen=True)
+class Recording:
+    """A command whose output the docs quote. ``{workdir}`` in ``command`` is the run's workdir;
+    ``keep`` are the workdir's files the record holds."""
+
+    command: tuple[str, ...]
+    keep: tuple[str, ...] = ()
+    about: str = ""
+    workdir: str | None = None  # a fixed workdir (relative to the repository root) instead of a fresh temporary one
+
+
+_RUN_FILES = ("config.json", "metrics.jsonl", "report/report.json")
+RECORDINGS = {
+    "default-run-first": Recording(("python", "launch/train.py", "--mesh", "8", "--workdir", "{workdir}"), _RUN_FILES,
+                                   "the default run on a fresh checkout: it prepares the corpus and compiles into an "
+                                   "empty compilation cache"),
+    "default-run": Recording(("python", "launch/train.py", "--mesh", "8", "--workdir", "{workdir}"), _RUN_FILES,
+                             "the default run again, into a new workdir: corpus prepared, compilation cache warm"),
+    "grow-demo": Recording(("python", "launch/grow_demo.py", "--mesh", "8"), (), "the growth demo"),
+    # LOIRE-GPT2 as docs/results.md types it: the second run starts from the first's runs/tiny_gpt2_general/stage_1
+    "gpt2-plm": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2_general.yaml", "--mesh", "8"),
+                          _RUN_FILES, "the PLM that LOIRE-GPT2 starts from", workdir="runs/tiny_gpt2_general"),
+    "gpt2-loire": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2.yaml", "--mesh", "8"),
+                            _RUN_FILES, "LOIRE-GPT2: the default schedule from the PLM", workdir="runs/tiny_gpt2"),
+    "bert-tiny": Recording(("python", "launch/train.py", "--config", "bert_tiny", "--mesh", "8", "--workdir",
+                            "{workdir}"), _RUN_FILES, "LOIRE-Bert's five stages at CPU scale"),
+    "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
+                              "the default corpus's second prepare: verify the cache, print the table"),
+    "bench-data": Recording(("python", "benchmarks/bench_data.py"), (), "the data pipeline's tokens/s"),
+    "bench-compile": Recording(("python", "benchmarks/bench_compile.py"), (),
+                               "GPT_L against LOIRE at the default run's shapes: compile time cache off, into an "
+                               "empty persistent cache, and warm"),
+    "hf-import": Recording(("python", "tools/docs_figures.py", "--measure", "hf-import"), (),
+                           "loire_jax's logits on the Hugging Face fixtures against transformers' saved ones"),
+    "flops-xla": Recording(("python", "tools/docs_figures.py", "--measure", "flops-xla"), (),
+                           "the analytic training FLOPs against XLA's cost analysis of the compiled step"),
+    "growth-f64": Recording(("python", "tools/docs_figures.py", "--measure", "growth-f64"), (),
+                            "max |dlogits| of each growth step in float64, per preset"),
+}
+
+
+# --------------------------------------------------------------------------- records
+def terminal_text(raw: str) -> str:
+    """What a terminal shows at the end: each line's last carriage-return segment (tqdm redraws
+    its bar with ``\\r``), without the blank lines the bars leave."""
+    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in raw.split("\n")]
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def machine() -> str:
+    """The machine in words: cores, CPU model, memory."""
+    model = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory = f", {pages / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        memory = ""
+    return f"a {os.cpu_count()}-core {model} {platform.machine()} machine{memory}"
+
+
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def store(name: str, command: list[str], workdir: Path | None, stdout: str, stderr: str, *, wall_s: float,
+          exit_code: int, started: str, machine_text: str, load_text: str) -> Path:
+    """Write the record ``docs/results/NAME`` of one finished command (replacing an old one)."""
+    from importlib.metadata import version
+
+    out = RESULTS / name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / "stdout.txt").write_text(terminal_text(stdout))
+    (out / "stderr.txt").write_text(terminal_text(stderr))
+    for rel in RECORDINGS[name].keep:
+        src = workdir / rel
+        if src.exists():
+            shutil.copyfile(src, out / Path(rel).name)
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    record = {
+        "name": name, "about": RECORDINGS[name].about, "command": " ".join(command), "cwd": "the repository root",
+        "commit": _git("rev-parse", "HEAD"), "uncommitted_changes": dirty not in ("", "unknown"),
+        "version": version("loire_jax"), "jax": version("jax"), "python": platform.python_version(),
+        "machine": machine_text, "load_average": load_text, "started": started, "wall_s": round(wall_s, 1), "exit_code": exit_code,
+    }
+    (out / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+    return out
+
+
+def record(name: str, workdir: Path | None = None) -> Path:
+    """Run NAME's command as a user types it (``python`` is this interpreter) and store it."""
+    spec = RECORDINGS[name]
+    if spec.workdir is not None:
+        workdir = ROOT / spec.workdir
+        if workdir.exists():  # it would resume, not run: a record must come from a whole run
+            raise SystemExit(f"error: {workdir} exists; move it away to record {name}")
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
+    command = [part.format(workdir=workdir) for part in spec.command]
+    started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load()
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)  # bytes: keep the \r
+    wall = time.perf_counter() - t
+    stdout, stderr = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    load_text = f"{load:.1f} at the start, {_load():.1f} at the end"
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} exited {done.returncode}: {stderr.strip()[-500:]}")
+    return store(name, command, workdir, stdout, stderr, wall_s=wall, exit_code=done.returncode,
+                 started=started, machine_text=machine(), load_text=load_text)
+
+
+def load(name: str) -> dict[str, Any]:
+    """A record's files: ``record`` (record.json), ``stdout``, ``stderr`` and, for a run, ``report``
+    (the run's summary from report.json). ``bench:NAME``: ``rows``, benchmarks/results/NAME.json."""
+    if name.startswith("bench:"):
+        path = BENCH / f"{name[len('bench:'):]}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist; bench_step.py --json writes it")
+        return {"rows": json.loads(path.read_text()), "path": f"benchmarks/results/{path.name}"}
+    folder = RESULTS / name
+    if not (folder / "record.json").exists():
+        raise FileNotFoundError(f"{folder} holds no record.json; make it with: python tools/docs_figures.py "
+                                f"--record {name}")
+    got: dict[str, Any] = {"record": json.loads((folder / "record.json").read_text()),
+                           "stdout": (folder / "stdout.txt").read_text(), "stderr": (folder / "stderr.txt").read_text()}
+    if (folder / "report.json").exists():
+        report = json.loads((folder / "report.json").read_text())
+        if "verdicts" in report:  # a comparison suite's report: every system's runs and the verdicts
+            got["suite"] = report
+        else:
+            (got["report"],) = report["runs"]
+    return got
+
+
+# --------------------------------------------------------------------------- deterministic figures
+def run_figures(report: dict[str, Any], stdout: str) -> dict[str, Any]:
+    """What a rerun of the same run on the same platform reproduces exactly: everything but times."""
+    return {
+        "AP": [row["AP"] for row in report["lifelong"]],
+        "AP+": [row["AP+"] for row in report["lifelong"]],
+        "init_minus_prev": [p["delta"] for p in report["preservation"]],
+        "flops": [s["flops"] for s in report["stages"]],
+        "params": [s["params"] for s in report["stages"]],
+        "ppl_log": ppl_lines(stdout),
+    }
+
+
+def ppl_lines(stdout: str) -> list[str]:
+    """The trainer's evaluation lines, ``  [init] stage 2 PPL: WB 2941.15, NEWS 3369.51``."""
+    return [line for line in stdout.splitlines() if re.match(r"\s*\[(init|final)\] stage \d+ PPL:", line)]
+
+
+def demo_rows(stdout: str) -> list[tuple[str, ...]]:
+    """The growth demo's table rows (step, operator, shape, params, max |dlogits|), seconds left out."""
+    rows = re.findall(r"^(M\d)\s+(\S+)\s+(\(\d+, \d+, \d+, \d+\))\s+([\d,]+)\s+([\d.e+-]+)", stdout, re.M)
+    if len(rows) != 5:
+        raise ValueError(f"the growth demo's output holds {len(rows)} table rows, not 5")
+    return rows
+
+
+_WHOLE_STDOUT = ("data-prepare", "hf-import", "flops-xla", "growth-f64")
+
+
+def reproduce(name: str) -> list[str]:
+    """Rerun NAME's command in a temporary workdir and compare its deterministic figures with the
+    record's; returns the differences (the record is left as it is)."""
+    spec = RECORDINGS[name]
+    with tempfile.TemporaryDirectory(prefix=f"loire-{name}-") as tmp:
+        workdir = Path(tmp) / "run" if spec.workdir is None else ROOT / spec.workdir
+        if spec.workdir is not None and workdir.exists():
+            return [f"{workdir} exists; move it away to rerun {name} (a rerun there would resume, not run)"]
+        command = [part.format(workdir=workdir) for part in spec.command]
+        done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)
+        if done.returncode != 0:
+            return [f"{' '.join(command)} exited {done.returncode}: {done.stderr.decode(errors='replace')[-500:]}"]
+        stdout, saved = terminal_text(done.stdout.decode(errors="replace")), load(name)
+        if name == "grow-demo":
+            got, want = demo_rows(stdout), demo_rows(saved["stdout"])
+            return [] if got == want else [f"growth demo rows {got} != recorded {want}"]
+        if name in _WHOLE_STDOUT:  # deterministic output on the same platform: all of it
+            return [] if stdout == saved["stdout"] else [f"output {stdout!r} != recorded {saved['stdout']!r}"]
+        if not spec.keep:
+            return [f"{name} records timings only; nothing deterministic to compare"]
+        (report,) = json.loads((workdir / "report" / "report.json").read_text())["runs"]
+    got, want = run_figures(report, stdout), run_figures(saved["report"], saved["stdout"])
+    return [f"{key}: {got[key]} != recorded {want[key]}" for key in want if got[key] != want[key]]
+

@@ -1,0 +1,95 @@
+"""The comparison suites' figures: paper-mini's verdicts, judged anew from the recorded runs
+by today's rule, its per-system table and its downstream Table 5, and what the suite cost.
+
+Loaded from its file by docs_figures.py after figures_text.py (tools is no package: the
+imports below find it by name).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from figures_text import Got, cmd, duration, on, prose
+
+from loire_jax.analysis.tables import markdown_table
+from loire_jax.analysis.tables import stat_cell as cell
+
+
+def _suite_rows(suite: dict[str, Any]) -> list[str]:
+    """Per system: counted runs, M1 and M5 AP, M5 AP+ (the report's cells) and mean FLOPs."""
+    rows = []
+    for system, a in suite["aggregate"].items():
+        flops = [st["mean"] for st in a["flops"] if st]
+        rows.append([system, f"{a['counted']}/{a['runs']}", cell(a["AP"][0]), cell(a["AP"][-1]), cell(a["AP+"][-1]),
+                     f"{sum(flops):.3g}"])
+    return markdown_table(("system", "counted runs", "M1 AP", "M5 AP", "M5 AP+", "training FLOPs"), rows)
+
+
+def _verdict_rows(suite: dict[str, Any], *, numbers: bool) -> list[str]:
+    """The verdicts judged anew from the recorded runs (``analysis.claims.verdicts``), so the
+    docs show today's rule on the record's numbers, with what each verdict tests."""
+    from loire_jax.analysis.claims import verdicts
+
+    header = ("the paper's claim (where)", "paper", "what it tests", *(("measured",) if numbers else ()), "verdict")
+    rows = [[f"{v['claim']} ({v['where']})", v["paper"], v["tests"],
+             *((f"{v['metric']}: {'; '.join(v['numbers'])}",) if numbers else ()), f"**{v['verdict']}**"]
+            for v in verdicts(suite["runs"], suite["suite"].get("downstream_tasks") or ())]
+    return markdown_table(header, rows)
+
+
+def _finetune_seconds(stdout: str) -> list[float]:
+    """Each of a suite's downstream fine-tunings' seconds, from its ``done in N s`` lines."""
+    return [float(x) for x in re.findall(r"^\[downstream \d+/\d+\] .*: done in (\d+) s;", stdout, re.M)]
+
+
+def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
+    n = sum(len(runs) for runs in rec["suite"]["runs"].values()) + len(rec["suite"]["sweep"])
+    tunes = _finetune_seconds(rec["stdout"])
+    what = f"{n} runs" + (f" and {len(tunes)} fine-tunings" if tunes else "")
+    out = f"{cmd(rec)} ran {what} in **{duration(rec['record']['wall_s'])}** {on(rec)}"
+    if not short:
+        out += ", into an empty workdir and an empty compilation cache, with the corpus already prepared"
+    out += " (one measurement)"
+    if tunes:
+        tunes.sort()
+        out += (f". The downstream part took {duration(sum(tunes))} of it: "
+                f"{tunes[len(tunes) // 2]:.0f} s a fine-tuning at the median, {tunes[-1]:.0f} s at most")
+    return out
+
+
+def _table5_rows(suite: dict[str, Any]) -> list[str]:
+    """The report's Table 5 rows (``analysis.downstream.table``), from the suite's report."""
+    from loire_jax.analysis.downstream import table
+
+    tasks = suite["suite"].get("downstream_tasks") or []
+    if not tasks:
+        return []
+    return markdown_table(("system", "counted runs", *tasks, "average", "paper average"), table(suite["runs"], tasks))
+
+
+def fig_paper_mini(got: Got) -> str:
+    rec = got("paper-mini")
+    suite = rec["suite"]["suite"]
+    table5 = _table5_rows(rec["suite"])
+    downstream = ("\nDownstream (Table 5): validation accuracy of the final models, fine-tuned at each run's seed "
+                  "(`downstream:` in the suite):\n\n" + "\n".join(table5) + "\n" if table5 else "")
+    return prose(
+        f"{_suite_wall(rec)}. The sweep chose `{' '.join(suite['setting'])}` ({suite['why']}). Its report "
+        "(`docs/results/paper-mini/report.md`), over seeds " + ", ".join(map(str, suite["seeds"])) + ":"
+    ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=True)) + "\n\n" + "\n".join(
+        _suite_rows(rec["suite"])) + "\n" + downstream
+
+
+def fig_paper_mini_verdicts(got: Got) -> str:
+    rec = got("paper-mini")
+    counts = sorted({len(runs) for runs in rec["suite"]["runs"].values()})
+    seeds = f"{counts[0]} seeds each" if len(counts) == 1 else f"{counts[0]} to {counts[-1]} seeds a system"
+    return prose(
+        f"The paper's comparisons at CPU scale (`--suite paper-mini`: {len(rec['suite']['runs'])} systems, its two "
+        f"rivals ELLE and LiGO among them, derived from `configs/mini.yaml`, {seeds}): "
+        f"{_suite_wall(rec, short=True)}. Each verdict "
+        "pairs LOIRE with each opponent seed by seed (a paired t interval, Bonferroni over the claims; "
+        "*no material effect* inside a stated margin); the paired numbers behind each verdict are in "
+        "[docs/results.md](docs/results.md#paper-mini-and-how-to-read-its-report)."
+    ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=False)) + "\n"
