@@ -689,3 +689,17 @@ def test_the_readme_run_and_every_fine_tuning_command_run_in_a_chain(tmp_path):
     assert "| trivial baseline |" in report
     assert all(f"{job} (M{k})" in report for job, k in (("amazon_sentiment-quick", 5), ("boolq-quick", 3),
                                                           ("boolq-quick", 5), ("imdb-quick", 5)))
+
+
+def test_a_record_names_the_tree_as_it_was_when_its_command_started(monkeypatch):
+    """``uncommitted_changes`` is read before the command runs, and the records themselves
+    (docs/results/, which re-recording rewrites) do not count: read after the new record was
+    stored, it would call every re-recorded run dirty."""
+    records = figures.records
+    status = {"now": " M docs/results/default-run/record.json"}
+    monkeypatch.setattr(records, "_git", lambda *args: status["now"] if args[0] == "status" else "abc")
+    assert records.tree_changes() == ""
+    status["now"] += "\n M loire_jax/train/step.py"
+    assert records.tree_changes() == " M loire_jax/train/step.py"
+    status["now"] = "unknown"
+    assert records.tree_changes() == "unknown"

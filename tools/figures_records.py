@@ -104,9 +104,20 @@ def _git(*args: str) -> str:
         return "unknown"
 
 
+def tree_changes() -> str:
+    """``git status`` of the tracked files that could change what a command does: everything but
+    the records themselves (``docs/results/``), which re-recording rewrites. Read when the
+    command starts; read after a record is stored it would always name that record."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    if status == "unknown":
+        return status
+    return "\n".join(line for line in status.splitlines() if not line[3:].startswith("docs/results/"))
+
+
 def store(name: str, command: list[str], workdir: Path | None, stdout: str, stderr: str, *, wall_s: float,
-          exit_code: int, started: str, machine_text: str, load_text: str) -> Path:
-    """Write the record ``docs/results/NAME`` of one finished command (replacing an old one)."""
+          exit_code: int, started: str, machine_text: str, load_text: str, dirty: str | None = None) -> Path:
+    """Write the record ``docs/results/NAME`` of one finished command (replacing an old one).
+    ``dirty``: ``tree_changes()`` read when the command started."""
     from importlib.metadata import version
 
     out = RESULTS / name
@@ -119,7 +130,7 @@ def store(name: str, command: list[str], workdir: Path | None, stdout: str, stde
         src = workdir / rel
         if src.exists():
             shutil.copyfile(src, out / Path(rel).name)
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = tree_changes() if dirty is None else dirty
     record = {
         "name": name, "about": RECORDINGS[name].about, "command": " ".join(command), "cwd": "the repository root",
         "commit": _git("rev-parse", "HEAD"), "uncommitted_changes": dirty not in ("", "unknown"),
@@ -139,7 +150,7 @@ def record(name: str, workdir: Path | None = None) -> Path:
             raise SystemExit(f"error: {workdir} exists; move it away to record {name}")
     workdir = workdir or Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
     command = [part.format(workdir=workdir) for part in spec.command]
-    started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load()
+    started, load, dirty = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load(), tree_changes()
     t = time.perf_counter()
     done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)  # bytes: keep the \r
     wall = time.perf_counter() - t
@@ -148,7 +159,7 @@ def record(name: str, workdir: Path | None = None) -> Path:
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(command)} exited {done.returncode}: {stderr.strip()[-500:]}")
     return store(name, command, workdir, stdout, stderr, wall_s=wall, exit_code=done.returncode,
-                 started=started, machine_text=machine(), load_text=load_text)
+                 started=started, machine_text=machine(), load_text=load_text, dirty=dirty)
 
 
 def load(name: str) -> dict[str, Any]:
