@@ -696,10 +696,12 @@ def test_a_record_names_the_tree_as_it_was_when_its_command_started(monkeypatch)
     (docs/results/, which re-recording rewrites) do not count: read after the new record was
     stored, it would call every re-recorded run dirty."""
     records = figures.records
-    status = {"now": " M docs/results/default-run/record.json"}
+    status = {"now": "M docs/results/default-run/record.json\n M docs/results/grow-demo/stdout.txt"}  # as stripped
     monkeypatch.setattr(records, "_git", lambda *args: status["now"] if args[0] == "status" else "abc")
     assert records.tree_changes() == ""
     status["now"] += "\n M loire_jax/train/step.py"
     assert records.tree_changes() == " M loire_jax/train/step.py"
+    status["now"] = "M loire_jax/train/step.py"  # a change to code, first and stripped: it counts
+    assert records.tree_changes() == "M loire_jax/train/step.py"
     status["now"] = "unknown"
     assert records.tree_changes() == "unknown"

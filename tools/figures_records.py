@@ -111,7 +111,8 @@ def tree_changes() -> str:
     status = _git("status", "--porcelain", "--untracked-files=no")
     if status == "unknown":
         return status
-    return "\n".join(line for line in status.splitlines() if not line[3:].startswith("docs/results/"))
+    # "XY path" per line; _git strips the output, so the first line may have lost a leading blank
+    return "\n".join(line for line in status.splitlines() if not line.split(None, 1)[-1].startswith("docs/results/"))
 
 
 def store(name: str, command: list[str], workdir: Path | None, stdout: str, stderr: str, *, wall_s: float,
