@@ -42,9 +42,10 @@ def config_dict(data_dir: Path) -> dict:
     damaged step 3 (mid-stage once step 4 is gone) has an intact step 2 before it."""
     return tiny_run(tiny_config_dict(data_dir), "faults", "1", eval={"every": 0, "batches": 1},
                     checkpoint={"save_every": 1, "keep": 3}, stages=[
-        {"name": "A", "domains": ["SCI"], "steps": 4},
+        {"name": "A", "domains": ["SCI"], "steps": 4, "recovery": "start"},
         {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "ffn", "size": 48}],
-         "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1, "beta_steps": 1},
+         "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1, "beta_steps": 1,
+         "recovery": "start"},  # the previous release's recipe (tests/test_release_compat.py resumes its run)
     ])
 
 

@@ -76,6 +76,11 @@ def test_a_config_saved_before_the_option_reads_as_start_and_a_new_one_round_tri
     assert {s.recovery for s in run_config_from_dict(saved).stages} == {"start"}
     # a hand-written stage that leaves it out gets the default
     assert load_run_config(MINI).stages[2].recovery == "end"
+    # the first release saved fewer fields still: its stages, too, ran their warmup at the start
+    import json
+
+    release = json.loads((ROOT / "tests" / "fixtures" / "release-0.1.0" / "run" / "config.json").read_text())
+    assert {s.recovery for s in run_config_from_dict(release).stages} == {"start"}
 
 
 @pytest.mark.parametrize("reading", ["start", "end"])
