@@ -173,7 +173,7 @@ def test_an_encoder_suite_reports_under_the_bert_names_with_init_equal_to_the_pr
 
 def test_the_gpu_probe_runs_at_toy_shapes_as_a_dry_run(tmp_path):
     """paper-gpu-probe --dry-run (issue 40 item 6), its first two stages: the shipped suite, its
-    data replaced by the fixture corpus under the five domains' names, runs LOIRE, ELLE and
+    data replaced by the fixture corpus under the five domains' names, runs LOIRE (both readings), ELLE and
     GPT_L at toy shapes end to end and reports, under its own name."""
     from data_helpers import local_domain
 
@@ -193,7 +193,7 @@ def test_the_gpu_probe_runs_at_toy_shapes_as_a_dry_run(tmp_path):
     data = json.loads((tmp_path / "suite" / "report" / "report.json").read_text())
     assert data["suite"]["name"] == "paper-gpu-probe-dry-run-first2"
     assert {s: [r["finished"] for r in runs] for s, runs in data["runs"].items()} == \
-        {"LOIRE": [True], "ELLE": [True], "GPT_L": [True]}
+        {"LOIRE": [True], "LOIRE-start": [True], "ELLE": [True], "GPT_L": [True]}
     config = json.loads((tmp_path / "suite" / "runs" / "LOIRE" / "seed1" / "config.json").read_text())
     assert (config["model"]["hidden"], config["seq_len"], len(config["stages"])) == (16, 16, 2)
     assert config["model"]["vocab_size"] == 50257  # the paper's head, at toy width
