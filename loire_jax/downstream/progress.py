@@ -10,20 +10,13 @@ chooses either anywhere, as for training.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any, Callable
 
+from loire_jax.train.progress import bar_wanted  # the same choice as training's
+
 __all__ = ["JobProgress", "bar_wanted", "duration"]
-
-
-def bar_wanted() -> bool:
-    """A bar on a terminal or in a notebook, lines otherwise; ``LOIRE_PROGRESS`` decides where set."""
-    choice = os.environ.get("LOIRE_PROGRESS", "").strip().lower()
-    if choice in ("bar", "lines"):
-        return choice == "bar"
-    return sys.stdout.isatty() or "ipykernel" in sys.modules
 
 
 def duration(seconds: float) -> str:

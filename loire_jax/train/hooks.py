@@ -41,7 +41,7 @@ from loire_jax import paths
 from loire_jax.analysis.records import METRICS_FILE
 from loire_jax.errors import Diverged, RunError
 from loire_jax.train.context import say, stage_index, stage_label
-from loire_jax.train.progress import ASCII, ProgressLines, symbols, train_figures
+from loire_jax.train.progress import ASCII, ProgressLines, bar_wanted, symbols, train_figures
 
 if TYPE_CHECKING:  # the trainer imports this module
     from loire_jax.config.run import RunConfig
@@ -166,7 +166,7 @@ class ProgressBar(Hook):
     def on_stage_start(self, ctx: "RunContext", start: int) -> None:
         stage = ctx.stage_config
         desc = f"stage {ctx.stage}/{len(ctx.run_config.stages)} {stage.name}"
-        terminal = self.terminal if self.terminal is not None else _bar_wanted()
+        terminal = self.terminal if self.terminal is not None else bar_wanted()
         if self.enabled and not terminal:
             self._lines = ProgressLines(desc, stage.steps, self.LINE_EVERY_S)
             self._symbols = symbols(sys.stdout, lines=True)
@@ -195,15 +195,6 @@ class ProgressBar(Hook):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-
-
-def _bar_wanted() -> bool:
-    """A bar on a terminal or in a notebook; plain lines in a file or a pipe. The variable
-    ``LOIRE_PROGRESS=bar|lines`` decides instead, where set."""
-    choice = os.environ.get("LOIRE_PROGRESS", "").strip().lower()
-    if choice in ("bar", "lines"):
-        return choice == "bar"
-    return sys.stdout.isatty() or "ipykernel" in sys.modules
 
 
 class EvalEvery(Hook):

@@ -10,6 +10,7 @@ The hooks (``train.hooks``) use this module; fine-tuning may too.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from typing import Any, Callable, TextIO
@@ -43,6 +44,15 @@ def symbols(stream: TextIO | None, *, lines: bool) -> tuple[str, str]:
     except (UnicodeEncodeError, LookupError):
         return ASCII
     return GREEK
+
+
+def bar_wanted() -> bool:
+    """A bar on a terminal or in a notebook; plain lines in a file or a pipe. The variable
+    ``LOIRE_PROGRESS=bar|lines`` decides instead, where set (training and fine-tuning alike)."""
+    choice = os.environ.get("LOIRE_PROGRESS", "").strip().lower()
+    if choice in ("bar", "lines"):
+        return choice == "bar"
+    return sys.stdout.isatty() or "ipykernel" in sys.modules
 
 
 def duration(seconds: float) -> str:
