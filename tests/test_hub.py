@@ -38,7 +38,8 @@ class FakeHub:
 
 @pytest.fixture
 def online(monkeypatch, tmp_path):
-    huggingface_hub = pytest.importorskip("huggingface_hub")
+    import huggingface_hub  # in the test extra: a missing one is a broken install, not a skip
+
     fake = FakeHub(tmp_path / "hf-cache")
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
     return fake
@@ -47,7 +48,8 @@ def online(monkeypatch, tmp_path):
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
     """The real client, offline, with an empty cache."""
-    constants = pytest.importorskip("huggingface_hub.constants")
+    from huggingface_hub import constants
+
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
 
