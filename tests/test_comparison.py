@@ -453,26 +453,26 @@ def test_downstream_verdicts_judge_the_average_task_score_higher_is_better(tmp_p
 
     results = {"LOIRE": [run("LOIRE", i, 80.0 + i, 90.0) for i in range(3)],
                "GPT_L": [run("GPT_L", i, 70.0 + i, 80.0) for i in range(3)],
-               "Layer-stack": [run("Layer-stack", i, 81.0, 90.0 - i) for i in range(3)]}
+               "Layer-stack-open": [run("Layer-stack-open", i, 81.0, 90.0 - i) for i in range(3)]}
     got = {v["where"]: v for v in ds_verdicts(results, ["t1", "t2"])}
-    assert got["Table 5"]["verdict"] == "inconclusive"  # Layer-stack 84.5-85.5 overlaps LOIRE 85-86
+    assert got["Table 5"]["verdict"] == "inconclusive"  # Layer-stack-open 84.5-85.5 overlaps LOIRE 85-86
     assert got["Table 11"]["verdict"] == "inconclusive"
-    results["Layer-stack"] = [run("Layer-stack", i, 70.0, 80.0) for i in range(3)]
+    results["Layer-stack-open"] = [run("Layer-stack-open", i, 70.0, 80.0) for i in range(3)]
     got = {v["where"]: v for v in ds_verdicts(results, ["t1", "t2"])}
     assert got["Table 5"]["verdict"] == got["Table 11"]["verdict"] == "holds"
-    assert got["Table 11"]["numbers"] == ["LOIRE - Layer-stack per seed s0 +10.00, s1 +10.50, s2 +11.00; mean "
+    assert got["Table 11"]["numbers"] == ["LOIRE - Layer-stack-open per seed s0 +10.00, s1 +10.50, s2 +11.00; mean "
                                           "+10.50, LOIRE better at 3/3, 97.5% t interval [+8.71, +12.29], margin ±1.00"]  # t = 6.205
     results["GPT_L"] = [run("GPT_L", i, 99.0, 99.0) for i in range(3)]
     assert {v["where"]: v["verdict"] for v in ds_verdicts(results, ["t1", "t2"])}["Table 5"] == "reversed"
     results["LOIRE"][0] = run("LOIRE", 0, 80.0, None)  # a task missing: the run is not counted
     results["LOIRE"][1] = run("LOIRE", 1, 99.9, 99.9, passed=False)  # failed the gate: not counted
     got = {v["where"]: v for v in ds_verdicts(results, ["t1", "t2"])}
-    assert got["Table 11"]["verdict"] == "inconclusive" and "fewer than 3 paired seeds of LOIRE and Layer-stack" in \
+    assert got["Table 11"]["verdict"] == "inconclusive" and "fewer than 3 paired seeds of LOIRE and Layer-stack-open" in \
         got["Table 11"]["why"]
     rows = {r[0]: r for r in table(results, ["t1", "t2"])}
-    assert rows["Layer-stack"] == ["Layer-stack", "3/3", "70.00 ± 0.00", "80.00 ± 0.00", "75.00 ± 0.00", "82.91"]
+    assert rows["Layer-stack-open"] == ["Layer-stack-open", "3/3", "70.00 ± 0.00", "80.00 ± 0.00", "75.00 ± 0.00", "82.91"]
     assert rows["LOIRE"][1] == "2/3" and rows["LOIRE"][4] == "86.00"  # the one counted run with both tasks
-    del results["Layer-stack"]
+    del results["Layer-stack-open"]
     assert {v["where"]: v["verdict"] for v in ds_verdicts(results, ["t1", "t2"])}["Table 11"] == "not run"
     job = job_dir(tmp_path, "t1", 2, 3)
     job.mkdir(parents=True)
