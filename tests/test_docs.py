@@ -136,10 +136,36 @@ def test_the_recorded_commands_are_the_documented_ones_and_ran_cleanly():
     for name, spec in figures.RECORDINGS.items():
         record = figures.load(name)["record"]
         assert record["exit_code"] == 0 and record["wall_s"] > 0
-        assert re.fullmatch(re.escape(" ".join(spec.command)).replace(r"\{workdir\}", r"\S+"), record["command"])
-        typed = " ".join(w for w in spec.command if w not in ("--workdir", "{workdir}"))
+        pattern = re.escape(" ".join(spec.command)).replace(r"\{workdir\}", r"\S+").replace(r"\{cache\}", r"\S+")
+        assert re.fullmatch(pattern, record["command"]), name
+        typed = " ".join(w for w in spec.command if w not in ("--workdir", "{workdir}", "--compile-cache", "{cache}"))
         # what the docs tell a user to type (line breaks of the rendered prose aside)
         assert any(typed in " ".join(doc.read_text().split()) for doc in figures.DOCS), typed
+
+
+def test_a_suite_record_digests_every_step_and_a_rerun_that_parts_from_it_is_named(tmp_path):
+    """paper-mini's runs.json: per run, a digest of every logged step; a rerun whose losses
+    part from the record at one step is named with the hundred steps where they parted."""
+    def write(root, loss_at_250):
+        for run in ("runs/LOIRE/seed1", "sweep/a/GPT_L"):
+            rows = [{"kind": "train", "stage": 1, "step": i, "loss": 5.0 - i / 1000, "grad_norm": 1.0}
+                    for i in range(1, 401)]
+            rows.append({"kind": "eval", "stage": 1, "point": "final", "domain": "WB", "ppl": 100.0})
+            if run.startswith("runs"):  # a run that parts at step 250 stays apart
+                for r in rows[249:400]:
+                    r["loss"] += loss_at_250 - 4.75
+            (root / run).mkdir(parents=True)
+            (root / run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        return figures.records.suite_runs(root)
+
+    want = write(tmp_path / "a", 4.75)
+    assert sorted(want) == ["runs/LOIRE/seed1", "sweep/a/GPT_L"] and want["sweep/a/GPT_L"]["steps"] == 400
+    assert figures.records.suite_differences(write(tmp_path / "b", 4.75), want) == []
+    (diff,) = figures.records.suite_differences(write(tmp_path / "c", 4.7500001), want)
+    assert diff.startswith("runs/LOIRE/seed1: its steps differ") and diff.endswith("by step 300)")
+    got = write(tmp_path / "d", 4.75)
+    del got["sweep/a/GPT_L"]
+    assert figures.records.suite_differences(got, want) == ["sweep/a/GPT_L: in the record, not in the rerun"]
 
 
 def test_the_growth_demo_record_has_the_parameter_counts_of_its_shapes():

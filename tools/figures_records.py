@@ -36,6 +36,7 @@ class Recording:
     keep: tuple[str, ...] = ()
     about: str = ""
     workdir: str | None = None  # a fixed workdir (relative to the repository root) instead of a fresh temporary one
+    suite: bool = False  # a comparison suite: its runs' per-step digests go into runs.json (``suite_runs``)
 
 
 _RUN_FILES = ("config.json", "metrics.jsonl", "report/report.json")
@@ -53,6 +54,12 @@ RECORDINGS = {
                             _RUN_FILES, "LOIRE-GPT2: the default schedule from the PLM", workdir="runs/tiny_gpt2"),
     "bert-tiny": Recording(("python", "launch/train.py", "--config", "bert_tiny", "--mesh", "8", "--workdir",
                             "{workdir}"), _RUN_FILES, "LOIRE-Bert's five stages at CPU scale"),
+    # ``{cache}`` is a fresh, empty compilation cache beside the workdir: the suite's wall time includes compiling
+    "paper-mini": Recording(("python", "launch/experiment.py", "--suite", "paper-mini", "--workdir", "{workdir}",
+                             "--compile-cache", "{cache}"), ("report/report.json", "report/report.md", "suite.json"),
+                            "the paper's comparisons at CPU scale: every system and seed of the suite, its sweep and "
+                            "its downstream part, into an empty workdir and compilation cache (about two hours on "
+                            "2 cores)", suite=True),
     "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
                               "the default corpus's second prepare: verify the cache, print the table"),
     "bench-data": Recording(("python", "benchmarks/bench_data.py"), (), "the data pipeline's tokens/s"),
@@ -131,6 +138,8 @@ def store(name: str, command: list[str], workdir: Path | None, stdout: str, stde
         src = workdir / rel
         if src.exists():
             shutil.copyfile(src, out / Path(rel).name)
+    if RECORDINGS[name].suite:
+        (out / "runs.json").write_text(json.dumps(suite_runs(workdir), indent=1) + "\n")
     dirty = tree_changes() if dirty is None else dirty
     record = {
         "name": name, "about": RECORDINGS[name].about, "command": " ".join(command), "cwd": "the repository root",
@@ -150,7 +159,7 @@ def record(name: str, workdir: Path | None = None) -> Path:
         if workdir.exists():  # it would resume, not run: a record must come from a whole run
             raise SystemExit(f"error: {workdir} exists; move it away to record {name}")
     workdir = workdir or Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
-    command = [part.format(workdir=workdir) for part in spec.command]
+    command = [part.format(workdir=workdir, cache=workdir.with_name("xla")) for part in spec.command]
     started, load, dirty = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load(), tree_changes()
     t = time.perf_counter()
     done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)  # bytes: keep the \r
@@ -199,6 +208,42 @@ def run_figures(report: dict[str, Any], stdout: str) -> dict[str, Any]:
     }
 
 
+def suite_runs(workdir: Path) -> dict[str, Any]:
+    """Per run of a suite's workdir (sweep and main, by relative path): its training steps, a
+    SHA-256 of every step's (loss, gradient norm) as logged, every 100th step's loss to show where
+    two runs part, and every evaluation's perplexity. A few KB a run instead of its metrics.jsonl
+    (~600 KB), and still every step: a rerun on the same platform must match all of it."""
+    import hashlib
+
+    out: dict[str, Any] = {}
+    for metrics in sorted(workdir.rglob("metrics.jsonl")):
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        train = [(r["stage"], r["step"], r["loss"], r["grad_norm"]) for r in rows if r.get("kind") == "train"]
+        out[metrics.parent.relative_to(workdir).as_posix()] = {
+            "steps": len(train),
+            "sha256": hashlib.sha256(json.dumps(train).encode()).hexdigest(),
+            "loss_every_100": [t[2] for t in train[99::100]],
+            "eval_ppl": [[r["stage"], r["point"], r["domain"], r["ppl"]] for r in rows if r.get("kind") == "eval"],
+        }
+    return out
+
+
+def suite_differences(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """Where a rerun's ``suite_runs`` departs from the record's, one line a run."""
+    diffs = [f"{run}: in the record, not in the rerun" for run in sorted(set(want) - set(got))]
+    diffs += [f"{run}: in the rerun, not in the record" for run in sorted(set(got) - set(want))]
+    for run in sorted(set(got) & set(want)):
+        a, b = got[run], want[run]
+        if a == b:
+            continue
+        parted = next((100 * (i + 1) for i, (x, y) in enumerate(zip(a["loss_every_100"], b["loss_every_100"]))
+                       if x != y), None)
+        where = f"; the losses differ by step {parted}" if parted else ""
+        diffs.append(f"{run}: its steps differ from the record's (sha256 {a['sha256'][:12]} != "
+                     f"{b['sha256'][:12]}{where})" if a["sha256"] != b["sha256"] else f"{run}: its evaluations differ")
+    return diffs
+
+
 def ppl_lines(stdout: str) -> list[str]:
     """The trainer's evaluation lines, ``  [init] stage 2 PPL: WB 2941.15, NEWS 3369.51``."""
     return [line for line in stdout.splitlines() if re.match(r"\s*\[(init|final)\] stage \d+ PPL:", line)]
@@ -223,7 +268,7 @@ def reproduce(name: str) -> list[str]:
         workdir = Path(tmp) / "run" if spec.workdir is None else ROOT / spec.workdir
         if spec.workdir is not None and workdir.exists():
             return [f"{workdir} exists; move it away to rerun {name} (a rerun there would resume, not run)"]
-        command = [part.format(workdir=workdir) for part in spec.command]
+        command = [part.format(workdir=workdir, cache=Path(tmp) / "xla") for part in spec.command]
         done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)
         if done.returncode != 0:
             return [f"{' '.join(command)} exited {done.returncode}: {done.stderr.decode(errors='replace')[-500:]}"]
@@ -233,6 +278,8 @@ def reproduce(name: str) -> list[str]:
             return [] if got == want else [f"growth demo rows {got} != recorded {want}"]
         if name in _WHOLE_STDOUT:  # deterministic output on the same platform: all of it
             return [] if stdout == saved["stdout"] else [f"output {stdout!r} != recorded {saved['stdout']!r}"]
+        if spec.suite:
+            return suite_differences(suite_runs(workdir), json.loads((RESULTS / name / "runs.json").read_text()))
         if not spec.keep:
             return [f"{name} records timings only; nothing deterministic to compare"]
         (report,) = json.loads((workdir / "report" / "report.json").read_text())["runs"]
