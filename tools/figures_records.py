@@ -186,6 +186,8 @@ def load(name: str) -> dict[str, Any]:
                                 f"--record {name}")
     got: dict[str, Any] = {"record": json.loads((folder / "record.json").read_text()),
                            "stdout": (folder / "stdout.txt").read_text(), "stderr": (folder / "stderr.txt").read_text()}
+    if (folder / "side_stdout.txt").exists():  # a process that ran some of a suite's runs beside it (record.json's "beside")
+        got["side_stdout"] = (folder / "side_stdout.txt").read_text()
     if (folder / "report.json").exists():
         report = json.loads((folder / "report.json").read_text())
         if "verdicts" in report:  # a comparison suite's report: every system's runs and the verdicts

@@ -39,18 +39,20 @@ def _verdict_rows(suite: dict[str, Any], *, numbers: bool) -> list[str]:
 
 
 def _finetune_seconds(stdout: str) -> list[float]:
-    """Each of a suite's downstream fine-tunings' seconds, from its ``done in N s`` lines."""
-    return [float(x) for x in re.findall(r"^\[downstream \d+/\d+\] .*: done in (\d+) s;", stdout, re.M)]
+    """Each of a suite's downstream fine-tunings' seconds, from its ``done in N s`` lines (a
+    process beside the suite, if the record had one, prints ``[side downstream ...]``)."""
+    return [float(x) for x in re.findall(r"^\[(?:side )?downstream \d+/\d+\] .*: done in (\d+) s;", stdout, re.M)]
 
 
 def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
     n = sum(len(runs) for runs in rec["suite"]["runs"].values()) + len(rec["suite"]["sweep"])
-    tunes = _finetune_seconds(rec["stdout"])
+    tunes = _finetune_seconds(rec["stdout"] + rec.get("side_stdout", ""))
     what = f"{n} runs" + (f" and {len(tunes)} fine-tunings" if tunes else "")
+    beside = rec["record"].get("beside")
     out = f"{cmd(rec)} ran {what} in **{duration(rec['record']['wall_s'])}** {on(rec)}"
     if not short:
         out += ", into an empty workdir and an empty compilation cache, with the corpus already prepared"
-    out += " (one measurement)"
+    out += f" (one measurement{'; ' + beside if beside else ''})"
     if tunes:
         tunes.sort()
         out += (f". The downstream part took {duration(sum(tunes))} of it: "
