@@ -219,6 +219,8 @@ def suite_runs(workdir: Path) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for metrics in sorted(workdir.rglob("metrics.jsonl")):
+        if "finetune" in metrics.relative_to(workdir).parts:  # a fine-tuning's: scored in report.json
+            continue
         rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
         train = [(r["stage"], r["step"], r["loss"], r["grad_norm"]) for r in rows if r.get("kind") == "train"]
         out[metrics.parent.relative_to(workdir).as_posix()] = {

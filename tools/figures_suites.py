@@ -52,8 +52,10 @@ def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
     out = f"{cmd(rec)} ran {what} in **{duration(rec['record']['wall_s'])}** {on(rec)}"
     if not short:
         out += ", into an empty workdir and an empty compilation cache, with the corpus already prepared"
+    if beside and short:
+        beside = "with a second process running some of its runs beside the command"
     out += f" (one measurement{'; ' + beside if beside else ''})"
-    if tunes:
+    if tunes and not short:  # README's verdicts: the total only
         tunes.sort()
         out += (f". The downstream part took {duration(sum(tunes))} of it: "
                 f"{tunes[len(tunes) // 2]:.0f} s a fine-tuning at the median, {tunes[-1]:.0f} s at most")
