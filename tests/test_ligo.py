@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax.traverse_util import flatten_dict, unflatten_dict
+from tiers import tiered
 
 from loire_jax import ModelConfig, apply_model, grow, init_params, param_count
 from loire_jax.config.shapes import leaf_axes
@@ -94,7 +95,9 @@ CORRESPONDENCE = [
 ]
 
 
-@pytest.mark.parametrize("arch,sizes,heads_method", CORRESPONDENCE,
+# Fast tier: every operator at once on a decoder and on the BERT encoder, and the encoder's
+# within-group heads; the other architectures and the single-operator cells in the slow tier.
+@pytest.mark.parametrize("arch,sizes,heads_method", tiered(CORRESPONDENCE, lambda i, c: i in (0, 3, 4)),
                          ids=[f"{a}-{'+'.join(s)}" for a, s, _ in CORRESPONDENCE])
 def test_zero_operator_is_zero_padding_and_stacking(arch, sizes, heads_method):
     """No leaf differs, gates included (both are 1): B = 0 makes every new slot 0, as
@@ -186,7 +189,8 @@ FORMULA = [
 
 
 @pytest.mark.float64
-@pytest.mark.parametrize("arch,sizes,order", FORMULA, ids=[f"{a}-{i}" for i, (a, _, _) in enumerate(FORMULA)])
+# Fast tier: every operator with multi-head attention, and grouped heads growing their groups.
+@pytest.mark.parametrize("arch,sizes,order", tiered(FORMULA, lambda i, c: i in (0, 1)), ids=[f"{a}-{i}" for i, (a, _, _) in enumerate(FORMULA)])
 def test_random_operator_is_a_out_w_a_in_transposed(arch, sizes, order):
     """Every leaf of every layer, against the definition with explicit matrices; the grown
     query heads sit where each old one keeps its key/value head (placement written by hand)."""
@@ -202,9 +206,14 @@ def test_random_operator_is_a_out_w_a_in_transposed(arch, sizes, order):
 
 
 # ---- a valid model that runs
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.float64)])
-@pytest.mark.parametrize("arch,sizes", [("modern-gqa", dict(hidden=10, ffn=14, heads=8, layers=3)),
-                                        ("bert", dict(hidden=9, heads=6, layers=4))], ids=["decoder", "encoder"])
+# Fast tier: the decoder in float32 and the encoder in float64; the other two cells slow.
+@pytest.mark.parametrize("arch,sizes,dtype", [
+    pytest.param("modern-gqa", dict(hidden=10, ffn=14, heads=8, layers=3), "float32", id="decoder-float32"),
+    pytest.param("modern-gqa", dict(hidden=10, ffn=14, heads=8, layers=3), "float64", id="decoder-float64",
+                 marks=(pytest.mark.float64, pytest.mark.slow)),
+    pytest.param("bert", dict(hidden=9, heads=6, layers=4), "float32", id="encoder-float32", marks=pytest.mark.slow),
+    pytest.param("bert", dict(hidden=9, heads=6, layers=4), "float64", id="encoder-float64",
+                 marks=pytest.mark.float64)])
 def test_output_is_a_valid_model_that_runs(arch, sizes, dtype):
     old = cfg_of(arch, dtype)
     new = old.replace(**sizes)
