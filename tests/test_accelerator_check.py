@@ -230,9 +230,9 @@ def dry_run(tmp_path_factory):
     return out, result
 
 
-# In the "suites" group, one after another with tests/test_experiment.py's suites: the dry run
-# starts a suite subprocess too.
-ENGINE = pytest.mark.xdist_group("suites")
+# In the "engine" group, one after another with the two-process tests, as tests/test_experiment.py
+# is: the dry run starts a suite subprocess too, and on a 2-core machine beside them it overloads it.
+ENGINE = pytest.mark.xdist_group("engine")
 
 
 @pytest.mark.slow

@@ -15,12 +15,10 @@ import yaml
 from data_helpers import tiny_config_dict
 from runs import ROOT, one_line_error, tiny_run
 
-# The "suites" group: the suite subprocesses one after another (with the accelerator check's
-# dry run and the wheel's console scripts), on the other worker than the "engine" group's
-# two-process runs. They once shared one group: on the 2-core CI machine a suite beside the
-# two-process runs aborted them inside JAX's coordination service, before a run set JAX's
-# heartbeat to twice its own (parallel/peers.py) and named a lost peer itself.
-pytestmark = [pytest.mark.xdist_group("suites"), pytest.mark.slow]
+# Runs in the "engine" group, one after another with the two-process tests: a suite
+# subprocess beside them overloaded this 2-core CI machine, and the two-process runs aborted
+# inside JAX's coordination service (three CI runs, three different tests of that module).
+pytestmark = [pytest.mark.xdist_group("engine"), pytest.mark.slow]
 
 
 def experiment(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -20,9 +20,10 @@ from data_helpers import tiny_config_dict
 from packaging.requirements import Requirement
 from runs import ROOT, tiny_run
 
-# One after another with the suite subprocesses (the "suites" group, see test_experiment.py).
-# The tests that install the wheel are slow; reading setup.cfg is fast.
-pytestmark = pytest.mark.xdist_group("suites")
+# One after another with the other CLI-heavy tests (see test_experiment.py): on the 2-core CI
+# machine, subprocess runs beside the two-process tests overloaded it. The tests that install
+# the wheel are slow; reading setup.cfg is fast.
+pytestmark = pytest.mark.xdist_group("engine")
 
 SCRIPTS = ("loire-train", "loire-experiment", "loire-report", "loire-grow-demo", "loire-export-hf", "loire-data")
 
