@@ -217,11 +217,15 @@ def suite_runs(workdir: Path) -> dict[str, Any]:
     (~600 KB), and still every step: a rerun on the same platform must match all of it."""
     import hashlib
 
+    from loire_jax.analysis.records import METRICS_FILE, read_records
+
     out: dict[str, Any] = {}
-    for metrics in sorted(workdir.rglob("metrics.jsonl")):
+    for metrics in sorted(workdir.rglob(METRICS_FILE)):
         if "finetune" in metrics.relative_to(workdir).parts:  # a fine-tuning's: scored in report.json
             continue
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        rows, bad = read_records(metrics.parent)
+        if bad:
+            raise ValueError(f"{metrics}: malformed lines {bad[:5]}; a digest of a damaged log would check nothing")
         train = [(r["stage"], r["step"], r["loss"], r["grad_norm"]) for r in rows if r.get("kind") == "train"]
         out[metrics.parent.relative_to(workdir).as_posix()] = {
             "steps": len(train),
@@ -238,13 +242,14 @@ def suite_differences(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
     diffs += [f"{run}: in the rerun, not in the record" for run in sorted(set(got) - set(want))]
     for run in sorted(set(got) & set(want)):
         a, b = got[run], want[run]
-        if a == b:
-            continue
-        parted = next((100 * (i + 1) for i, (x, y) in enumerate(zip(a["loss_every_100"], b["loss_every_100"]))
-                       if x != y), None)
-        where = f"; the losses differ by step {parted}" if parted else ""
-        diffs.append(f"{run}: its steps differ from the record's (sha256 {a['sha256'][:12]} != "
-                     f"{b['sha256'][:12]}{where})" if a["sha256"] != b["sha256"] else f"{run}: its evaluations differ")
+        if a["sha256"] != b["sha256"]:
+            parted = next((100 * (i + 1) for i, (x, y) in enumerate(zip(a["loss_every_100"], b["loss_every_100"]))
+                           if x != y), None)
+            where = f"; the losses differ by step {parted}" if parted else ""
+            diffs.append(f"{run}: its steps differ from the record's (sha256 {a['sha256'][:12]} != "
+                         f"{b['sha256'][:12]}{where})")
+        elif a != b:
+            diffs.append(f"{run}: its evaluations differ")
     return diffs
 
 
