@@ -5,6 +5,7 @@ one command, inside a time budget, offline.
     python benchmarks/accelerator_check.py --out DIR --dry-run     # the same plan at toy shapes, on CPU
     python benchmarks/accelerator_check.py --out DIR --list        # what it would run, and each part's time
     python benchmarks/accelerator_check.py --out DIR --parts step --cases m5-32x1024-t0,1b-8x1024-t0  # a short slot
+    python benchmarks/accelerator_check.py --out DIR --parts variants --variants unrolled,"weights cast once"
 
 The plan, one part after another, each in child processes of this one:
 
@@ -16,7 +17,8 @@ The plan, one part after another, each in child processes of this one:
   torch.compile steps (``torch_reference.py``). From it: the KD cost ratios. ``--cases``
   keeps the named cases only (``--list`` names them).
 - ``variants``: M5 at 32 x 1024 under each candidate execution path and their best-looking
-  combination, beside torch.compile (``variants.py``).
+  combination, beside torch.compile (``variants.py``). ``--variants`` keeps the named ones
+  (the plain step always runs).
 - ``growth``: the growth demo (``launch/grow_demo.py``), max |dlogits| after each operator.
 - ``engine``: a one-stage ``launch/train.py`` run at M5's benchmark shape; its logged
   tokens/s against the benchmark's for the same shape.
@@ -158,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=None, help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
     parser.add_argument("--cases", default=None, help="the step part's cases to run, comma-separated names from "
                         "--list (default: all)")
+    parser.add_argument("--variants", default=None, help="the variants part's execution variants to time, "
+                        "comma-separated names from --list; the plain step always runs (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy shapes on the CPU")
     parser.add_argument("--list", action="store_true", help="print the plan (shapes, estimates, allowances); "
                         "run nothing")
@@ -166,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (math.isfinite(args.budget_min) and args.budget_min > 0):
             raise ValueError(f"--budget-min must be a positive number of minutes, got {args.budget_min:g}")
         parts = selected(args.parts)
-        scale = dataclasses.replace(DRY if args.dry_run else REAL, only=args.cases)
+        scale = dataclasses.replace(DRY if args.dry_run else REAL, only=args.cases, variants=args.variants)
         step_cases(scale)  # --cases checked
+        variants.pick(scale.variants)  # --variants checked
         if args.list:
             print("\n".join(plan_lines(scale, args.budget_min, parts)))
             return 0

@@ -61,6 +61,7 @@ class Scale:
     eval_batches: int
     toy_model: dict[str, int] | None  # replaces gpt_paper.yaml's model (and scales its growth)
     only: str | None = None  # --cases: the step cases kept (None: all)
+    variants: str | None = None  # --variants: the execution variants timed (None: all)
 
 
 REAL = Scale(
@@ -91,7 +92,6 @@ DRY = Scale(
 # shared in these proportions. The step part's own estimate is the sum of its cases'.
 PART_SECONDS = {False: {"data": 1, "growth": 45, "engine": 100, "gpt_paper": 220, "gptl_vs_loire": 220},
                 True: {"data": 5, "growth": 4, "engine": 6, "gpt_paper": 10, "gptl_vs_loire": 15}}
-PART_SECONDS[False]["variants"], PART_SECONDS[True]["variants"] = variants.estimate(False)[0], variants.estimate(True)[0]
 
 
 def case_seconds(case: dict, dry: bool) -> float:
@@ -124,6 +124,8 @@ def step_cases(scale: Scale, chosen: bool = True) -> list[dict]:
 def part_seconds(name: str, scale: Scale) -> float:
     if name == "step":
         return sum(case_seconds(c, scale.dry) for c in step_cases(scale))
+    if name == "variants":
+        return variants.estimate(scale.dry, names=variants.pick(scale.variants))[0]
     return PART_SECONDS[scale.dry][name]
 
 
@@ -223,7 +225,7 @@ def plan_lines(scale: Scale, budget_min: float, parts: list[str]) -> list[str]:
                            f"V{student.vocab_size} {c['batch']}x{c['seq']} {c['dtype']} teachers {c['teachers']}; "
                            f"torch {modes}; {scale.steps} steps x {scale.repeats}")
         elif name == "variants":
-            out.append(f"    {', '.join(v for v, _ in variants.VARIANTS)}, {variants.COMBINED}; torch.compile beside "
+            out.append(f"    {', '.join(variants.pick(scale.variants))}, {variants.COMBINED}; torch.compile beside "
                        f"the plain one. Estimate {est[name] / 60:.1f} min ({variants.estimate(scale.dry)[1]})")
         elif name == "growth":
             out.append("    launch/grow_demo.py " + " ".join(scale.grow_args))

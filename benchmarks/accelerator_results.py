@@ -42,7 +42,8 @@ class Results:
     def write(self) -> None:
         self.head["updated"] = now()
         self.head["seconds"] = round(time.monotonic() - self.start, 1)
-        self.head["device"] = _device(self.parts) or self.head.get("probed")
+        probed = self.head.get("probed") or {}
+        self.head["device"] = _device(self.parts) or (probed if "kind" in probed else None)
         data = dict(self.head, parts=[self.parts[n] for n in PARTS if n in self.parts])
         write_atomic(self.out / "results.json", json.dumps(data, indent=1, default=str) + "\n")
         write_atomic(self.out / "results.md", markdown(data))
@@ -54,8 +55,9 @@ def now() -> str:
 
 
 def _device(parts: dict[str, dict]) -> dict[str, Any] | None:
-    """The accelerator the JAX cases ran on, as they reported it."""
-    for r in parts.get("step", {}).get("records", []):
+    """The accelerator the JAX cases ran on, as they reported it (the step part's or the
+    variants')."""
+    for r in [r for name in ("step", "variants") for r in parts.get(name, {}).get("records", [])]:
         if r.get("device_kind"):
             return {"devices": r.get("device"), "kind": r["device_kind"], "platform": r.get("platform"),
                     "peak_flops": r.get("peak_flops"), "peak_source": r.get("peak_source")}
@@ -85,7 +87,9 @@ def markdown(data: dict[str, Any]) -> str:
     v = data["versions"]
     lines = [f"# Accelerator check{' (dry run: toy shapes on the CPU, not figures)' if data['dry_run'] else ''}", "",
              f"- date: {data['started']} (updated {data['updated']}, {data['seconds']:.0f} s in)",
-             f"- device: {dev.get('kind', 'unknown')} ({dev.get('devices') or data.get('devices_seen', '-')}); MFU peak: "
+             f"- device: {dev.get('kind', 'unknown')} ({dev.get('devices') or data.get('devices_seen', '-')})"
+             + (f" (the probe: {(data.get('probed') or {})['error']})" if not dev and "error" in (data.get("probed") or {}) else "")
+             + "; MFU peak: "
              + (f"{dev['peak_flops'] / 1e12:,.1f} TFLOP/s ({dev.get('peak_source')})" if dev.get("peak_flops") else "–"),
              "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val)
              + f"; commit {data.get('commit', 'unknown')}",

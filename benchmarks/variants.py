@@ -69,18 +69,32 @@ def select(cases: list[dict[str, Any]], text: str | None) -> list[dict[str, Any]
 
 
 # --------------------------------------------------------------------------- header: device, commit
-PROBE = ("import json, jax\nfrom loire_jax.analysis import flops\nd = jax.devices()\n"
-         "peak, source = (None, 'measured per case on a CPU') if d[0].platform == 'cpu' else flops.peak_flops(d)\n"
-         "print('DEVICE ' + json.dumps({'devices': f'{len(d)} {d[0].platform} device(s)', 'kind': d[0].device_kind, "
-         "'platform': d[0].platform, 'peak_flops': peak, 'peak_source': source}))")
+PROBE = ("import json, sys, jax\nsys.path.insert(0, {here!r})\nimport variants\n"
+         "print('DEVICE ' + json.dumps(variants.describe(jax.devices())))")
 
 
-def probe_device(run_child: Callable, env: dict[str, str], timeout: float = 120) -> dict[str, Any] | None:
+def describe(devices: list[Any]) -> dict[str, Any]:
+    """What the header says of ``devices``: count, kind, platform and the MFU peak (a CPU's
+    is measured per case, so none here)."""
+    from loire_jax.analysis import flops
+
+    d = devices[0]
+    peak = flops.peak_flops(devices) if d.platform != "cpu" else None
+    return {"devices": f"{len(devices)} {d.platform} device(s)", "kind": d.device_kind, "platform": d.platform,
+            "peak_flops": peak.flops if peak else None,
+            "peak_source": peak.source if peak else "measured per case on a CPU"}
+
+
+def probe_device(run_child: Callable, env: dict[str, str], timeout: float = 120) -> dict[str, Any]:
     """The device the children see, asked of a child (this process stays on the CPU), so
-    the results name it whichever parts run; None if the child could not say."""
-    child = run_child([sys.executable, "-c", PROBE], timeout, env, ROOT)
+    the results name it whichever parts run; where the child could not say, its last error
+    line under ``error``."""
+    child = run_child([sys.executable, "-c", PROBE.format(here=str(Path(__file__).parent))], timeout, env, ROOT)
     found = [ln[7:] for ln in child.stdout.splitlines() if ln.startswith("DEVICE ")]
-    return json.loads(found[-1]) if found else None
+    if found:
+        return json.loads(found[-1])
+    lines = [ln for ln in child.stderr.splitlines() if ln.strip()]
+    return {"error": lines[-1][:200] if lines else f"the probe printed nothing (exit {child.code})"}
 
 
 def commit(root: Path = ROOT) -> str:
@@ -120,12 +134,35 @@ def combined_options(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def estimate(dry: bool, recorded: Path = RECORDED) -> tuple[float, str]:
-    """(seconds on one H100, where the figures come from) for every variant, the
-    combination and torch.compile."""
-    n = len(VARIANTS) + 1
+def pick(text: str | None) -> tuple[str, ...]:
+    """The variants ``--variants`` names (comma-separated, as the table names them), the
+    plain step first whether named or not: every other row is measured against it, and
+    torch.compile runs beside it. None: every one. ValueError (one line) names the known."""
+    known = [v for v, _ in VARIANTS]
+    if text is None:
+        return tuple(known)
+    names = [n.strip() for n in text.split(",")]
+    unknown = [n for n in names if n not in known]
+    if unknown or not all(names):
+        raise ValueError(f"--variants takes comma-separated names from {known}, got {text!r}")
+    return tuple(v for v in known if v == "plain" or v in names)
+
+
+def estimate(dry: bool, recorded: Path = RECORDED, names: tuple[str, ...] | None = None) -> tuple[float, str]:
+    """(seconds on one H100, where the figures come from) for the ``names`` variants (all
+    by default), the combination and torch.compile."""
+    each, source = seconds_each(dry, recorded, names)
+    return sum(each.values()), source
+
+
+def seconds_each(dry: bool, recorded: Path = RECORDED,
+                 names: tuple[str, ...] | None = None) -> tuple[dict[str, float], str]:
+    """Each variant's estimated seconds (the plain one's with torch.compile beside it, the
+    unrolled stack's with its longer compilation), the combination's last; and the source.
+    The part shares its allowance among them in these proportions."""
+    names = (names or tuple(v for v, _ in VARIANTS)) + (COMBINED,)
     if dry:
-        return DRY_SECONDS * (n + 1), "toy shapes on the CPU"
+        return {v: DRY_SECONDS * (2 if v == "plain" else 1) for v in names}, "toy shapes on the CPU"
     got, source = dict(FALLBACK), "assumed figures (no recorded check in benchmarks/results/accelerator)"
     if recorded.is_file():
         data = json.loads(recorded.read_text())
@@ -139,12 +176,10 @@ def estimate(dry: bool, recorded: Path = RECORDED) -> tuple[float, str]:
             source = (f"the {data['device']['kind']} check of {data['started'][:10]}: M5 compile "
                       f"{got['compile_s']:.1f} s, {got['tokens_per_s']:,.0f} tokens/s, "
                       f"{got['process_s']:.1f} s a process; x{H100_SLOWER} for an H100")
-    tokens = 32 * 1024 * (1 + 5 * 2)  # the warm-up step and 2 repeats of 5
-    names = [v for v, _ in VARIANTS] + [COMBINED]
-    jax_s = sum(got["process_s"] + got["compile_s"] * COMPILE_FACTOR.get(v, 1) + tokens / got["tokens_per_s"]
-                for v in names)
-    torch_s = got["process_s"] + got["torch_compile_warmup_s"] + tokens / got["tokens_per_s"]
-    return H100_SLOWER * (jax_s + torch_s), source
+    steps = 32 * 1024 * (1 + 5 * 2) / got["tokens_per_s"]  # the warm-up step and 2 repeats of 5
+    torch_s = got["process_s"] + got["torch_compile_warmup_s"] + steps
+    return {v: H100_SLOWER * (got["process_s"] + got["compile_s"] * COMPILE_FACTOR.get(v, 1) + steps
+                              + (torch_s if v == "plain" else 0)) for v in names}, source
 
 
 def process_seconds(step: dict[str, Any]) -> float | None:
@@ -166,16 +201,19 @@ def process_seconds(step: dict[str, Any]) -> float | None:
 
 
 def run(check: Any, budget: Any, base: dict[str, Any], layers: int, measure: Callable, fail: type) -> dict:
-    """Time every variant, then the combination, each within its share of ``budget``; the
-    records go into the check's results as they come. The dry run times the candidates in
-    one process (a CPU ignores the GPU flags) and the combination in another."""
+    """Time the chosen variants (``--variants``), then the combination, each within a share
+    of ``budget`` in proportion to its estimate; the records go into the check's results as
+    they come. The dry run times the candidates in one process (a CPU ignores the GPU
+    flags) and the combination in another."""
     part = check.results.part("variants")
-    cases = [variant_case(base, name, opts, layers) for name, opts in VARIANTS]
+    chosen = pick(check.scale.variants)
+    cases = [variant_case(base, name, opts, layers) for name, opts in VARIANTS if name in chosen]
     groups = [cases] if check.scale.dry else [[c] for c in cases]
-    each = estimate(check.scale.dry)[0] / (len(VARIANTS) + 2)
+    each = seconds_each(check.scale.dry, names=chosen)[0]
     for i, group in enumerate(groups):
-        rest = sum(len(g) for g in groups[i + 1:]) + 1
-        part["records"].extend(measure(group, budget.share(each * len(group), each * rest), check.env()))
+        this = sum(each[c["variant"]] for c in group)
+        rest = sum(each[c["variant"]] for g in groups[i + 1:] for c in g) + each[COMBINED]
+        part["records"].extend(measure(group, budget.share(this, rest), check.env()))
         check.results.write()
     combined = combined_options(part["records"])
     part["records"].extend(measure([dict(base, **combined, variant=COMBINED, options=combined, torch=False,

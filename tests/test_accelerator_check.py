@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -374,6 +375,43 @@ def test_the_results_name_the_device_and_commit_without_the_step_part(check, tmp
     results.write()
     md = (tmp_path / "results.md").read_text()
     assert "- device: NVIDIA H100 80GB HBM3 (1 gpu device(s))" in md and "commit abc123" in md
+
+
+def test_the_probe_names_an_accelerator_and_its_published_peak(check):
+    """The header's device comes from a child's ``describe``; an H100 there (an H100 check of
+    2026-11-27 said "unknown" when the probe failed on a GPU's peak)."""
+    gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
+    got = check.variants.describe([gpu, gpu])
+    assert got["devices"] == "2 gpu device(s)" and got["kind"] == "NVIDIA H100 80GB HBM3"
+    assert got["peak_flops"] == 2 * 989e12 and "H100" in got["peak_source"]
+    cpu = types.SimpleNamespace(platform="cpu", device_kind="cpu")
+    assert check.variants.describe([cpu])["peak_flops"] is None
+
+
+def test_the_results_name_the_device_from_the_variants_part_when_the_probe_failed(check, tmp_path):
+    head = {"command": ["python", "x"], "started": "now", "dry_run": False, "budget_min": 1, "versions": {},
+            "commit": "abc123", "probed": {"error": "ValueError: too many values to unpack"}}
+    results = check.Results(tmp_path, head)
+    results.part("variants")["records"].append({"variant": "plain", "device": "1 gpu device(s)",
+                                                "device_kind": "NVIDIA H100 80GB HBM3", "platform": "gpu",
+                                                "peak_flops": 989e12, "peak_source": "published H100 bf16 x 1"})
+    results.write()
+    md = (tmp_path / "results.md").read_text()
+    assert "- device: NVIDIA H100 80GB HBM3 (1 gpu device(s)); MFU peak: 989.0 TFLOP/s" in md
+    results.parts.clear()
+    results.write()
+    assert "- device: unknown (-) (the probe: ValueError: too many values to unpack)" in (tmp_path / "results.md").read_text()
+
+
+def test_variants_selects_by_name_and_always_keeps_the_plain_step(check, capsys, tmp_path):
+    v = check.variants
+    assert v.pick(None) == tuple(n for n, _ in v.VARIANTS)
+    assert v.pick("xla scheduler, unrolled") == ("plain", "unrolled", "xla scheduler")
+    each, _ = v.seconds_each(False, names=v.pick("unrolled"))
+    assert set(each) == {"plain", "unrolled", v.COMBINED} and each["plain"] > each["unrolled"] > 0  # torch beside plain
+    assert v.estimate(False, names=v.pick("unrolled"))[0] < v.estimate(False)[0]
+    says = one_line(capsys, check.main, ["--out", str(tmp_path / "out"), "--parts", "variants", "--variants", "bogus"])
+    assert "--variants takes comma-separated names from ['plain'" in says and not (tmp_path / "out").exists()
 
 
 def test_the_commit_is_the_checkouts_or_unknown(check, tmp_path):
