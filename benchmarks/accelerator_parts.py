@@ -289,7 +289,7 @@ def gptl_vs_loire_part(check: Check, budget: Budget) -> dict[str, Any]:
 def variants_part(check: Check, budget: Budget) -> dict[str, Any]:
     """The step table's first case (M5, 32 x 1024, no teachers) under each execution variant."""
     base = next(c for c in step_cases(check.scale, chosen=False) if c["teachers"] == 0)
-    base = dict(base, torch=False, torch_compile=check.torch,
+    base = dict(base, scan_unroll=1, torch=False, torch_compile=check.torch,  # plain: the scanned stack
                 **({} if check.torch else {"torch_skipped": "torch is not importable here"}))
     return variants.run(check, budget, base, bench._configs(base)[0].layers, bench.measure, PartError)
 

@@ -14,6 +14,7 @@ import datetime
 import importlib.metadata
 import json
 import math
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def markdown(data: dict[str, Any]) -> str:
              + (f"{dev['peak_flops'] / 1e12:,.1f} TFLOP/s ({dev.get('peak_source')})" if dev.get("peak_flops") else "–"),
              "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val)
              + f"; commit {data.get('commit', 'unknown')}",
-             f"- command: `{' '.join(data['command'])}`; budget {data['budget_min']:g} min", "", "## Parts", ""]
+             f"- command: `{shlex.join(data['command'])}`; budget {data['budget_min']:g} min", "", "## Parts", ""]
     lines += markdown_table(("part", "status", "seconds", "allowance s", "note"),
                             [(p["name"], p["status"], figure_text(p.get("seconds"), ".0f"), figure_text(p.get("allowance_s"), ".0f"),
                               (p.get("error") or p.get("reason") or "").replace("|", "/")) for p in data["parts"]])

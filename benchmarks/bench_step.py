@@ -75,7 +75,7 @@ def _configs(case: dict):
     def cfg(h, f, a, L):
         return preset("bert" if case.get("kind") == "encoder" else "paper", vocab_size=vocab, max_seq_len=case["seq"], hidden=h, ffn=f, heads=a,
                       head_dim=sched["head_dim"], layers=L, dtype=dtype, param_dtype="float32",
-                      attention=case["attention"], remat=case["remat"], scan_unroll=case.get("scan_unroll", 1),
+                      attention=case["attention"], remat=case["remat"], scan_unroll=case.get("scan_unroll", "auto"),
                       weight_cast=case.get("weight_cast", "use"))
 
     stages = [cfg(*s) for s in sched["stages"]]
@@ -125,7 +125,7 @@ def run_case(case: dict) -> dict:
                  out_shardings=(state_sh, None))
     record = dict(case, device=note, device_kind=devs[0].device_kind, platform=platform,
                   attention_run=run_student.attention, remat_run=run_student.remat,
-                  loss_chunk_run=spec.loss_chunk,
+                  scan_unroll_run=run_student.scan_unroll, loss_chunk_run=spec.loss_chunk,
                   params=param_count(student))
 
     def abstract(tree, shardings):
@@ -436,6 +436,11 @@ def _engine_rate(workdir: str) -> tuple[int, float]:
     return last, statistics.median(rates)
 
 
+def _unroll(text: str) -> int | str:
+    """``--scan-unroll``: auto, or a number that ModelConfig then checks."""
+    return text if text == "auto" else int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="tiny", help=f"comma-separated, from {sorted(SCHEDULES)}")
@@ -453,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--loss-chunk", default="auto", help="tokens per loss block, or auto (the trainer's choice)")
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--remat", default="auto")
-    parser.add_argument("--scan-unroll", type=int, default=1, help="model.scan_unroll: layers per scan iteration")
+    parser.add_argument("--scan-unroll", type=_unroll, default="auto",
+                        help="model.scan_unroll: layers per scan iteration, or auto (the trainer's choice)")
     parser.add_argument("--weight-cast", default="use", help="model.weight_cast: use | step")
     parser.add_argument("--xla-gpu-flags", default="none", help="xla_gpu_flags: a named set of XLA GPU flags")
     parser.add_argument("--compile-only", action="store_true", help="compile time and memory analysis only")

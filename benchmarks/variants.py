@@ -251,8 +251,8 @@ def _num(v: Any, fmt: str, suffix: str = "") -> str:
     return "–" if v is None else format(v, fmt) + suffix
 
 
-def markdown(part: dict[str, Any]) -> list[str]:
-    """The variants table: one row a variant, torch.compile last."""
+def table(part: dict[str, Any]) -> list[str]:
+    """The variants table: one row a variant, torch.compile last (the README renders it too)."""
     fig = part.get("figures") or {}
     rows = []
     for r in part["records"]:
@@ -268,6 +268,13 @@ def markdown(part: dict[str, Any]) -> list[str]:
                      + (f" ({100 * mfu:.1f}%)" if mfu is not None else ""), "–", "1.00×",
                      _num(fig.get("torch_compile_warmup_s"), ".1f"), _num(fig.get("torch_compile_peak_gib"), ".2f"),
                      "–"))
+    return markdown_table(("variant", "options", "tokens/s (MFU)", "vs plain", "vs torch.compile", "compile s",
+                           "compiled peak GiB", "loss gap"), rows)
+
+
+def markdown(part: dict[str, Any]) -> list[str]:
+    """The variants section of results.md: what was timed, the table, what did not run."""
+    fig = part.get("figures") or {}
     skipped = next((r["torch_skipped"] for r in part["records"] if r.get("torch_skipped")), None)
     first = part["records"][0] if part["records"] else {}
     lines = ["## Execution variants", "",
@@ -275,6 +282,5 @@ def markdown(part: dict[str, Any]) -> list[str]:
              "teachers; each variant in a process of its own. Compile s: torch.compile's is its warm-up. Loss gap: "
              "|final loss − the plain step's| after the same steps from the same state. Best: "
              f"{fig.get('best') or '–'}.", ""]
-    lines += markdown_table(("variant", "options", "tokens/s (MFU)", "vs plain", "vs torch.compile", "compile s",
-                             "compiled peak GiB", "loss gap"), rows)
+    lines += table(part)
     return lines + (["", f"torch.compile: not run ({skipped})."] if skipped else [])

@@ -414,6 +414,17 @@ def test_variants_selects_by_name_and_always_keeps_the_plain_step(check, capsys,
     assert "--variants takes comma-separated names from ['plain'" in says and not (tmp_path / "out").exists()
 
 
+def test_the_unroll_sweep_runs_bench_steps_own_cases_at_every_setting_it_names():
+    spec = importlib.util.spec_from_file_location("unroll_sweep", ROOT / "benchmarks" / "unroll_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    for dry in (True, False):
+        cases = sweep.cases(dry)
+        assert [c["argv"][-len(extra):] for c, (_, extra) in zip(cases, sweep.CASES)] == [e for _, e in sweep.CASES]
+        assert [c["shape"] for c in cases] == (["tiny"] * 6 if dry else [s for s, _ in sweep.CASES])
+        assert [c["scan_unroll"] for c in cases] == [12, 4, 12, 12, 24, 1]
+
+
 def test_the_commit_is_the_checkouts_or_unknown(check, tmp_path):
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", check.variants.commit())
     assert check.variants.commit(tmp_path) == "unknown"
@@ -447,7 +458,7 @@ def test_bench_step_takes_each_execution_option_and_refuses_a_bad_one(check):
     student, _ = check.bench._configs(case)
     assert (student.scan_unroll, student.weight_cast, student.remat, case["xla_gpu_flags"]) == (
         2, "step", "dots_names", "cudnn_norm")
-    for flag, value, says in (("--scan-unroll", "0", "scan_unroll must be a positive integer"),
+    for flag, value, says in (("--scan-unroll", "0", "scan_unroll must be auto or a positive integer"),
                               ("--weight-cast", "once", "weight_cast must be one of"),
                               ("--xla-gpu-flags", "fast", "xla_gpu_flags must be one of")):
         with pytest.raises(ValueError, match=says):

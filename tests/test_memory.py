@@ -74,6 +74,10 @@ def test_a_step_that_cannot_fit_is_refused_naming_the_knobs():
                  "microbatches (now 1", "model.remat=dots or full (now none)", "batch_size (now 64)"):
         assert part in text, (part, text)
     memory.check_fits("fits", need, (80 * memory.GIB, 70 * memory.GIB), knobs)  # its inputs are already there
+    unrolled = dict(knobs, scan_unroll=12)  # GPUs unroll the stack by default: scanning it again comes first
+    with pytest.raises(memory.OutOfMemory, match=r"To make it fit: model.scan_unroll=1 \(now 12; "):
+        memory.check_fits("stage 5", need, available, unrolled)
+    assert "scan_unroll" not in memory.advice(dict(knobs, scan_unroll=1))
 
 
 def test_backends_without_memory_stats_skip_the_check():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # an accelerator_check.py --out folder's results.json and results.md, copied here
 ACCELERATOR = ROOT / "benchmarks" / "results" / "accelerator"
 CHECK_SCRIPT = ROOT / "benchmarks" / "accelerator_check.py"  # its markdown renders the GPU table
+VARIANTS = "variants-h100.results.json"  # the execution variants' check that chose the GPU defaults
 
 
 def _accelerator_script():
@@ -77,7 +79,26 @@ def fig_readme_performance(got: Got) -> str:
                      check._f(r.get("compiled_peak_gib"), ".2f")))
     table = markdown_table(("case", "loire_jax tokens/s (MFU)", "torch.compile (MFU)", "ratio", "compiled peak GiB"),
                            rows)
-    return cpu + "\n" + gpu + "\n" + "\n".join(table) + "\n"
+    return cpu + "\n" + gpu + "\n" + "\n".join(table) + "\n" + _variants(check)
+
+
+def _variants(check) -> str:
+    """The execution variants' check, where one is recorded: what it measured and chose."""
+    results = ACCELERATOR / VARIANTS
+    if not results.exists():
+        return ""
+    data = json.loads(results.read_text())
+    part = next(p for p in data["parts"] if p["name"] == "variants")
+    fig = part["figures"]
+    best = max((r for r in part["records"] if r.get("tokens_per_s") and r["variant"] not in ("plain", check.variants.COMBINED)),
+               key=lambda r: r["tokens_per_s"])
+    text = prose(
+        "**[GPU step variants](docs/performance.md#candidate-execution-paths-for-the-gpu-step)** "
+        f"({data['device']['kind']}, {data['started'][:10]}): "
+        f"the layer stack {best['variant']} runs M5 at {fig['vs_plain'][best['variant']]:.2f}× the scanned step, "
+        f"{fig['vs_torch_compile'][best['variant']]:.2f}× torch.compile, and is the GPU default (the table above "
+        "ran the scanned stack).")
+    return "\n" + text.rstrip("\n") + "\n"
 
 
 def _cut_cases(check: Any, records: list[dict[str, Any]]) -> str:

@@ -89,6 +89,8 @@ def peak_in_use(devices: Sequence[Any]) -> int | None:
 def advice(knobs: dict[str, Any]) -> str:
     """The settings that shrink a step, with their current values."""
     parts = []
+    if knobs.get("scan_unroll", 1) > 1:  # first: the scanned stack costs least speed for its memory
+        parts.append(f"model.scan_unroll=1 (now {knobs['scan_unroll']}; the unrolled stack keeps more in flight)")
     if "microbatches" in knobs:
         parts.append(f"more microbatches (now {knobs['microbatches']}; each micro-step holds batch/microbatches "
                      "sequences)")

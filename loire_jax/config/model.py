@@ -88,7 +88,7 @@ class ModelConfig:
     position_offset: int = 0  # encoders: first position id (RoBERTa: padding_idx + 1 = 2)
     attention: str = "auto"  # see loire_jax.model.kernels: auto | xla | cudnn | splash
     remat: str = "auto"  # rematerialisation of the scanned layer: auto | none | dots | full | dots_names
-    scan_unroll: int = 1  # layers per iteration of the layer scan; >= layers: the stack unrolled
+    scan_unroll: int | str = "auto"  # layers per iteration of the layer scan (>= layers: unrolled); auto: kernels
     weight_cast: str = "use"  # use | step: see WEIGHT_CASTS
 
     def __post_init__(self) -> None:
@@ -120,8 +120,9 @@ class ModelConfig:
                 problems.append(f"{name} must be a number, got {getattr(self, name)!r}")
         if _is_number(self.init_std) and not self.init_std > 0.0:
             problems.append(f"init_std must be positive, got {self.init_std!r}")
-        if not isinstance(self.scan_unroll, int) or isinstance(self.scan_unroll, bool) or self.scan_unroll < 1:
-            problems.append(f"scan_unroll must be a positive integer (layers per scan iteration), got "
+        if self.scan_unroll != "auto" and (not isinstance(self.scan_unroll, int) or isinstance(self.scan_unroll, bool)
+                                           or self.scan_unroll < 1):
+            problems.append(f"scan_unroll must be auto or a positive integer (layers per scan iteration), got "
                             f"{self.scan_unroll!r}")
         for name in ("tie_embeddings", "use_bias"):
             if not isinstance(getattr(self, name), bool):

@@ -3,8 +3,8 @@ the layer loop's unrolling and where weights are cast to the compute dtype.
 
 These choices never change what the model computes, only how fast and in how much memory,
 so they are resolved late, from the platform the step runs on, and are free to change on
-resume. ``ModelConfig.attention`` and ``ModelConfig.remat`` hold the user's choice
-(``auto`` by default); ``for_platform`` turns it into a concrete one.
+resume. ``ModelConfig.attention``, ``ModelConfig.remat`` and ``ModelConfig.scan_unroll``
+hold the user's choice (``auto`` by default); ``for_platform`` turns it into a concrete one.
 
 - ``xla``: scores and softmax written out (``einsum`` + ``softmax``), scores in float32 or
   wider. This is the path the exactness suite checks, and the only one on CPU.
@@ -77,6 +77,18 @@ def remat_for(cfg: ModelConfig, platform: str) -> str:
     return "none" if platform == "cpu" else "dots"
 
 
+def scan_unroll_for(cfg: ModelConfig, platform: str) -> int:
+    """Layers per iteration of the layer scan. ``auto``: the whole stack unrolled on GPUs,
+    where XLA then fuses and schedules across layer boundaries: on one H100 (2026-11-27,
+    benchmarks/results/accelerator/variants-h100.md) the paper's M5 at 32 x 1024 bf16 ran
+    1.22x the scanned step's tokens/s, for 4x its compile time and 1.7x its compiled peak
+    (still below torch.compile's). One layer per iteration elsewhere: on CPU unrolling did
+    not pay in our benchmarks, and TPUs are unmeasured."""
+    if cfg.scan_unroll != "auto":
+        return cfg.scan_unroll
+    return cfg.layers if platform == "gpu" else 1
+
+
 LOSS_CHUNKS = {"cpu": 256}  # measured on CPU (docs/performance.md); accelerators: DEFAULT_LOSS_CHUNK
 DEFAULT_LOSS_CHUNK = 2048
 
@@ -93,13 +105,13 @@ def loss_chunk_for(setting: int | str, platform: str) -> int:
 
 def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> ModelConfig:
     """``cfg`` with its execution choices made concrete for ``platform``."""
-    return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform))
+    return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform),
+                       scan_unroll=scan_unroll_for(cfg, platform))
 
 
-def resolved(cfg: ModelConfig, seq_len: int) -> tuple[str, str]:
-    """(attention, remat) at trace time: ``auto`` resolves against the default backend."""
-    platform = _platform_now()
-    return attention_for(cfg, platform, seq_len), remat_for(cfg, platform)
+def resolved(cfg: ModelConfig, seq_len: int) -> ModelConfig:
+    """``cfg`` at trace time: every ``auto`` resolved against the default backend."""
+    return for_platform(cfg, _platform_now(), seq_len)
 
 
 # Activations a layer names (``jax.ad_checkpoint.checkpoint_name``) for ``remat=dots_names`` to

@@ -188,9 +188,8 @@ class Decoder(nn.Module):
                  types: jax.Array | None = None) -> jax.Array:
         cfg = self.cfg
         seq = tokens.shape[1]
-        if "auto" in (cfg.attention, cfg.remat):  # resolved against the default backend
-            attention, remat = resolved(cfg, seq)
-            cfg = cfg.replace(attention=attention, remat=remat)
+        if "auto" in (cfg.attention, cfg.remat, cfg.scan_unroll):  # resolved against the default backend
+            cfg = resolved(cfg, seq)
         embed = nn.Embed(cfg.padded_vocab, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                          embedding_init=_kernel_init(cfg), name="embed")
         x = embed(tokens)

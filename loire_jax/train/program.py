@@ -75,13 +75,14 @@ class Programs:
         return loss_chunk_for(self.run_config.loss_chunk, self.platform)
 
     def exec(self, cfg):
-        """``cfg`` as it runs here: attention kernel and remat resolved for the mesh's platform."""
+        """``cfg`` as it runs here: attention kernel, remat and unrolling resolved for the mesh's platform."""
         return for_platform(cfg, self.platform, self.run_config.seq_len)
 
     def knobs(self, index: int) -> dict[str, Any]:
         """The settings that trade memory for speed, for ``memory.advice`` and ``check_fits``."""
         run = self.run_config
-        return {"microbatches": run.microbatches, "remat": self.exec(self.models[index]).remat,
+        cfg = self.exec(self.models[index])
+        return {"microbatches": run.microbatches, "remat": cfg.remat, "scan_unroll": cfg.scan_unroll,
                 "batch_size": run.batch_size, "loss_chunk": self.loss_chunk}
 
     def teacher_models(self, index: int) -> list:
