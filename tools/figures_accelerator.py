@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
