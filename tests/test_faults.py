@@ -283,6 +283,31 @@ def test_a_lost_final_evaluation_is_redone(config, finished, capsys):
 
 
 @shared_reference
+def test_a_signal_a_c_extension_turns_into_its_import_error_is_still_a_clean_stop(config, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """sentencepiece's import, cut by Ctrl-C, raises ImportError("initialization failed") with
+    our ``Stopped`` as its cause (seen once in this suite, as exit 1 and a crash log)."""
+    import loire_jax.data as data
+    from loire_jax.train.signals import Stopped, stop_within
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise Stopped(signal.SIGINT)
+        except Stopped as stop:
+            raise ImportError("initialization failed") from stop
+
+    monkeypatch.setattr(data, "load_tokenizer", interrupted)
+    result = in_process(config, tmp_path / "run")
+    assert (result.complete, result.exit_code) == (False, 130)
+    assert "stopped (SIGINT) outside a training step" in capsys.readouterr().out
+    plain = ImportError("initialization failed")
+    assert stop_within(plain) is None  # a real import error stays one
+    monkeypatch.setattr(data, "load_tokenizer", lambda *a, **k: (_ for _ in ()).throw(plain))
+    with pytest.raises(ImportError):
+        in_process(config, tmp_path / "run")
+
+
+@shared_reference
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 75), (signal.SIGINT, 130)])
 def test_a_signal_outside_the_step_loop_stops_cleanly_and_resumes(config, reference, finished, tmp_path, sig, code):
     """SIGTERM: on `--fresh` over a finished run, right after the old run was emptied and

@@ -165,7 +165,7 @@ def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any]
     stopped or failed. With several tasks every task's records are read and checked first,
     so a bad file of the last task fails before the first task's compute."""
     from loire_jax.downstream.finetune import finetune
-    from loire_jax.train.signals import Stopped
+    from loire_jax.train.signals import Stopped, stop_within
 
     results = []
     try:
@@ -185,7 +185,9 @@ def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any]
             results.append(result)
     except PeerLost as err:
         return devices.failed(err, PEER_LOST)
-    except Stopped as stop:
+    except (Stopped, ImportError) as err:  # an ImportError: a signal inside a C extension's import
+        if (stop := stop_within(err)) is None:
+            raise
         print(f"stopped by {stop}; rerun the same command to resume", file=sys.stderr)
         return devices.finished(130 if stop.signum == 2 else 75)
     except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError

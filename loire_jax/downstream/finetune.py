@@ -330,7 +330,7 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
     ``FinetuneConfig`` was given).
     """
     from loire_jax.config.loader import load_finetune_config
-    from loire_jax.train.signals import RunSignals, Stopped
+    from loire_jax.train.signals import RunSignals, Stopped, stop_within
 
     if max_len_given is None:
         max_len_given = isinstance(task, FinetuneConfig) or cfg is not None or given(overrides, "max_len")
@@ -374,7 +374,7 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
     except Stopped:
         raise
     except BaseException as err:
-        if several:
+        if several and stop_within(err) is None:
             peers.failed_alone(err)
         raise
     if stopped is not None:

@@ -99,6 +99,24 @@ class Stopped(BaseException):
         super().__init__(signal.Signals(signum).name)
 
 
+def exit_code_for(signum: int | None) -> int:
+    """130 for Ctrl-C (SIGINT); ``RESUME`` (75) for any other stop."""
+    return INTERRUPTED if signum == signal.SIGINT else RESUME
+
+
+def stop_within(err: BaseException) -> Stopped | None:
+    """The ``Stopped`` a library wrapped in an error of its own, if any: a signal that lands
+    while a C extension initialises comes back as that extension's ``ImportError``
+    ("initialization failed", its cause our ``Stopped``), which is still a stop, not a bug."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, Stopped):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
 class RunSignals(PreemptionGuard):
     """SIGTERM and SIGINT for the whole run, so that every stop is clean and resumable.
 
@@ -137,7 +155,7 @@ class RunSignals(PreemptionGuard):
     def exit_code(self) -> int:
         """``RESUME`` (75) for SIGTERM, a scheduler's time limit or preemption notice: saved, not
         done, so a batch script requeues it (exit 0 would read as a finished run); 130 for Ctrl-C."""
-        return INTERRUPTED if self.signum == signal.SIGINT else RESUME
+        return exit_code_for(self.signum)
 
     def deferred(self) -> "_Deferred":
         return _Deferred(self)

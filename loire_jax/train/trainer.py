@@ -55,7 +55,7 @@ from loire_jax.train.evaluation import Evaluator
 from loire_jax.train.hooks import Hook, default_hooks
 from loire_jax.train.program import Programs
 from loire_jax.train.session import RunSession, preflight
-from loire_jax.train.signals import Stopped
+from loire_jax.train.signals import Stopped, exit_code_for, stop_within
 from loire_jax.train.stage import StageRun
 
 
@@ -144,10 +144,13 @@ class Trainer:
                 if note := self.session.resume_note():  # a rerun says where it takes the run up
                     self.session.say(note)
                 complete = self._run_stages()
-        except Stopped as stop:
+        except (Stopped, Exception) as err:
+            stop = stop_within(err)
+            if stop is None:
+                raise
             where = f" during {stop.where}" if stop.where else " outside a training step"
             self.session.say(f"\nstopped ({stop}){where}: everything finished is on disk; run again to resume")
-            return RunResult(self.workdir, False, str(stop), signals.exit_code)
+            return RunResult(self.workdir, False, str(stop), exit_code_for(stop.signum))
         if not complete:
             return RunResult(self.workdir, False, signals.name, signals.exit_code)
         self.session.say(f"run complete: {len(self.run_config.stages)} stages; workdir {self.workdir}")
