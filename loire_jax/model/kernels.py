@@ -82,8 +82,8 @@ def scan_unroll_for(cfg: ModelConfig, platform: str) -> int:
     where XLA then fuses and schedules across layer boundaries: on one H100 (2026-11-27,
     benchmarks/results/accelerator/variants-h100.results.md) the paper's M5 at 32 x 1024 bf16 ran
     1.22x the scanned step's tokens/s, for 4x its compile time and 1.7x its compiled peak
-    (still below torch.compile's). One layer per iteration elsewhere: on CPU unrolling did
-    not pay in our benchmarks, and TPUs are unmeasured."""
+    (still below torch.compile's). One layer per iteration elsewhere: no measurement on a
+    CPU or a TPU favours unrolling yet, and scanning compiles fastest."""
     if cfg.scan_unroll != "auto":
         return cfg.scan_unroll
     return cfg.layers if platform == "gpu" else 1
