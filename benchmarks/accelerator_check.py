@@ -144,13 +144,7 @@ def open_out(text: str) -> Path:
 
 
 def selected(text: str | None) -> list[str]:
-    if text is None:
-        return list(PARTS)
-    names = [p.strip() for p in text.split(",")]
-    unknown = [p for p in names if p not in PARTS]
-    if unknown or not all(names):
-        raise ValueError(f"--parts takes comma-separated names from {list(PARTS)}, got {text!r}")
-    return [p for p in PARTS if p in names]  # the plan's order: later parts read earlier ones' results
+    return variants.named(text, list(PARTS), "--parts")  # the plan's order: later parts read earlier ones' results
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,17 +55,22 @@ def case_name(case: dict[str, Any], prefix: str = "") -> str:
     return f"{prefix or case['shape']}-{case['batch']}x{case['seq']}-t{case['teachers']}"
 
 
+def named(text: str | None, known: list[str], flag: str, what: str = "names", hint: str = "") -> list[str]:
+    """The names ``text`` lists (comma-separated), in ``known``'s order; all of them for None.
+    ValueError (one line) names the known ones. ``--parts``, ``--cases`` and ``--variants``."""
+    if text is None:
+        return list(known)
+    names = [n.strip() for n in text.split(",")]
+    if not all(names) or any(n not in known for n in names):
+        raise ValueError(f"{flag} takes comma-separated {what} from {known}{hint}, got {text!r}")
+    return [k for k in known if k in names]
+
+
 def select(cases: list[dict[str, Any]], text: str | None) -> list[dict[str, Any]]:
     """The cases named in ``text`` (comma-separated ``case_name``s), in the plan's order;
-    all of them for None. ValueError (one line) names the known ones."""
-    if text is None:
-        return cases
-    names = [n.strip() for n in text.split(",")]
-    known = [c["name"] for c in cases]
-    unknown = [n for n in names if n not in known]
-    if unknown or not all(names):
-        raise ValueError(f"--cases takes comma-separated step cases from {known} (see --list), got {text!r}")
-    return [c for c in cases if c["name"] in names]
+    all of them for None."""
+    keep = named(text, [c["name"] for c in cases], "--cases", "step cases", " (see --list)")
+    return [c for c in cases if c["name"] in keep]
 
 
 # --------------------------------------------------------------------------- header: device, commit
@@ -139,12 +144,7 @@ def pick(text: str | None) -> tuple[str, ...]:
     plain step first whether named or not: every other row is measured against it, and
     torch.compile runs beside it. None: every one. ValueError (one line) names the known."""
     known = [v for v, _ in VARIANTS]
-    if text is None:
-        return tuple(known)
-    names = [n.strip() for n in text.split(",")]
-    unknown = [n for n in names if n not in known]
-    if unknown or not all(names):
-        raise ValueError(f"--variants takes comma-separated names from {known}, got {text!r}")
+    names = named(text, known, "--variants")
     return tuple(v for v in known if v == "plain" or v in names)
 
 
