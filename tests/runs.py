@@ -1,7 +1,8 @@
 """How the trainer tests run a lifelong run: in this process through the library, or as the
 real CLI in a child process (for what needs one: exit codes, kill -9, signals, locks).
 
-Both run with the numerics users get (``users_numerics``), whatever the test session set.
+Both compute alike (``run_numerics``): x64 off, as users' runs have it, and XLA's
+optimisation level of the test session, which the CLI inherits (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -33,24 +34,20 @@ def tiny_run(data: dict, name: str, mesh: str, **sections: Any) -> dict:
 
 
 @contextlib.contextmanager
-def users_numerics() -> Iterator[None]:
-    """x64 off and XLA's full optimisation, whatever the test session set (conftest.py)."""
-    fast = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", False)
-    try:
-        with jax.enable_x64(False):
-            yield
-    finally:
-        jax.config.update("jax_disable_most_optimizations", fast)
+def run_numerics() -> Iterator[None]:
+    """x64 off, whatever the test (``@pytest.mark.float64``) set: a run computes in float32
+    or bf16 as its config says, in this process as in the CLI."""
+    with jax.enable_x64(False):
+        yield
 
 
 def in_process(config: Path, workdir: Path, *overrides: str, mesh: str | None = None, **kw: Any):
     """``loire_jax.run`` on the YAML ``config`` (plus overrides), without a progress bar or a
-    report (unless ``report=True``), with the numerics users get."""
+    report (unless ``report=True``), computing as the CLI does (``run_numerics``)."""
     from loire_jax import load_run_config, run
 
     kw.setdefault("report", False)  # seconds of plotting per run; tests/test_docs.py covers run()'s report
-    with users_numerics():
+    with run_numerics():
         return run(load_run_config(config, overrides), workdir, mesh=mesh, progress=False, **kw)
 
 

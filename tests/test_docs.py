@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from data_helpers import tiny_config_dict
-from runs import ROOT, cli, one_line_error, tiny_run, users_numerics
+from runs import ROOT, cli, one_line_error, run_numerics, tiny_run
 
 # The documents whose code blocks are run (python) or classified in SHELL (bash).
 DOCS = {name: ROOT / name for name in ("README.md", "CONTRIBUTING.md", "docs/library.md", "docs/interop.md",
@@ -212,7 +212,7 @@ def _exec(code: str, cwd: Path, monkeypatch) -> str:
     """Run a block as a script in ``cwd``; returns what it printed."""
     monkeypatch.chdir(cwd)
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), users_numerics():
+    with contextlib.redirect_stdout(out), run_numerics():
         exec(compile(code, "<docs block>", "exec"), {"__name__": "__main__"})
     return out.getvalue()
 
@@ -438,7 +438,7 @@ def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(l
         def on_run_end(self, trainer):
             (trainer.workdir / "report").write_text("in the way")
 
-    with pytest.raises(ReportError) as err, users_numerics():
+    with pytest.raises(ReportError) as err, run_numerics():
         run(cfg, workdir, mesh="1", progress=False, hooks=[*default_hooks(cfg, progress=False), BlockReport()])
     message = str(err.value)
     assert "\n" not in message

@@ -108,11 +108,11 @@ def finetune_cli(run_dir: Path, task: Path, *args: str, fault: str | None = None
 
 
 def in_process_finetune(run_dir: Path, task: Path, *overrides: str, **kw):
-    from runs import users_numerics
+    from runs import run_numerics
 
     from loire_jax.downstream.finetune import finetune
 
-    with users_numerics():
+    with run_numerics():
         return finetune(run_dir, str(task), overrides=overrides, log=lambda line: None, **kw)
 
 
@@ -340,11 +340,11 @@ def _flip_labels(path: Path) -> None:
 
 def _logged(run_dir: Path, task: Path, *overrides: str, **kw):
     lines: list[str] = []
-    from runs import users_numerics
+    from runs import run_numerics
 
     from loire_jax.downstream.finetune import finetune
 
-    with users_numerics():
+    with run_numerics():
         return finetune(run_dir, str(task), overrides=overrides, log=lines.append, **kw), lines
 
 

@@ -58,8 +58,10 @@ def test_each_teacher_keeps_its_own_architecture():
 @pytest.mark.parametrize("microbatches", [1, 2])
 def test_a_stage_s_one_program_distils_inside_its_window_and_nowhere_else(microbatches):
     """A stage runs one program for all its phases: with ``distill_window`` it is, step by
-    step, the step with teachers inside the window and the step without them outside it,
-    to the last bit of the state and of every metric."""
+    step, the step with teachers inside the window and the step without them outside it, in
+    the state and every metric, to float64 rounding: two programs need not round alike, as
+    XLA fuses each its own way (XLA:CPU's older fusion code generator, which the test
+    session uses, differs from the newer one in the last bit of a few entries)."""
     cfg = CFG.replace(dtype="float64", param_dtype="float64")
     small = init_params(cfg, jax.random.key(0))
     big_cfg, big = grow(cfg, small, "hidden", 16, jax.random.key(2))
@@ -75,7 +77,9 @@ def test_a_stage_s_one_program_distils_inside_its_window_and_nowhere_else(microb
         want = with_teachers(state, batch, (teacher,)) if inside else plain(state, batch, ())
         got = merged(state, batch, (teacher,))
         assert (float(got[1]["kd_loss"]) > 1e-3) is inside
-        chex.assert_trees_all_equal(got, want)
+        # atol: the attention key bias has a zero gradient, so its entries are rounding noise
+        # (~1e-12) that Adam scales up; every other entry agrees to ~1e-16 relative.
+        chex.assert_trees_all_close(got, want, rtol=1e-13, atol=1e-10)
         state = want[0]
 
 

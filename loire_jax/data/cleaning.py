@@ -15,10 +15,15 @@ _MANY_NL = re.compile(r"\n{3,}")
 _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+def drop_controls(text: str) -> str:
+    """``text`` without the control characters :func:`normalize` drops (tab and newlines stay)."""
+    return _CTRL.sub("", text)
+
+
 def normalize(text: str) -> str:
     """NFC-normalise, drop control characters, collapse runs of spaces and blank lines."""
     text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
-    text = _CTRL.sub("", text)
+    text = drop_controls(text)
     lines = [_WS.sub(" ", ln).strip() for ln in text.split("\n")]
     return _MANY_NL.sub("\n\n", "\n".join(lines)).strip()
 

@@ -13,11 +13,14 @@ import dataclasses
 import io
 import json
 import tarfile
+import unicodedata
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loire_jax.config.loader import data_config_from_dict
 from loire_jax.data import FetchError, builtin, cleaning, fetch, pinned, tasks
@@ -222,6 +225,20 @@ def test_normalisation_sees_through_cleaning_form_and_case():
     raw = "  Caf\u0065\u0301 \u00a0STYLE\r\n\r\n\r\n\x07ﬁne\tprint  "
     assert normalise(raw) == normalise(cleaning.normalize(raw)) == "café style fine print"
     assert text_hash("Café  Style") == text_hash("café style") != text_hash("cafe style")
+
+
+# Characters where a shortcut could go wrong: controls (some are whitespace to str.split),
+# whitespace of every kind, combining marks, and compatibility forms that NFKC turns into a
+# space and a mark (U+00A8, U+00B4) or into letters (U+FB01).
+_TRICKY = "\x00\x07\x0b\x0c\x1c\x1f\x7f\x85\t\n\r \u00a0\u1680\u2003\u2028\u3000\u0301\u0308\u00a8\u00b4\ufb01eE\u00c9"
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.sampled_from(_TRICKY) | st.characters(), max_size=40))
+def test_normalisation_equals_the_cleaning_then_nfkc_casefold_and_collapse(text):
+    """``normalise`` skips the cleaning's line work; its result is the definition's."""
+    spec = " ".join(unicodedata.normalize("NFKC", cleaning.normalize(text)).casefold().split())
+    assert normalise(text) == spec
 
 
 def test_fingerprints_catch_a_text_whole_as_a_line_or_embedded():
