@@ -149,6 +149,7 @@ def test_a_lost_peer_is_requeued_a_bounded_number_of_times(cluster):
     assert requeues(cluster) == ["requeue 4711"]
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_batch_script_waits_for_the_run_to_save(cluster):
     """A graceful preemption signals the batch script too: it must outlive the run's save."""
     proc = batch(cluster, wait=False, FAKE_CODE_0="75", FAKE_CODE_1="75", FAKE_SECONDS="2")
@@ -159,6 +160,7 @@ def test_sigterm_to_the_batch_script_waits_for_the_run_to_save(cluster):
     assert "SIGTERM: the run is saving a checkpoint" in err
 
 
+@pytest.mark.slow
 def test_a_time_limit_signal_to_every_process_of_the_step_still_requeues(cluster):
     """slurmstepd signals the tasks' wrappers as well as the run: the wrappers must outlive
     the run's save and record its 75, or the job ends FAILED 143 and never comes back."""
@@ -306,6 +308,7 @@ def test_the_collectives_set_up_chatter_is_dropped_and_everything_else_passes(tm
                                                                      "run complete: 2 stages"]
 
 
+@pytest.mark.slow
 def test_a_runtime_warning_that_leads_to_nothing_is_shown(tmp_path):
     script = ('import os, sys, time\n'
               'os.write(2, b"W1125 23:46:08.042566   31078 client.cc:12] a warning\\ncontinued\\n")\n'
@@ -368,6 +371,7 @@ def tpu(tmp_path):
     return pod
 
 
+@pytest.mark.slow
 def test_watch_starts_a_stopped_or_restarted_run_again_until_it_is_done(tpu):
     result, log = tpu("--watch", "pod", "zone", "gs://b/run", "--config", "tiny", exits=["running", 75, "gone", 0])
     assert result.returncode == 0, result.stderr
@@ -389,6 +393,7 @@ def test_watch_recreates_a_preempted_slice_and_ends_with_a_refusal_s_code(tpu, t
     assert all(log[i - 1] == "describe READY" for i, ln in enumerate(log) if ln == "status"), log
 
 
+@pytest.mark.slow
 def test_watch_gives_up_after_its_restarts(tpu):
     result, log = tpu("--watch", "pod", "zone", "gs://b/run", exits=[76] * 5, LOIRE_MAX_RESTARTS="2")
     assert result.returncode == 1 and "after 2 restarts; not restarting it" in result.stderr

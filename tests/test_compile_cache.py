@@ -38,3 +38,16 @@ def test_off_leaves_the_cache_off(restore_cache_config):
     before = jax.config.jax_compilation_cache_dir
     assert compile_cache("off") is None
     assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_programs_under_a_tenth_of_a_second_are_not_cached_unless_the_user_says(tmp_path, monkeypatch,
+                                                                                restore_cache_config):
+    """0.1 s by default; $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, which JAX itself reads, wins."""
+    monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)  # JAX's own default
+    compile_cache(str(tmp_path / "a"))
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.1
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # as JAX read it at import
+    compile_cache(str(tmp_path / "b"))
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0

@@ -102,8 +102,8 @@ def plain_bf16():
     return cfg, inputs, _loss_and_grads(cfg, *inputs)
 
 
-# The fast tier checks every candidate at once (one compilation each way); the slow tier each alone.
-EACH = [pytest.param(name, marks=[] if name == "all" else [pytest.mark.slow]) for name in OPTIONS]
+# Every candidate alone and all at once: compiling a step each way takes seconds, so all in the slow tier.
+EACH = [pytest.param(name, marks=[pytest.mark.slow]) for name in OPTIONS]
 
 
 # --------------------------------------------------------------------------- validated options

@@ -211,6 +211,7 @@ def test_at_most_max_predictions_tokens_are_selected_and_the_rest_stay_as_they_a
 
 
 @pytest.mark.float64
+@pytest.mark.slow
 def test_the_output_layer_at_the_masked_positions_only_gives_the_same_losses():
     """Gathering the masked positions before the head (predictions >= every row's count)
     changes nothing but the work: the same sums as the head over every position."""

@@ -31,6 +31,7 @@ def _one_step(spec, params, teachers):
     return jax.jit(make_train_step(spec, opt))(state, {"tokens": TOKENS}, teachers)
 
 
+@pytest.mark.slow
 def test_kd_is_zero_when_the_teacher_is_the_student_and_positive_otherwise():
     params = init_params(CFG, jax.random.key(0))
     _, same = _one_step(StepSpec(CFG, teachers=(CFG,), betas=(0.1,)), params, (params,))
@@ -98,6 +99,7 @@ def test_gate_ramp_takes_its_scheduled_values():
     np.testing.assert_allclose(np.array(got), np.array(expected))
 
 
+@pytest.mark.slow
 def test_the_step_writes_the_ramp_into_the_gates_and_never_trains_them():
     params = init_params(CFG, jax.random.key(0))
     cfg2, grown = grow(CFG, params, "layers", 4)
@@ -149,6 +151,7 @@ def test_unknown_leaf_kind_is_refused():
 
 # --------------------------------------------------------------------------- no silent fallbacks
 @pytest.mark.float64
+@pytest.mark.slow
 def test_float64_runs_keep_float64_logits():
     cfg = CFG.replace(dtype="float64", param_dtype="float64")
     params = init_params(cfg, jax.random.key(0))

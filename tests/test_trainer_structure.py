@@ -37,6 +37,7 @@ WINDOW = {"start": (["warmup"] * 2 + ["train"] * (STEPS - 2), "warmup"),
 
 
 @pytest.mark.parametrize("recovery", list(WINDOW))
+@pytest.mark.slow
 def test_the_step_loop_is_a_generator_of_one_record_per_step_with_metrics_one_step_late(tmp_path, recovery):
     run = run_config_from_dict(_config(tmp_path, warmup_steps=2, recovery=recovery))
     expected, first = WINDOW[recovery]

@@ -344,6 +344,7 @@ def compile_cache(setting: str) -> str | None:
     or repeated run loads every stage's programs instead of compiling them again. Programs
     that compile in under 0.1 s (JAX's eager operations, mostly) are not worth the disk and
     are not cached; a small model's evaluation step, at about 0.4 s on a CPU, is.
+    ``$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``, where set, replaces that 0.1 s.
     """
     import jax
 
@@ -367,6 +368,7 @@ def compile_cache(setting: str) -> str | None:
     # processes of one multi-process run on a host) loads a torn executable, which can crash.
     jax.config.update("jax_compilation_cache_max_size", cache_limit())
     jax.config.update("jax_compilation_cache_dir", setting)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_CACHED_COMPILE_S)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # JAX read the user's own already
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_CACHED_COMPILE_S)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return setting
