@@ -20,6 +20,9 @@ for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_collective_
               "--xla_cpu_use_fusion_emitters=false"):  # the last: see the docstring
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# See the docstring. Set before JAX reads its environment, so that JAX parses it here as in the
+# CLIs the tests start, and both use one setting (JAX_DISABLE_MOST_OPTIMIZATIONS=0 turns it off).
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 # One persistent compilation cache for the session's CLI runs (separate processes that compile
 # the same programs again and again), kept out of the user's ~/.cache; launch/devices.py
@@ -35,14 +38,6 @@ _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
 jax.config.update("jax_compilation_cache_dir",
                   os.path.join(_CACHE, "test-workers", os.environ.get("PYTEST_XDIST_WORKER", "main")))
 jax.config.update("jax_compilation_cache_max_size", 4 << 30)  # a limit makes JAX lock its entries
-# The CLIs the tests start cache every program they compile, not only those over 0.1 s: most of
-# their programs compile faster than that at this optimisation level, and they compile the same
-# ones run after run. (Set after JAX read its environment, so this process keeps its default.)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-
-# See the docstring: set before JAX reads it, so the CLIs the tests start inherit it too.
-os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-jax.config.update("jax_disable_most_optimizations", os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] not in ("0", ""))
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
