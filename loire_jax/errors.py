@@ -122,6 +122,15 @@ def os_reason(err: OSError) -> str:
     return f"{err.strerror or first_line(err)}{where}"
 
 
+def _bad_jax_variable(err: ValueError) -> str | None:
+    """The JAX flag whose environment variable JAX could not parse, from its message
+    ('Invalid value "x" for JAX flag jax_...'); None for any other ValueError."""
+    text = str(err)
+    if text.startswith("Invalid value ") and " for JAX flag jax_" in text:
+        return text.rsplit(" ", 1)[1]
+    return None
+
+
 def command(*also_user_errors: type[Exception]) -> Callable[[Callable[..., int]], Callable[..., int]]:
     """Decorate a console script's ``main(argv, ...) -> int``, so that every way it ends reads
     the same: a ``LoireError`` (or one of ``also_user_errors``) becomes ``error: <first
@@ -145,6 +154,11 @@ def command(*also_user_errors: type[Exception]) -> Callable[[Callable[..., int]]
             except KeyboardInterrupt:
                 print("interrupted", file=sys.stderr)
                 return INTERRUPTED
+            except ValueError as err:  # JAX parses its $JAX_* variables when first imported
+                flag = _bad_jax_variable(err)
+                if flag is None:
+                    raise
+                return fail(f"{err} (${flag.upper()}): fix or unset that variable", ENVIRONMENT)
 
         return guarded
 

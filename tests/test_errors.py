@@ -293,3 +293,24 @@ def test_ctrl_c_in_a_console_script_is_one_word_and_130(capsys):
         raise KeyboardInterrupt
 
     assert main() == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_jax_variable_jax_cannot_parse_is_one_line_naming_it(capsys):
+    """JAX reads its $JAX_* variables at its first import, inside every command; a value it
+    cannot parse is the environment's fault, not a bug. Any other ValueError still is."""
+    from loire_jax.errors import command
+
+    @command()
+    def main() -> int:
+        raise ValueError('Invalid value "abc" for JAX flag jax_persistent_cache_min_compile_time_secs')
+
+    assert main() == 2
+    assert capsys.readouterr().err == ('error: Invalid value "abc" for JAX flag jax_persistent_cache_min_compile_time_secs'
+                                       ' ($JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS): fix or unset that variable\n')
+
+    @command()
+    def buggy() -> int:
+        raise ValueError("Invalid value in my own code")
+
+    with pytest.raises(ValueError):
+        buggy()
