@@ -95,7 +95,7 @@ def run_case(case: dict) -> dict:
     from loire_jax.analysis import flops
     from loire_jax.analysis.flops import train_flops_per_token
     from loire_jax.analysis.memory import peak_in_use, step_memory
-    from loire_jax.model.kernels import for_platform, loss_chunk_for
+    from loire_jax.model.kernels import for_platform, loss_chunk_for, loss_softmax_for
     from loire_jax.parallel.sharding import batch_sharding, make_mesh, param_shardings
     from loire_jax.train.optimizer import make_optimizer
     from loire_jax.train.state import abstract_state, new_train_state, state_shardings
@@ -117,7 +117,9 @@ def run_case(case: dict) -> dict:
                               predictions=MlmConfig().predictions(case["seq"]))
     spec = StepSpec(run_student, teachers=tuple(run_teachers), betas=(0.1,) * len(teachers),
                     microbatches=case["microbatches"],
-                    loss_chunk=loss_chunk_for(case["loss_chunk"], platform), masking=masking)
+                    loss_chunk=loss_chunk_for(case["loss_chunk"], platform), masking=masking,
+                    loss_softmax=loss_softmax_for(case.get("loss_softmax", "auto"), platform),
+                    loss_logits=case.get("loss_logits", "float32"))
     state_sh = state_shardings(student, mesh, opt)
     teacher_sh = tuple(param_shardings(t, mesh) for t in teachers)
     batch_sh = batch_sharding(mesh)
@@ -126,6 +128,7 @@ def run_case(case: dict) -> dict:
     record = dict(case, device=note, device_kind=devs[0].device_kind, platform=platform,
                   attention_run=run_student.attention, remat_run=run_student.remat,
                   scan_unroll_run=run_student.scan_unroll, loss_chunk_run=spec.loss_chunk,
+                  loss_softmax_run=spec.loss_softmax,
                   params=param_count(student))
 
     def abstract(tree, shardings):
@@ -168,6 +171,17 @@ def run_case(case: dict) -> dict:
     record["tokens_per_s"] = statistics.median(rates)
     record["tokens_per_s_runs"] = rates
     record["loss"] = float(m["loss"])
+    if case.get("profile"):  # after the timing, so the trace holds warm steps and costs the rate nothing
+        import step_profile
+
+        box = [state]
+
+        def one():
+            box[0], out = compiled(box[0], {"tokens": batches[0]}, teacher_params)
+            return out
+
+        record["profile"] = step_profile.capture(one, case["steps"], Path(case["profile"]) / "{shape}-{dtype}-t{teachers}".format(**case))
+        state = box[0]
     peak = peak_in_use(devs)
     if peak is not None:
         record["device_peak_gib"] = peak / 2**30
@@ -363,8 +377,13 @@ def _cases(args) -> list[dict]:
                             attention=args.attention, remat=args.remat, scan_unroll=args.scan_unroll,
                             weight_cast=args.weight_cast, xla_gpu_flags=args.xla_gpu_flags, compile_only=args.compile_only,
                             torch=args.torch, torch_compile=args.torch_compile, torch_backend=args.torch_backend,
-                            peak_tflops=args.peak_tflops))
+                            peak_tflops=args.peak_tflops, profile=args.profile, loss_softmax=args.loss_softmax,
+                            loss_logits=args.loss_logits))
     gpu_flags(args.xla_gpu_flags)  # ValueError for an unknown set
+    from loire_jax.train.losses import LOGITS, SOFTMAX
+
+    if args.loss_softmax not in ("auto", *SOFTMAX) or args.loss_logits not in LOGITS:
+        raise ValueError(f"--loss-softmax takes auto or one of {SOFTMAX} and --loss-logits one of {LOGITS}")
     for case in out:
         if case["dtype"] not in DTYPES:
             raise ValueError(f"--dtypes: unknown compute dtype {case['dtype']!r}; choose from {DTYPES}")
@@ -456,6 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--microbatches", type=int, default=1)
     parser.add_argument("--loss-chunk", default="auto", help="tokens per loss block, or auto (the trainer's choice)")
+    parser.add_argument("--loss-softmax", default="auto", help="each loss block's softmax: auto | two_pass | online")
+    parser.add_argument("--loss-logits", default="float32", help="the dtype the head writes logits in: float32 | "
+                        "compute")
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--remat", default="auto")
     parser.add_argument("--scan-unroll", type=_unroll, default="auto",
@@ -469,6 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--torch-backend", default="inductor", help="torch.compile's backend (default inductor; "
                         "aot_eager skips code generation)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="per-device peak; default: published/measured")
+    parser.add_argument("--profile", default=None, metavar="DIR", help="after timing, trace --steps more steps into "
+                        "DIR (jax.profiler) and record the kernels' time by kind and name (step_profile.py)")
     parser.add_argument("--json", default=None, help="write every case's record here")
     parser.add_argument("--compare-run", default=None, metavar="WORKDIR",
                         help="print the trainer's logged tokens/s of that run's last stage next to the first case")

@@ -113,6 +113,8 @@ EACH = [pytest.param(name, marks=[pytest.mark.slow]) for name in OPTIONS]
     ("model.weight_cast=once", "weight_cast must be one of ('use', 'step')"),
     ("model.remat=names", "remat must be one of"),
     ("xla_gpu_flags=fast", "xla_gpu_flags must be one of ('none', 'cudnn_norm'"),
+    ("loss_softmax=fused", "loss_softmax must be auto or one of ('two_pass', 'online')"),
+    ("loss_logits=bf16", "loss_logits must be one of ('float32', 'compute')"),
 ])
 def test_a_bad_execution_option_is_refused_in_one_line(override, says):
     with pytest.raises(ConfigError) as err:
@@ -138,6 +140,36 @@ def test_auto_unrolls_the_stack_on_gpus_only_and_an_explicit_choice_stands():
     assert kernels.scan_unroll_for(cfg.replace(scan_unroll=2), "gpu") == 2
     assert kernels.scan_unroll_for(cfg.replace(scan_unroll=3), "cpu") == 3
     assert kernels.for_platform(cfg, "cpu").scan_unroll == 1
+
+
+def test_auto_takes_the_online_softmax_on_gpus_only_and_the_trainer_s_step_follows():
+    """The loss path the H100 follow-up of 2026-11-27 measured faster (1.02x at M5) is the GPU
+    default; bf16 logits change the numbers, so they are never a default, only a choice."""
+    assert (kernels.loss_softmax_for("auto", "gpu"), kernels.loss_softmax_for("auto", "cpu"),
+            kernels.loss_softmax_for("auto", "tpu"), kernels.loss_softmax_for("two_pass", "gpu")) == (
+        "online", "two_pass", "two_pass", "two_pass")
+    from loire_jax.config.mesh import parse_mesh
+    from loire_jax.parallel.sharding import make_mesh
+    from loire_jax.train.program import Programs
+    from loire_jax.config.schedule import phases
+
+    def spec(*overrides):
+        run = load_run_config(ROOT / "configs" / "mini.yaml", list(overrides))
+        programs = Programs(run, make_mesh(parse_mesh("1")), lambda record: None, lambda where: None)
+        (one,) = set(programs.specs(0, phases(run.stages[0], False)).values())
+        return one.loss_softmax, one.loss_logits
+
+    assert spec() == ("two_pass", "float32")  # auto on this CPU
+    assert spec("loss_softmax=online", "loss_logits=compute") == ("online", "compute")
+
+
+def test_a_resume_may_change_the_softmax_path_but_not_the_logits_dtype():
+    from loire_jax.store.resume import history_compatible
+
+    saved = load_run_config(ROOT / "configs" / "mini.yaml")
+    assert history_compatible(saved, load_run_config(ROOT / "configs" / "mini.yaml", ["loss_softmax=online"]), 1) is None
+    reason = history_compatible(saved, load_run_config(ROOT / "configs" / "mini.yaml", ["loss_logits=compute"]), 1)
+    assert reason and "loss_logits: 'float32' -> 'compute'" in reason
 
 
 # --------------------------------------------------------------------------- exact in float64

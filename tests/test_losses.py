@@ -141,3 +141,114 @@ def test_teachers_must_share_the_vocabulary():
     with pytest.raises(ValueError, match="vocabulary"):
         fused_losses(jnp.ones((4, 8)), jnp.ones((8, 32)), jnp.zeros((4,), jnp.int32), vocab=30,
                      teachers=[(jnp.ones((4, 8)), jnp.ones((8, 16)))], betas=[0.1])
+
+
+# ---------------------------------------------------------------- how a block runs (GPU candidates)
+def _objective_and_grads(spec, params, tokens, teachers):
+    gates = params[GATES]
+    fn = jax.jit(jax.value_and_grad(lambda tp: lm_and_kd(spec, {**tp, GATES: gates}, tokens, teachers)[0]))
+    return fn(trainable(params))
+
+
+def _raw_block(seed: int, dtype=jnp.float64, vocab: int = 37, padded: int = 48):
+    """A loss's inputs as the step hands them over: hidden states, a padded head, targets,
+    weights and one teacher of another width."""
+    k = jax.random.split(jax.random.key(seed), 6)
+    x = jax.random.normal(k[0], (23, 8), dtype)
+    head = jax.random.normal(k[1], (8, padded), dtype) * 1.5
+    targets = jax.random.randint(k[2], (23,), 0, vocab)
+    weights = jax.random.uniform(k[3], (23,), dtype)
+    teacher = (jax.random.normal(k[4], (23, 6), dtype), jax.random.normal(k[5], (6, padded), dtype))
+    return x, head, targets, weights, teacher, vocab
+
+
+def _raw_value_and_grads(path, seed):
+    x, head, targets, weights, teacher, vocab = _raw_block(seed)
+    fn = jax.jit(jax.value_and_grad(lambda x, head: fused_losses(x, head, targets, vocab=vocab, weights=weights,
+                                                                   teachers=[teacher], betas=[0.4], chunk=5,
+                                                                   **path)[0], argnums=(0, 1)))
+    return fn(x, head)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_online_softmax_takes_the_two_pass_losses_and_gradients_in_float64(seed):
+    """``softmax=online``: one reduction of (max, rescaled sum) pairs per block; the same
+    objective and gradients as the two-pass path to 1e-12, padded columns and a teacher's KL
+    included (the two-pass path is the one checked against the plain reference above)."""
+    (v0, g0), (v1, g1) = _raw_value_and_grads({}, seed), _raw_value_and_grads({"softmax": "online"}, seed)
+    _close(v1, v0)
+    for a, b in zip(g1, g0):
+        _close(a, b)
+
+
+def test_compute_dtype_logits_are_the_float32_path_outside_bf16():
+    """``logits=compute`` only rounds logits the compute dtype would narrow: in float64 it is
+    the same program, so the same bits."""
+    (v0, g0), (v1, g1) = _raw_value_and_grads({}, 2), _raw_value_and_grads({"logits": "compute"}, 2)
+    assert np.array_equal(v0, v1) and all(np.array_equal(a, b) for a, b in zip(g0, g1))
+
+
+@pytest.mark.slow
+def test_the_online_softmax_computes_the_plain_objective_and_gradients_in_float64():
+    """``loss_softmax=online`` reduces each block's (max, sum) in one pass: the same objective
+    and gradients (a teacher's KL and padded columns included) to 1e-12."""
+    spec, params, tokens, teachers = _case(29, 16, True, 5, 1, 2)
+    online = StepSpec(spec.model, teachers=spec.teachers, betas=spec.betas, loss_chunk=5, loss_softmax="online")
+    value, grads = _objective_and_grads(online, params, tokens, teachers)
+    gates = params[GATES]
+    ref_value, ref_grads = jax.jit(jax.value_and_grad(
+        lambda tp: _reference(spec, {**tp, GATES: gates}, tokens, teachers)))(trainable(params))
+    _close(value, ref_value)
+    ref_flat = flatten_dict(ref_grads, sep="/")
+    largest = max(float(np.max(np.abs(np.asarray(g)))) for g in ref_flat.values())
+    for path, g in flatten_dict(grads, sep="/").items():
+        _close(g, ref_flat[path], floor=largest)
+
+
+BF16_NLL_ABS = 2e-3  # |mean NLL - float32 logits'| in nats with bf16 logits (measured up to 1.5e-3)
+BF16_GRAD_REL = 1.2e-2  # max |grad - float32 logits'| / max |grad| with bf16 logits (measured up to 8.7e-3)
+
+
+def _bf16_block(seed: int, vocab: int = 1000, tokens: int = 96, hidden: int = 64):
+    """A loss block's inputs at logits of LM scale (|z| up to about 16), where a bf16 logit
+    rounds by up to 1/16."""
+    k = jax.random.split(jax.random.key(seed), 4)
+    x = jax.random.normal(k[0], (tokens, hidden), jnp.float32).astype(jnp.bfloat16)
+    head = (jax.random.normal(k[1], (hidden, 1024), jnp.float32) * 0.4).astype(jnp.bfloat16)
+    targets = jax.random.randint(k[2], (tokens,), 0, vocab)
+    tx = jax.random.normal(k[3], (tokens, hidden), jnp.float32).astype(jnp.bfloat16)
+    return x, head, targets, tx
+
+
+@pytest.mark.parametrize("softmax, logits", [("online", "float32"), ("two_pass", "compute"), ("online", "compute")])
+def test_bf16_loss_paths_stay_within_their_bounds(softmax, logits):
+    """In bf16 the online softmax changes rounding only; bf16 logits (rounded once, the
+    softmax still in float32, as PyTorch's autocast does) move the mean NLL by under
+    BF16_NLL_ABS nats and the gradients by under BF16_GRAD_REL of the largest. A softmax taken
+    in bf16 breaks both bounds (up to 1.1e-2 nats, 3e-2 of the gradient)."""
+    vocab = 1000
+
+    def run(path):
+        def total(x, head, targets, tx):
+            return fused_losses(x, head, targets, vocab=vocab, teachers=[(tx, head * 0.5)], betas=[0.3], chunk=32,
+                                **path)[0]
+        return jax.jit(jax.value_and_grad(total, argnums=(0, 1)))
+
+    plain, other = run({}), run({"softmax": softmax, "logits": logits})
+    for seed in range(3):
+        block = _bf16_block(seed, vocab)
+        (v0, g0), (v1, g1) = plain(*block), other(*block)
+        n = block[2].shape[0]
+        bound = BF16_NLL_ABS if logits == "compute" else 1e-6 * abs(float(v0)) / n  # online: float32 rounding
+        assert abs(float(v1) - float(v0)) / n <= bound, (seed, float(v1), float(v0))
+        for a, b in zip(g1, g0):
+            a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+            assert np.max(np.abs(a - b)) <= BF16_GRAD_REL * np.max(np.abs(b)), (seed, np.max(np.abs(a - b)))
+
+
+def test_an_unknown_loss_path_is_refused():
+    cfg = preset("paper", vocab_size=30, max_seq_len=8, hidden=8, ffn=16, heads=2, head_dim=4, layers=1)
+    with pytest.raises(ValueError, match="loss_softmax must be one of"):
+        StepSpec(cfg, loss_softmax="fast")
+    with pytest.raises(ValueError, match="logits one of"):
+        fused_losses(jnp.ones((4, 8)), jnp.ones((8, 32)), jnp.zeros((4,), jnp.int32), vocab=30, logits="bf16")

@@ -35,6 +35,11 @@ from loire_jax.config.stage import GrowthSpec, StageConfig, model_name
 from loire_jax.config.xla_flags import GPU_FLAG_SETS
 from loire_jax.errors import ConfigError, raise_problems
 
+# How the chunked losses run (train.losses): each block's softmax reduction, and the dtype the
+# head writes the block's logits in (``compute`` rounds them to bf16/fp16 in such runs).
+LOSS_SOFTMAX = ("two_pass", "online")
+LOSS_LOGITS = ("float32", "compute")
+
 # The sections are importable from here too, where they lived before each had a module.
 __all__ = ["CheckpointConfig", "EvalConfig", "GrowthSpec", "MlmConfig", "OptimizerConfig", "RunConfig",
            "StageConfig", "max_seed", "validate"]
@@ -130,6 +135,8 @@ class RunConfig:
     precision: Literal["float32", "bf16", "float64"] = "float32"
     microbatches: int = 1  # gradient accumulation: each step still sees batch_size sequences
     loss_chunk: int | str = "auto"  # tokens per block of the chunked losses; auto: kernels.loss_chunk_for
+    loss_softmax: str = "auto"  # each loss block's softmax: two_pass | online (auto: kernels.loss_softmax_for)
+    loss_logits: str = "float32"  # the dtype the head writes loss logits in: float32 | compute (bf16 runs: rounds)
     xla_gpu_flags: str = "none"  # a named set of XLA GPU flags (config.xla_flags.GPU_FLAG_SETS)
     seed: int = 0
     mesh: str = "1"
@@ -167,6 +174,10 @@ class RunConfig:
             if not (is_int(value) and value >= 1):
                 extra = " or auto" if name == "loss_chunk" else ""
                 problems.append(f"{name} must be a positive integer{extra}, got {value!r}")
+        if self.loss_softmax not in ("auto", *LOSS_SOFTMAX):
+            problems.append(f"loss_softmax must be auto or one of {LOSS_SOFTMAX}, got {self.loss_softmax!r}")
+        if self.loss_logits not in LOSS_LOGITS:
+            problems.append(f"loss_logits must be one of {LOSS_LOGITS}, got {self.loss_logits!r}")
         if self.xla_gpu_flags not in GPU_FLAG_SETS:
             problems.append(f"xla_gpu_flags must be one of {tuple(GPU_FLAG_SETS)}, got {self.xla_gpu_flags!r}")
         top = max_seed(len(self.stages))
@@ -231,6 +242,8 @@ class RunConfig:
             "precision": self.precision,
             "microbatches": self.microbatches,
             "loss_chunk": self.loss_chunk,
+            "loss_softmax": self.loss_softmax,
+            "loss_logits": self.loss_logits,
             "xla_gpu_flags": self.xla_gpu_flags,
             "seed": self.seed,
             "mesh": self.mesh,

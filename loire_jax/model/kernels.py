@@ -103,6 +103,16 @@ def loss_chunk_for(setting: int | str, platform: str) -> int:
     return LOSS_CHUNKS.get(platform, DEFAULT_LOSS_CHUNK)
 
 
+def loss_softmax_for(setting: str, platform: str) -> str:
+    """Each loss block's softmax reduction. ``auto``: ``online`` on GPUs, where reading a
+    block's float32 logits once less was 1.02x the paper M5 step on one H100 (2026-11-27,
+    benchmarks/results/accelerator/followup-h100.md); ``two_pass`` elsewhere, where the
+    variadic reduction was slower in the CPU dry run and no TPU has measured it."""
+    if setting != "auto":
+        return setting
+    return "online" if platform == "gpu" else "two_pass"
+
+
 def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> ModelConfig:
     """``cfg`` with its execution choices made concrete for ``platform``."""
     return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform),

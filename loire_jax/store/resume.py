@@ -18,7 +18,7 @@ from loire_jax.config.stage import model_name
 # Execution choices change how a step runs, not what it computes: a resume may change them
 # (e.g. more microbatches after running out of memory).
 RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir", "data.cache_dir", "microbatches", "loss_chunk",
-                  "xla_gpu_flags", "model.attention", "model.remat", "model.scan_unroll", "model.weight_cast")
+                  "loss_softmax", "xla_gpu_flags", "model.attention", "model.remat", "model.scan_unroll", "model.weight_cast")
 
 
 def _diff(a: Any, b: Any, path: str = "") -> list[str]:

@@ -25,6 +25,8 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
+from loire_jax.config.run import LOSS_LOGITS, LOSS_SOFTMAX
+
 
 def _blocks(x: jax.Array, n_blocks: int, chunk: int) -> jax.Array:
     pad = n_blocks * chunk - x.shape[0]
@@ -33,21 +35,54 @@ def _blocks(x: jax.Array, n_blocks: int, chunk: int) -> jax.Array:
     return x.reshape((n_blocks, chunk) + x.shape[1:])
 
 
-def _log_probs(x: jax.Array, head: jax.Array, valid: jax.Array, dtype: jnp.dtype) -> jax.Array:
-    z = jnp.dot(x, head, preferred_element_type=dtype)
+SOFTMAX = LOSS_SOFTMAX  # how a block's log-normaliser is reduced (same value; see _logsumexp)
+LOGITS = LOSS_LOGITS  # the dtype the head matmul writes a block's logits in (see _log_probs)
+
+
+def _online_pair(a, b):
+    """Combine two (max, sum of exp(z - max)) pairs: the associative step of a one-pass softmax."""
+    (m1, s1), (m2, s2) = a, b
+    m = jnp.maximum(m1, m2)
+    return m, s1 * jnp.exp(m1 - m) + s2 * jnp.exp(m2 - m)
+
+
+def _logsumexp(z: jax.Array, softmax: str) -> jax.Array:
+    """log sum_j exp(z_j) over the last axis, keepdims. ``two_pass`` reads the logits twice
+    (their max, then the sum of exponentials), as ``jax.nn.logsumexp`` does; ``online`` reads
+    them once, carrying (max, rescaled sum) pairs through one variadic reduction, for one
+    read of the block's logits less. The two differ by float rounding only."""
+    if softmax == "two_pass":
+        return jax.nn.logsumexp(z, axis=-1, keepdims=True)
+    low = jnp.asarray(jnp.finfo(z.dtype).min, z.dtype)  # finite, so exp(low - low) = 1 and no inf - inf
+    m, total = jax.lax.reduce((z, jnp.ones_like(z)), (low, jnp.zeros((), z.dtype)), _online_pair, (z.ndim - 1,))
+    return (m + jnp.log(total))[..., None]
+
+
+def _log_probs(x: jax.Array, head: jax.Array, valid: jax.Array, dtype: jnp.dtype, softmax: str = "two_pass",
+               logits: str = "float32") -> jax.Array:
+    """A block's log-softmax over the true vocabulary, in ``dtype`` (float32 or wider).
+    ``logits="compute"`` has the head matmul write the logits in the activations' dtype
+    (bf16: half the bytes for every pass over them, as autocast does in PyTorch), rounded
+    once before the softmax upcasts them; ``float32`` keeps the matmul's accumulator."""
+    if logits == "compute" and x.dtype != dtype:
+        # the barrier keeps XLA from folding the widening convert back into an f32 matmul
+        z = jax.lax.optimization_barrier(jnp.dot(x, head, preferred_element_type=x.dtype)).astype(dtype)
+    else:
+        z = jnp.dot(x, head, preferred_element_type=dtype)
     z = jnp.where(valid, z, jnp.finfo(dtype).min)  # finite: exp gives exactly 0, and no inf - inf
-    return z - jax.nn.logsumexp(z, axis=-1, keepdims=True)
+    return z - _logsumexp(z, softmax)
 
 
-def _block_terms(x, head, targets, weights, t_x, t_heads, betas, vocab, with_grad):
+def _block_terms(x, head, targets, weights, t_x, t_heads, betas, vocab, with_grad, softmax="two_pass",
+                 logits="float32"):
     dtype = jnp.promote_types(x.dtype, jnp.float32)
     valid = jnp.arange(head.shape[1]) < vocab
-    logp = _log_probs(x, head, valid, dtype)
+    logp = _log_probs(x, head, valid, dtype, softmax, logits)
     nll = -jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
     w = weights.astype(dtype)
     kls, t_probs = [], []
     for tx, th in zip(t_x, t_heads):
-        t_logp = _log_probs(tx, th, valid, dtype)
+        t_logp = _log_probs(tx, th, valid, dtype, softmax, logits)
         p = jnp.exp(t_logp)
         kls.append(jnp.sum(w * jnp.sum(jnp.where(valid, p * (t_logp - logp), 0.0), axis=-1)))
         t_probs.append(p)
@@ -64,7 +99,7 @@ def _block_terms(x, head, targets, weights, t_x, t_heads, betas, vocab, with_gra
     return sums, (dx, dhead)
 
 
-def _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, with_grad):
+def _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, with_grad, path):
     n = hidden.shape[0]
     chunk = min(chunk, n)
     n_blocks = -(-n // chunk)
@@ -77,7 +112,7 @@ def _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk
 
     def body(carry, block):
         x, y, w, tx = block
-        (nll, kl), grads = _block_terms(x, head, y, w, tx, t_heads, betas, vocab, with_grad)
+        (nll, kl), grads = _block_terms(x, head, y, w, tx, t_heads, betas, vocab, with_grad, *path)
         if not with_grad:
             return (carry[0] + nll, carry[1] + kl), None
         dx, dhead = grads
@@ -89,19 +124,19 @@ def _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk
     return carry[:2], (dx.reshape((n_blocks * chunk, -1))[:n], carry[2])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
-def _fused(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk):
-    (nll, kl), _ = _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, False)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
+def _fused(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, path):
+    (nll, kl), _ = _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, False, path)
     return nll + jnp.sum(betas.astype(kl.dtype) * kl), nll, kl
 
 
-def _fused_fwd(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk):
-    (nll, kl), (dx, dhead) = _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, True)
+def _fused_fwd(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, path):
+    (nll, kl), (dx, dhead) = _scan(hidden, head, targets, weights, t_hidden, t_heads, betas, vocab, chunk, True, path)
     out = (nll + jnp.sum(betas.astype(kl.dtype) * kl), nll, kl)
     return out, (dx, dhead.astype(head.dtype))
 
 
-def _fused_bwd(vocab, chunk, residuals, cotangents):
+def _fused_bwd(vocab, chunk, path, residuals, cotangents):
     """Only the total is differentiated (``fused_losses`` stops the gradient of the parts),
     and only with respect to the student's hidden states and head."""
     dx, dhead = residuals
@@ -114,7 +149,8 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 def fused_losses(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, vocab: int,
                  weights: jax.Array | None = None, teachers: Sequence[tuple[jax.Array, jax.Array]] = (),
-                 betas: Sequence[float] = (), chunk: int = 1024) -> tuple[jax.Array, jax.Array, jax.Array]:
+                 betas: Sequence[float] = (), chunk: int = 1024, softmax: str = "two_pass",
+                 logits: str = "float32") -> tuple[jax.Array, jax.Array, jax.Array]:
     """(total, nll_sum, kl_sums) over tokens, computed ``chunk`` tokens at a time.
 
     - ``hidden`` [tokens, hidden] and ``head`` [hidden, padded_vocab]: the student's final
@@ -124,7 +160,12 @@ def fused_losses(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, voca
       with ``betas`` their weights; they are frozen (no gradient flows into them).
     - ``total = nll_sum + sum_t beta_t kl_sums[t]`` (eq. 15 summed over tokens). Only
       ``total`` is differentiable; the parts are for logging.
+    - ``softmax`` (``SOFTMAX``) and ``logits`` (``LOGITS``): how each block runs
+      (``_logsumexp``, ``_log_probs``). ``online`` changes the rounding only; ``compute``
+      rounds bf16/fp16 logits once, and in float32 or float64 changes nothing.
     """
+    if softmax not in SOFTMAX or logits not in LOGITS:
+        raise ValueError(f"softmax must be one of {SOFTMAX} and logits one of {LOGITS}, got {softmax!r}, {logits!r}")
     if len(teachers) != len(betas):
         raise ValueError(f"{len(teachers)} teachers need as many betas, got {len(betas)}")
     for th in (t for _, t in teachers):
@@ -136,5 +177,6 @@ def fused_losses(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, voca
     t_hidden = tuple(jax.lax.stop_gradient(x) for x, _ in teachers)
     t_heads = tuple(jax.lax.stop_gradient(h) for _, h in teachers)
     beta_arr = jnp.asarray(tuple(betas), jnp.promote_types(hidden.dtype, jnp.float32))
-    total, nll, kl = _fused(hidden, head, targets, weights, t_hidden, t_heads, beta_arr, int(vocab), int(chunk))
+    total, nll, kl = _fused(hidden, head, targets, weights, t_hidden, t_heads, beta_arr, int(vocab), int(chunk),
+                           (softmax, logits))
     return total, jax.lax.stop_gradient(nll), jax.lax.stop_gradient(kl)

@@ -24,7 +24,7 @@ from loire_jax.config.schedule import Phase, growth_plans, prompt_ids, stage_mod
 from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
 from loire_jax.growth.transforms import ramp_layers
-from loire_jax.model.kernels import for_platform, loss_chunk_for
+from loire_jax.model.kernels import for_platform, loss_chunk_for, loss_softmax_for
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.train.context import stage_label
 from loire_jax.train.masking import MaskingSpec
@@ -115,7 +115,8 @@ class Programs:
                         betas=(stage.beta,) * len(teachers) if window else (), distill_window=window,
                         ramp_layers=ramp_layers(self.plans[index]), ramp_steps=stage.gate_ramp_steps,
                         microbatches=run.microbatches, loss_chunk=self.loss_chunk,
-                        masking=self._stage_masking(index))
+                        masking=self._stage_masking(index),
+                        loss_softmax=loss_softmax_for(run.loss_softmax, self.platform), loss_logits=run.loss_logits)
         return {p.name: spec for p in stage_phases}
 
     def _stage_masking(self, index: int) -> MaskingSpec | None:

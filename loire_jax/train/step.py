@@ -28,7 +28,7 @@ from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES
 from loire_jax.model.kernels import cast_weights
 from loire_jax.model.transformer import final_hidden, head_matrix
-from loire_jax.train.losses import fused_losses
+from loire_jax.train.losses import LOGITS, SOFTMAX, fused_losses
 from loire_jax.train.masking import EVAL_STREAM, MaskingSpec, Objective, mlm_objective, row_keys
 from loire_jax.train.state import TrainState, trainable
 
@@ -79,10 +79,10 @@ def lm_and_kd(spec: "StepSpec", params: dict[str, Any], tokens: jax.Array | Obje
             t_params = jax.lax.stop_gradient(t_params)
             teachers.append((states(t_cfg, t_params).reshape(n, -1), head_matrix(t_cfg, t_params)))
         return fused_losses(x, head, targets, vocab=cfg.vocab_size, weights=w, teachers=teachers,
-                            betas=spec.betas, chunk=spec.loss_chunk)
+                            betas=spec.betas, **spec.loss_path)
 
     def plain(x, head, teacher_params):
-        total, nll, kl = fused_losses(x, head, targets, vocab=cfg.vocab_size, weights=w, chunk=spec.loss_chunk)
+        total, nll, kl = fused_losses(x, head, targets, vocab=cfg.vocab_size, weights=w, **spec.loss_path)
         return total, nll, jnp.zeros((len(spec.teachers),), kl.dtype)
 
     teacher_params = tuple(teacher_params)
@@ -118,6 +118,13 @@ class StepSpec:
     microbatches: int = 1  # gradient accumulation: the batch is split into this many parts
     loss_chunk: int = 1024  # tokens per block of the chunked losses
     masking: MaskingSpec | None = None  # encoders: the masked-LM recipe (its stream is the stage)
+    loss_softmax: str = "two_pass"  # how each loss block reduces its softmax (losses.SOFTMAX)
+    loss_logits: str = "float32"  # the dtype the head writes a block's logits in (losses.LOGITS)
+
+    @property
+    def loss_path(self) -> dict[str, Any]:
+        """How the chunked losses run (``losses.fused_losses``'s execution arguments)."""
+        return {"chunk": self.loss_chunk, "softmax": self.loss_softmax, "logits": self.loss_logits}
 
     def __post_init__(self) -> None:
         if self.model.encoder and self.masking is None:
@@ -137,6 +144,9 @@ class StepSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.loss_softmax not in SOFTMAX or self.loss_logits not in LOGITS:
+            raise ValueError(f"loss_softmax must be one of {SOFTMAX} and loss_logits one of {LOGITS}, got "
+                             f"{self.loss_softmax!r}, {self.loss_logits!r}")
         for t in self.teachers:
             if t.vocab_size != self.model.vocab_size or t.padded_vocab != self.model.padded_vocab:
                 raise ValueError(f"a teacher's vocabulary ({t.vocab_size}, padded {t.padded_vocab}) differs from the "
