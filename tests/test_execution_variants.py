@@ -149,9 +149,9 @@ def test_auto_takes_the_online_softmax_on_gpus_only_and_the_trainer_s_step_follo
             kernels.loss_softmax_for("auto", "tpu"), kernels.loss_softmax_for("two_pass", "gpu")) == (
         "online", "two_pass", "two_pass", "two_pass")
     from loire_jax.config.mesh import parse_mesh
+    from loire_jax.config.schedule import phases
     from loire_jax.parallel.sharding import make_mesh
     from loire_jax.train.program import Programs
-    from loire_jax.config.schedule import phases
 
     def spec(*overrides):
         run = load_run_config(ROOT / "configs" / "mini.yaml", list(overrides))
