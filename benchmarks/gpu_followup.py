@@ -1,23 +1,22 @@
-"""The questions the H100 variants check of 2026-11-27 left open, in one command that fits a
-short GPU slot (benchmarks/results/accelerator/README.md):
+"""The questions the H100 variants check of 2026-11-27 left open, in one command per round
+that fits a short GPU slot (recorded: benchmarks/results/accelerator/followup-h100.jsonl).
 
-1. the 1.1B final stage (8 x 1024 bf16) scanned, beside torch.compile, then unrolled as
-   ``model.scan_unroll: auto`` now does on GPUs: is the default right at that size (speed,
-   compile time, compiled peak)?
-2. the GPU default step for paper M5 (32 x 1024 bf16, unrolled) profiled (``step_profile.py``),
-   beside torch.compile: where does the remaining gap go?
-3. two candidates for that gap: cuBLASLt's matmul epilogues (bias and GELU fused into the
-   matmul: ``--xla_gpu_enable_cublaslt=true``), and remat ``none`` with loss blocks of
-   4,096 (each alone measured +1% and +3% unrolled).
+Round 1: the 1.1B final stage (8 x 1024 bf16) scanned beside torch.compile, then unrolled as
+``model.scan_unroll: auto`` runs it on GPUs; the GPU default step for paper M5 (32 x 1024
+bf16, unrolled) profiled (``step_profile.py``) beside torch.compile; cuBLASLt's epilogues;
+remat ``none`` with loss blocks of 4,096.
+Round 2 (the default): the loss path that round 1's profile blamed, ``loss_softmax=online``
+and ``loss_logits=compute`` alone, together (profiled) and with round 1's faster settings,
+beside torch.compile; then the 1.1B stage with both.
 
-    python benchmarks/gpu_followup.py --out DIR                   # on one GPU, about 8 minutes
-    python benchmarks/gpu_followup.py --out DIR --dry-run         # toy shapes on the CPU
+    python benchmarks/gpu_followup.py --out DIR [--round 1]          # on one GPU, about 6 minutes
+    python benchmarks/gpu_followup.py --out DIR --dry-run            # toy shapes on the CPU
 
 Every case is ``bench_step.py``'s exact step in a process of its own (its torch.compile
-beside it in another), in the order above, each within its own allowance and all within
+beside it in another), in order, each within its own allowance and all within
 ``--budget-s``: a case it cannot finish is recorded with its error and the rest go on.
-``DIR/followup.jsonl`` gets one JSON line a case as soon as it ends; ``DIR/profile-*``
-holds the traces.
+``DIR/followup.jsonl`` gets one JSON line a case as soon as it ends; ``DIR/profile`` holds
+the traces.
 """
 
 from __future__ import annotations

@@ -463,3 +463,41 @@ def test_bench_step_takes_each_execution_option_and_refuses_a_bad_one(check):
                               ("--xla-gpu-flags", "fast", "xla_gpu_flags must be one of")):
         with pytest.raises(ValueError, match=says):
             check.bench.cases_of(base + [flag, value])
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_step_profile_sums_device_kernels_by_kind_and_falls_back_to_the_host_s_xla_ops():
+    prof = _script("step_profile")
+    meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 7, "args": {"name": "tf_XLAPjRtCpuClient/1"}}]
+    kernels = [("nvjet_sm90_tst_128x160", 0, 300), ("cudnn_generated_fort_native_sdpa_flash_bprop", 300, 200),
+               ("loop_convert_fusion", 500, 100), ("loop_convert_fusion", 600, 100), ("memcpy128", 700, 50)]
+    events = meta + [{"ph": "X", "pid": 1, "tid": 3, "name": n, "ts": t, "dur": d} for n, t, d in kernels]
+    events.append({"ph": "X", "pid": 2, "tid": 7, "name": "host_only_op", "ts": 0, "dur": 9999})
+    got = prof.summarize({"traceEvents": events}, steps=2)
+    assert got["where"] == "device kernels" and got["span_ms"] == 0.375  # 750 us over 2 steps
+    assert got["kinds_ms"] == {"matmul": 0.15, "attention": 0.1, "copies": 0.025, "other": 0.1}
+    assert got["top"][0] == ["nvjet_sm90_tst_128x160", 0.15, 0.5] and ["loop_convert_fusion", 0.1, 1.0] in got["top"]
+    host = prof.summarize({"traceEvents": meta[1:] + events[-1:]}, steps=1)
+    assert host["where"].startswith("host XLA ops") and host["top"] == [["host_only_op", 9.999, 1.0]]
+    with pytest.raises(RuntimeError, match="no kernel"):
+        prof.summarize({"traceEvents": meta}, steps=1)
+
+
+def test_the_gpu_followup_runs_bench_steps_own_cases_each_round_and_dry():
+    follow = _script("gpu_followup")
+    for round_, cases in follow.ROUNDS.items():
+        real, dry = follow.cases("/tmp/x", False, round_), follow.cases("/tmp/x", True, round_)
+        assert [c["label"] for c in real] == [label for label, *_ in cases]
+        assert {c["shape"] for c in dry} == {"tiny"} and {c["dtype"] for c in real} == {"bfloat16"}
+        assert all(c["torch_compile"] == ("--torch-compile" in c["argv"]) for c in real)
+    (online,) = [c for c in follow.cases("/tmp/x", False, 2) if c["label"] == "m5 online softmax"]
+    assert (online["loss_softmax"], online["loss_logits"]) == ("online", "float32")
+    assert any(c["profile"] == "/tmp/x/profile" for c in follow.cases("/tmp/x", False, 2))

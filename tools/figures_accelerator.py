@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ACCELERATOR = ROOT / "benchmarks" / "results" / "accelerator"
 CHECK_SCRIPT = ROOT / "benchmarks" / "accelerator_check.py"  # its markdown renders the GPU table
 VARIANTS = "variants-h100.results.json"  # the execution variants' check that chose the GPU defaults
+FOLLOWUP = "followup-h100.jsonl"  # benchmarks/gpu_followup.py's rounds: the 1.1B stage unrolled, the loss path
 
 
 def _accelerator_script():
@@ -78,26 +79,33 @@ def fig_readme_performance(got: Got) -> str:
                      check._f(r.get("compiled_peak_gib"), ".2f")))
     table = markdown_table(("case", "loire_jax tokens/s (MFU)", "torch.compile (MFU)", "ratio", "compiled peak GiB"),
                            rows)
-    return cpu + "\n" + gpu + "\n" + "\n".join(table) + "\n" + _variants(check)
+    return cpu + "\n" + gpu + "\n" + "\n".join(table) + "\n" + _gpu_defaults()
 
 
-def _variants(check) -> str:
-    """The execution variants' check, where one is recorded: what it measured and chose."""
-    results = ACCELERATOR / VARIANTS
-    if not results.exists():
+def _gpu_defaults() -> str:
+    """What chose the GPU defaults, where recorded: the execution variants' check and the
+    follow-up's rounds (their tables are in docs/performance.md), every ratio to the
+    torch.compile of the same run."""
+    variants, follow = ACCELERATOR / VARIANTS, ACCELERATOR / FOLLOWUP
+    if not (variants.exists() and follow.exists()):
         return ""
-    data = json.loads(results.read_text())
-    part = next(p for p in data["parts"] if p["name"] == "variants")
-    fig = part["figures"]
-    best = max((r for r in part["records"] if r.get("tokens_per_s") and r["variant"] not in ("plain", check.variants.COMBINED)),
-               key=lambda r: r["tokens_per_s"])
+    data = json.loads(variants.read_text())
+    records = [json.loads(line) for line in follow.read_text().splitlines() if line.strip()]
+    torch = {(r["round"], r["shape"]): r["torch_compile_tokens_per_s"] for r in records
+             if r.get("torch_compile_tokens_per_s")}
+    by_label = {r["label"]: r for r in records if r.get("tokens_per_s")}
+
+    def ratio(label: str) -> str:
+        r = by_label[label]
+        return f"{r['tokens_per_s'] / torch[(r['round'], r['shape'])]:.2f}×"
+
     text = prose(
-        "**[GPU step variants](docs/performance.md#candidate-execution-paths-for-the-gpu-step)** "
-        f"({data['device']['kind']}, {data['started'][:10]}): "
-        f"the layer stack {best['variant']} runs M5 at {fig['vs_plain'][best['variant']]:.2f}× the scanned step, "
-        f"{fig['vs_torch_compile'][best['variant']]:.2f}× torch.compile, and is the GPU default (the table above "
-        "ran the scanned stack).")
-    return "\n" + text.rstrip("\n") + "\n"
+        "**GPU defaults** ([why](docs/performance.md#gpu-follow-up); "
+        f"{data['device']['kind'].removeprefix('NVIDIA ')}, {data['started'][:10]}; × torch.compile, same run): unrolled layers "
+        f"(M5 {ratio('m5 auto (unrolled), profiled')}, 1.1B {ratio('1b auto (unrolled)')}), an online softmax "
+        f"(M5 {ratio('m5 online softmax')}); with opt-in bf16 logits, 4,096-token loss blocks and remat `none`, "
+        f"M5 {ratio('m5 online + bf16 logits, loss 4096, remat none')}.")
+    return "\n" + text
 
 
 def _cut_cases(check: Any, records: list[dict[str, Any]]) -> str:

@@ -82,8 +82,10 @@ def scan_unroll_for(cfg: ModelConfig, platform: str) -> int:
     where XLA then fuses and schedules across layer boundaries: on one H100 (2026-11-27,
     benchmarks/results/accelerator/variants-h100.results.md) the paper's M5 at 32 x 1024 bf16 ran
     1.22x the scanned step's tokens/s, for 4x its compile time and 1.7x its compiled peak
-    (still below torch.compile's). One layer per iteration elsewhere: no measurement on a
-    CPU or a TPU favours unrolling yet, and scanning compiles fastest."""
+    (still below torch.compile's); the 1.1B stage at 8 x 1024 ran 1.18x the scanned step and
+    1.02x torch.compile, for 6x the compile time and 1.27x the peak (followup-h100.jsonl).
+    One layer per iteration elsewhere: no measurement on a CPU or a TPU favours unrolling yet,
+    and scanning compiles fastest."""
     if cfg.scan_unroll != "auto":
         return cfg.scan_unroll
     return cfg.layers if platform == "gpu" else 1
@@ -106,7 +108,7 @@ def loss_chunk_for(setting: int | str, platform: str) -> int:
 def loss_softmax_for(setting: str, platform: str) -> str:
     """Each loss block's softmax reduction. ``auto``: ``online`` on GPUs, where reading a
     block's float32 logits once less was 1.02x the paper M5 step on one H100 (2026-11-27,
-    benchmarks/results/accelerator/followup-h100.md); ``two_pass`` elsewhere, where the
+    benchmarks/results/accelerator/followup-h100.jsonl); ``two_pass`` elsewhere, where the
     variadic reduction was slower in the CPU dry run and no TPU has measured it."""
     if setting != "auto":
         return setting
