@@ -117,6 +117,11 @@ def test_stage_dir_layout(tmp_path):
         stage_dir(tmp_path, 0)
 
 
+# The tests that read ``saved8`` share one worker, so the module fixture saves once, not once a worker.
+SAVED8 = pytest.mark.xdist_group("saved8")
+
+
+@SAVED8
 def test_save_restore_bitwise_on_8_devices(saved8):
     with StageCheckpoints(saved8, save_every=2) as ck:
         assert ck.all_steps() == [2] and ck.latest_step() == 2
@@ -130,6 +135,7 @@ def test_save_restore_bitwise_on_8_devices(saved8):
     assert jax.tree.structure(state.opt_state) == jax.tree.structure(state8().opt_state)
 
 
+@SAVED8
 @pytest.mark.parametrize("n", [4, 1])
 def test_restore_onto_smaller_mesh(saved8, n):
     with StageCheckpoints(saved8, save_every=2) as ck:
@@ -142,6 +148,7 @@ def test_restore_onto_smaller_mesh(saved8, n):
         assert leaf.sharding.is_equivalent_to(want[path], leaf.ndim), path
 
 
+@SAVED8
 def test_teacher_restores_params_only(saved8, monkeypatch):
     import orbax.checkpoint as ocp
 
@@ -161,6 +168,7 @@ def test_teacher_restores_params_only(saved8, monkeypatch):
         assert leaf.sharding.is_equivalent_to(flatten_dict(shard)[path], leaf.ndim), path
 
 
+@SAVED8
 def test_mismatched_tree_is_a_clear_error(saved8):
     bigger = CFG.replace(ffn=64)
     with StageCheckpoints(saved8, save_every=2) as ck:

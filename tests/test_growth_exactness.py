@@ -101,15 +101,15 @@ def _float32_within(case):
     run_composition(cfg, ops, tokens, seed, draw, check)
 
 
-# Each example compiles a forward per growth step, so the fast tier draws a few and the slow
-# tier as many again (each tier its own random draws: together 8 in float64, 4 in float32).
-test_float64_compositions_are_exact = settings(max_examples=3)(given(grown_case())(_float64_exact))
-test_float32_compositions_stay_within_tolerance = settings(max_examples=2)(
+# Each example compiles a forward per growth step, so the fast tier draws one and the slow tier
+# the rest (each tier its own random draws: together 8 in float64, 4 in float32).
+test_float64_compositions_are_exact = settings(max_examples=1)(given(grown_case())(_float64_exact))
+test_float32_compositions_stay_within_tolerance = settings(max_examples=1)(
     given(grown_case(dtype="float32"))(_float32_within))
 test_more_float64_compositions_are_exact = pytest.mark.slow(
-    settings(max_examples=5)(given(grown_case())(_float64_exact)))
+    settings(max_examples=7)(given(grown_case())(_float64_exact)))
 test_more_float32_compositions_stay_within_tolerance = pytest.mark.slow(
-    settings(max_examples=2)(given(grown_case(dtype="float32"))(_float32_within)))
+    settings(max_examples=3)(given(grown_case(dtype="float32"))(_float32_within)))
 
 
 ARCHS = list(itertools.product(("layernorm", "rmsnorm"), ("pre", "post"), ("gelu", "swiglu"),
@@ -137,8 +137,9 @@ CELLS = [(a, "paper", "float64") for a in ARCHS] + [(a, "paper", "float32") for 
     + [(a, "reverse", "float64") for a in SUBSET]
 
 
-# Fast tier: both norms x both positions in float64, one float32 and one reverse-order cell.
-FAST_CELLS = {*((a, "paper", "float64") for a in ARCHS[::8]), (SUBSET[0], "paper", "float32"),
+# Fast tier: both norms and both positions in float64 (post-norm LayerNorm, pre-norm RMSNorm) and one
+# reverse-order cell; float32 cells in the slow tier (the fast tier's float32 composition checks that).
+FAST_CELLS = {*((a, "paper", "float64") for a in (ARCHS[8], ARCHS[16])),
               (SUBSET[0], "reverse", "float64")}
 
 
@@ -174,10 +175,10 @@ GQA_CELLS = [(a, m, "float64") for a in GQA_ARCHS for m in GQA_METHODS] + [(GQA_
                                                                            for m in GQA_METHODS]
 
 
-# Fast tier: both constructions (whole groups, within the groups) on the first architecture in float64; "auto",
-# which resolves to whole groups here, with the rest in the slow tier.
+# Fast tier: whole new groups on the first architecture in float64; within the groups, "auto"
+# (whole groups here) and the rest in the slow tier.
 @pytest.mark.parametrize("arch,method,dtype", tiered(GQA_CELLS, lambda i, c: c[0] == GQA_ARCHS[0] and c[2] == "float64"
-                                                     and c[1][0] != "auto"),
+                                                     and c[1][0] == "groups"),
                          ids=lambda v: "-".join(str(x) for x in v) if isinstance(v, tuple) else str(v))
 def test_grouped_query_attention_grows_exactly_both_ways(arch, method, dtype):
     """GQA with 6 query heads over 2 key/value heads (groups of 3): heads growth by whole
@@ -250,7 +251,7 @@ def test_random_init_changes_the_function(arch, op):
     assert _delta_after(cfg, op, SIZES[op](cfg), init="random") > 1e-6
 
 
-@pytest.mark.parametrize("mode", ["stack", "plugin"])
+@pytest.mark.parametrize("mode", tiered(["stack", "plugin"], lambda i, m: m == "plugin", unpack=False))
 def test_layer_copies_born_open_change_the_logits_and_closed_ones_do_not(mode):
     """Fig. 6's layer-stack as the paper ran it (gate='open'): each copy acts from the first
     step, so the logits move right after growth and the plan says it is not function-

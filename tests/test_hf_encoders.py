@@ -97,7 +97,7 @@ def _grown(cfg, params):
 
 @pytest.mark.float64
 @pytest.mark.parametrize("name, dtype", tiered([("bert", "float64"), ("roberta", "float32"), ("roberta", "float64")],
-                                                 lambda i, _: i < 2))  # fast: each encoder, each dtype
+                                                 lambda i, _: i == 0))  # fast: bert in float64
 def test_import_grow_export_reimport_keeps_the_function(name, dtype, tmp_path):
     cfg, params = hf.load(FIXTURES / name, dtype=dtype, param_dtype=dtype)
     before = _logits(cfg, params, name)

@@ -206,14 +206,14 @@ def test_random_operator_is_a_out_w_a_in_transposed(arch, sizes, order):
 
 
 # ---- a valid model that runs
-# Fast tier: the decoder in float32 and the encoder in float64; the other two cells slow.
+# Fast tier: the decoder in float32; the other three cells slow.
 @pytest.mark.parametrize("arch,sizes,dtype", [
     pytest.param("modern-gqa", dict(hidden=10, ffn=14, heads=8, layers=3), "float32", id="decoder-float32"),
     pytest.param("modern-gqa", dict(hidden=10, ffn=14, heads=8, layers=3), "float64", id="decoder-float64",
                  marks=(pytest.mark.float64, pytest.mark.slow)),
     pytest.param("bert", dict(hidden=9, heads=6, layers=4), "float32", id="encoder-float32", marks=pytest.mark.slow),
     pytest.param("bert", dict(hidden=9, heads=6, layers=4), "float64", id="encoder-float64",
-                 marks=pytest.mark.float64)])
+                 marks=(pytest.mark.float64, pytest.mark.slow))])
 def test_output_is_a_valid_model_that_runs(arch, sizes, dtype):
     old = cfg_of(arch, dtype)
     new = old.replace(**sizes)

@@ -75,10 +75,10 @@ EXACT_CELLS = (
 
 
 # Fast tier: the tied rescale of a post-norm decoder's last norm, of a final norm and of an
-# encoder's MLM norm, random sources, grouped heads, float32; tiled sources, RMSNorm, the other
-# GQA layout and the whole table in the slow tier.
+# encoder's MLM norm, random sources, grouped heads; tiled sources, RMSNorm, the other GQA layout,
+# float32 and the whole table in the slow tier.
 FAST_EXACT = {("paper", WIDTH_STEPS, "float64"), ("gpt2", WIDTH_STEPS, "float64"), ("bert", WIDTH_STEPS, "float64"),
-              ("gqa-modern", (("heads", 10, "within"),), "float64"), ("paper", WIDTH_STEPS[:1], "float32")}
+              ("gqa-modern", (("heads", 10, "within"),), "float64")}
 
 
 @pytest.mark.parametrize("name,steps,dtype", tiered(EXACT_CELLS, lambda i, c: c in FAST_EXACT),
@@ -100,8 +100,8 @@ def test_noise_free_duplication_keeps_the_function(name, steps, dtype):
         assert max_delta(cfg, params, cur_cfg, cur, tokens) <= bound, (op, size)
 
 
-@pytest.mark.parametrize("name", tiered(["paper", "gpt2", "modern", "bert", "roberta", "gqa-paper"],
-                                        lambda i, n: n == "paper", unpack=False))
+@pytest.mark.slow  # a cross-check of two constructions each proven exact in the fast tier
+@pytest.mark.parametrize("name", ["paper", "gpt2", "modern", "bert", "roberta", "gqa-paper"])
 def test_noise_free_elle_and_loire_duplicate_agree(name):
     """Where LOIRE's duplicate applies (hidden at a multiple), both tile the stream the same
     way: writers, gains and biases are equal arrays, and each reader's copies sum to the

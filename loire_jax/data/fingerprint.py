@@ -44,14 +44,16 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(normalise(text).encode("utf-8")).hexdigest()
 
 
+def _word_id(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+
+
 def _word_ids(words: list[str], cache: dict[str, int]) -> np.ndarray:
-    out = np.empty(len(words), dtype=np.uint64)
-    for i, w in enumerate(words):
-        v = cache.get(w)
-        if v is None:
-            v = cache[w] = int.from_bytes(hashlib.blake2b(w.encode("utf-8"), digest_size=8).digest(), "little")
-        out[i] = v
-    return out
+    """Each word's 64-bit id, hashing only the words ``cache`` has not seen (a corpus repeats
+    its vocabulary: the lookups, not the hashes, are the cost, so they stay in C)."""
+    for w in set(words).difference(cache):
+        cache[w] = _word_id(w)
+    return np.fromiter(map(cache.__getitem__, words), dtype=np.uint64, count=len(words))
 
 
 def shingles(text: str, n: int = SHINGLE_WORDS, *, _cache: dict[str, int] | None = None) -> np.ndarray:
