@@ -189,9 +189,9 @@ CELLS = [
 ]
 
 
-# Fast tier: hidden growth by mean_expand and by duplicate, and layers; ffn, heads, zero_pad (plain
-# and tied) and the encoder's cells in the slow tier.
-@pytest.mark.parametrize("arch,op,size", tiered(CELLS, lambda i, c: i in (0, 3, 6)), ids=[f"{c[1]}-{i}" for i, c in enumerate(CELLS)])
+# Fast tier: hidden growth by mean_expand and by duplicate (the operator whose moments move most);
+# ffn, heads, layers, zero_pad (plain and tied) and the encoder's cells in the slow tier.
+@pytest.mark.parametrize("arch,op,size", tiered(CELLS, lambda i, c: i in (0, 3)), ids=[f"{c[1]}-{i}" for i, c in enumerate(CELLS)])
 def test_grown_moments_equal_the_replay(arch, op, size):
     check_replay(_cfg(**arch), op, size, seed=3, steps=3,
                  opt=make_optimizer("adam", learning_rate=1e-2, b2=0.999, clip_norm=None))
