@@ -174,14 +174,13 @@ def run_case(case: dict) -> dict:
     if case.get("profile"):  # after the timing, so the trace holds warm steps and costs the rate nothing
         import step_profile
 
-        box = [state]
-
         def one():
-            box[0], out = compiled(box[0], {"tokens": batches[0]}, teacher_params)
+            nonlocal state
+            state, out = compiled(state, {"tokens": batches[0]}, teacher_params)
             return out
 
-        record["profile"] = step_profile.capture(one, case["steps"], Path(case["profile"]) / "{shape}-{dtype}-t{teachers}".format(**case))
-        state = box[0]
+        where = Path(case["profile"]) / "{shape}-{dtype}-t{teachers}".format(**case)
+        record["profile"] = step_profile.capture(one, case["steps"], where)
     peak = peak_in_use(devs)
     if peak is not None:
         record["device_peak_gib"] = peak / 2**30
@@ -380,10 +379,10 @@ def _cases(args) -> list[dict]:
                             peak_tflops=args.peak_tflops, profile=args.profile, loss_softmax=args.loss_softmax,
                             loss_logits=args.loss_logits))
     gpu_flags(args.xla_gpu_flags)  # ValueError for an unknown set
-    from loire_jax.train.losses import LOGITS, SOFTMAX
+    from loire_jax.config.run import LOSS_LOGITS, LOSS_SOFTMAX
 
-    if args.loss_softmax not in ("auto", *SOFTMAX) or args.loss_logits not in LOGITS:
-        raise ValueError(f"--loss-softmax takes auto or one of {SOFTMAX} and --loss-logits one of {LOGITS}")
+    if args.loss_softmax not in ("auto", *LOSS_SOFTMAX) or args.loss_logits not in LOSS_LOGITS:
+        raise ValueError(f"--loss-softmax takes auto or one of {LOSS_SOFTMAX} and --loss-logits one of {LOSS_LOGITS}")
     for case in out:
         if case["dtype"] not in DTYPES:
             raise ValueError(f"--dtypes: unknown compute dtype {case['dtype']!r}; choose from {DTYPES}")

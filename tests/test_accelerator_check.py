@@ -465,15 +465,8 @@ def test_bench_step_takes_each_execution_option_and_refuses_a_bad_one(check):
             check.bench.cases_of(base + [flag, value])
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_step_profile_sums_device_kernels_by_kind_and_falls_back_to_the_host_s_xla_ops():
-    prof = _script("step_profile")
+    prof = script(SCRIPT.with_name("step_profile.py"))
     meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
             {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
             {"ph": "M", "name": "thread_name", "pid": 2, "tid": 7, "args": {"name": "tf_XLAPjRtCpuClient/1"}}]
@@ -492,7 +485,7 @@ def test_the_step_profile_sums_device_kernels_by_kind_and_falls_back_to_the_host
 
 
 def test_the_gpu_followup_runs_bench_steps_own_cases_each_round_and_dry():
-    follow = _script("gpu_followup")
+    follow = script(SCRIPT.with_name("gpu_followup.py"))
     for round_, cases in follow.ROUNDS.items():
         real, dry = follow.cases("/tmp/x", False, round_), follow.cases("/tmp/x", True, round_)
         assert [c["label"] for c in real] == [label for label, *_ in cases]

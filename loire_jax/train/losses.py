@@ -35,10 +35,6 @@ def _blocks(x: jax.Array, n_blocks: int, chunk: int) -> jax.Array:
     return x.reshape((n_blocks, chunk) + x.shape[1:])
 
 
-SOFTMAX = LOSS_SOFTMAX  # how a block's log-normaliser is reduced (same value; see _logsumexp)
-LOGITS = LOSS_LOGITS  # the dtype the head matmul writes a block's logits in (see _log_probs)
-
-
 def _online_pair(a, b):
     """Combine two (max, sum of exp(z - max)) pairs: the associative step of a one-pass softmax."""
     (m1, s1), (m2, s2) = a, b
@@ -58,8 +54,8 @@ def _logsumexp(z: jax.Array, softmax: str) -> jax.Array:
     return (m + jnp.log(total))[..., None]
 
 
-def _log_probs(x: jax.Array, head: jax.Array, valid: jax.Array, dtype: jnp.dtype, softmax: str = "two_pass",
-               logits: str = "float32") -> jax.Array:
+def _log_probs(x: jax.Array, head: jax.Array, valid: jax.Array, dtype: jnp.dtype, softmax: str,
+               logits: str) -> jax.Array:
     """A block's log-softmax over the true vocabulary, in ``dtype`` (float32 or wider).
     ``logits="compute"`` has the head matmul write the logits in the activations' dtype
     (bf16: half the bytes for every pass over them, as autocast does in PyTorch), rounded
@@ -73,8 +69,7 @@ def _log_probs(x: jax.Array, head: jax.Array, valid: jax.Array, dtype: jnp.dtype
     return z - _logsumexp(z, softmax)
 
 
-def _block_terms(x, head, targets, weights, t_x, t_heads, betas, vocab, with_grad, softmax="two_pass",
-                 logits="float32"):
+def _block_terms(x, head, targets, weights, t_x, t_heads, betas, vocab, with_grad, softmax, logits):
     dtype = jnp.promote_types(x.dtype, jnp.float32)
     valid = jnp.arange(head.shape[1]) < vocab
     logp = _log_probs(x, head, valid, dtype, softmax, logits)
@@ -160,12 +155,13 @@ def fused_losses(hidden: jax.Array, head: jax.Array, targets: jax.Array, *, voca
       with ``betas`` their weights; they are frozen (no gradient flows into them).
     - ``total = nll_sum + sum_t beta_t kl_sums[t]`` (eq. 15 summed over tokens). Only
       ``total`` is differentiable; the parts are for logging.
-    - ``softmax`` (``SOFTMAX``) and ``logits`` (``LOGITS``): how each block runs
+    - ``softmax`` (``LOSS_SOFTMAX``) and ``logits`` (``LOSS_LOGITS``): how each block runs
       (``_logsumexp``, ``_log_probs``). ``online`` changes the rounding only; ``compute``
       rounds bf16/fp16 logits once, and in float32 or float64 changes nothing.
     """
-    if softmax not in SOFTMAX or logits not in LOGITS:
-        raise ValueError(f"softmax must be one of {SOFTMAX} and logits one of {LOGITS}, got {softmax!r}, {logits!r}")
+    if softmax not in LOSS_SOFTMAX or logits not in LOSS_LOGITS:
+        raise ValueError(f"softmax must be one of {LOSS_SOFTMAX} and logits one of {LOSS_LOGITS}, got {softmax!r}, "
+                         f"{logits!r}")
     if len(teachers) != len(betas):
         raise ValueError(f"{len(teachers)} teachers need as many betas, got {len(betas)}")
     for th in (t for _, t in teachers):

@@ -25,10 +25,11 @@ import jax.numpy as jnp
 import optax
 
 from loire_jax.config.model import ModelConfig
+from loire_jax.config.run import LOSS_LOGITS, LOSS_SOFTMAX
 from loire_jax.config.shapes import GATES
 from loire_jax.model.kernels import cast_weights
 from loire_jax.model.transformer import final_hidden, head_matrix
-from loire_jax.train.losses import LOGITS, SOFTMAX, fused_losses
+from loire_jax.train.losses import fused_losses
 from loire_jax.train.masking import EVAL_STREAM, MaskingSpec, Objective, mlm_objective, row_keys
 from loire_jax.train.state import TrainState, trainable
 
@@ -118,8 +119,8 @@ class StepSpec:
     microbatches: int = 1  # gradient accumulation: the batch is split into this many parts
     loss_chunk: int = 1024  # tokens per block of the chunked losses
     masking: MaskingSpec | None = None  # encoders: the masked-LM recipe (its stream is the stage)
-    loss_softmax: str = "two_pass"  # how each loss block reduces its softmax (losses.SOFTMAX)
-    loss_logits: str = "float32"  # the dtype the head writes a block's logits in (losses.LOGITS)
+    loss_softmax: str = "two_pass"  # how each loss block reduces its softmax (config.run.LOSS_SOFTMAX)
+    loss_logits: str = "float32"  # the dtype the head writes a block's logits in (config.run.LOSS_LOGITS)
 
     @property
     def loss_path(self) -> dict[str, Any]:
@@ -144,8 +145,8 @@ class StepSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.loss_softmax not in SOFTMAX or self.loss_logits not in LOGITS:
-            raise ValueError(f"loss_softmax must be one of {SOFTMAX} and loss_logits one of {LOGITS}, got "
+        if self.loss_softmax not in LOSS_SOFTMAX or self.loss_logits not in LOSS_LOGITS:
+            raise ValueError(f"loss_softmax must be one of {LOSS_SOFTMAX} and loss_logits one of {LOSS_LOGITS}, got "
                              f"{self.loss_softmax!r}, {self.loss_logits!r}")
         for t in self.teachers:
             if t.vocab_size != self.model.vocab_size or t.padded_vocab != self.model.padded_vocab:
