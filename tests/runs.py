@@ -69,6 +69,15 @@ def cli(config: Path, workdir: Path, *args: str, fault: str | None = None, wait:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
 
 
+def own_devices_env(**extra: str) -> dict[str, str]:
+    """The environment of a command that simulates its own devices (``--mesh``): this session's
+    without its device count and x64, keeping its code-generation flags (tests/conftest.py)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+    env["XLA_FLAGS"] = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                                if not f.startswith("--xla_force_host_platform_device_count"))
+    return {**env, **extra}
+
+
 def one_line_error(result, code: int = 2) -> str:
     """The outcome class 'a clear message and a clean exit': the code, and no traceback."""
     assert result.returncode == code, (result.returncode, result.stderr[-3000:])

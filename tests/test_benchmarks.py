@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from runs import own_devices_env
 
 pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
 
@@ -16,8 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_step_writes_table_and_json(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # compile fast (tests only)
+    env = own_devices_env()
     out = tmp_path / "bench.json"
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_step.py"), "--shapes", "tiny",
                              "--teachers", "0,1", "--mesh", "2", "--steps", "2", "--repeats", "1", "--seq", "16",

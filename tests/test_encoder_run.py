@@ -1,4 +1,4 @@
-"""End to end: a LOIRE-Bert run (``loire-train`` on an encoder config) on 8 devices.
+"""End to end: a LOIRE-Bert run (``loire-train`` on an encoder config) on 2 devices.
 
 Two stages with hidden (duplicated under post-norm) and layer growth, distillation from the
 frozen M1 over the masked positions, replay and the gate ramp; then the same run stopped by
@@ -20,7 +20,7 @@ def encoder_config(tmp_path_factory):
     from data_helpers import tiny_config_dict
 
     base = tmp_path_factory.mktemp("encoder")
-    config = tiny_run(tiny_config_dict(base / "data"), "bert-e2e", "8", eval={"every": 0, "batches": 2}, stages=[
+    config = tiny_run(tiny_config_dict(base / "data"), "bert-e2e", "2", eval={"every": 0, "batches": 2}, stages=[
         {"name": "A", "domains": ["SCI"], "steps": 4},
         {"name": "B", "domains": ["NEWS"], "steps": 4,
          "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],

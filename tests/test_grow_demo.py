@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from runs import own_devices_env
 
 pytestmark = pytest.mark.slow  # the slow tier: end-to-end runs and CLI subprocesses
 
@@ -18,9 +18,7 @@ SMALL = ["vocab_size=64", "max_seq_len=32", "hidden=16", "ffn=32", "heads=2", "h
 
 
 def run_train(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # compile fast (tests only)
-    env["JAX_PLATFORMS"] = "cpu"  # the command itself must simulate the 8 devices
+    env = own_devices_env(JAX_PLATFORMS="cpu")  # the command itself must simulate the 8 devices
     return subprocess.run([sys.executable, str(ROOT / "launch" / "grow_demo.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 

@@ -1,4 +1,4 @@
-"""Specification: several processes run one lifelong run. Two local CPU processes with four
+"""Specification: several processes run one lifelong run. Two local CPU processes with two
 simulated devices each and a loopback coordinator stand in for two hosts: they share one
 global mesh (data across processes, fsdp within), one checkpoint directory and one
 metrics stream, agree on every stop, and a dead process stops the other in bounded time."""
@@ -60,7 +60,7 @@ def tails(*stderrs: str) -> str:
 
 
 def assert_close_to(got: dict, want: dict, rel: float = 1e-5) -> None:
-    """Other reduction orders (data across processes vs. fsdp over 8): float32 rounding only."""
+    """Other reduction orders (data across processes vs. fsdp over 4): float32 rounding only."""
     assert got.keys() == want.keys()
     for key in want:
         assert got[key] == pytest.approx(want[key], rel=rel), key
@@ -71,7 +71,7 @@ def test_two_processes_train_the_run_one_process_trains(run_config, reference, t
     (rc0, out0, err0, end0), (rc1, out1, err1, end1) = two_processes(run_config, tmp_path, slurm=True)
     assert rc0 == 0 and rc1 == 0, tails(err0, err1)
     assert end0 > end1, (end0, end1)  # process 0 hosts the coordination service: it leaves last
-    assert "over 2 processes (4 local each)" in out0
+    assert "over 2 processes (2 local each)" in out0
     assert "PPL" in out0 and "PPL" not in out1  # messages, logs and the report: process 0's
     train = records(tmp_path, "train")
     assert len(train) == 12 and len({(r["stage"], r["step"]) for r in train}) == 12  # one stream, no copies
@@ -88,7 +88,7 @@ def test_two_processes_train_the_run_one_process_trains(run_config, reference, t
 def test_sigterm_to_one_process_stops_both_and_one_process_resumes(run_config, reference, tmp_path, capsys):
     """SIGTERM reaches process 1 only (after its 9th step: stage 2, step 3); both stop at the
     next point where they agree on stopping, step 4's save (checkpoint.save_every 2), and exit
-    75 (resume me). One process then resumes the two-process checkpoint on 8 devices."""
+    75 (resume me). One process then resumes the two-process checkpoint on 4 devices."""
     (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term:9"))
     assert rc0 == 75 and rc1 == 75, tails(err0, err1)
     assert "in stage 2 at step 4: checkpoint saved" in out0

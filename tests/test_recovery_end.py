@@ -18,7 +18,7 @@ def end_config(tmp_path_factory):
     from data_helpers import tiny_config_dict
 
     base = tmp_path_factory.mktemp("recovery-end")
-    config = tiny_run(tiny_config_dict(base / "data"), "end", "8", eval={"every": 0, "batches": 2}, stages=[
+    config = tiny_run(tiny_config_dict(base / "data"), "end", "4", eval={"every": 0, "batches": 2}, stages=[
         {"name": "A", "domains": ["SCI"], "steps": 6},
         {"name": "B", "domains": ["NEWS"], "steps": 6,
          "growth": [{"op": "hidden", "size": 32}, {"op": "layers", "size": 2}],
