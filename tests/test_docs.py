@@ -662,7 +662,7 @@ def _path_with_python() -> str:
 
 # --------------------------------------------------------------------------- the README's run, then fine-tuning
 FINETUNE_DOCS = ("README.md", "docs/finetune.md")
-SHORTER = "--quick max_train_examples=32 max_eval_examples=32 epochs=1"  # documented: docs/finetune.md
+SHORTER = "--quick max_train_examples=32 max_eval_examples=32 epochs=1 --mesh 2"  # documented: docs/finetune.md
 
 
 def _readme_run_config(base: Path) -> Path:
