@@ -83,7 +83,8 @@ def highest_precision():
 def run_config(tmp_path_factory):
     """A two-stage run on 4 devices (each of the two-process tests' processes holds 2): hidden and
     layer growth, distillation, replay, gate ramp. Not 8: on a 2-core machine a run over 8 simulated
-    devices takes about 1.5 times as long, and 4 still shards every axis the run has."""
+    devices took 1.5 to 1.7 times as long as over 2 (CONTRIBUTING.md, "Measured times"), and every
+    dimension of this model that 8 divides, and the fsdp rules so shard, 4 divides too."""
     import yaml
     from data_helpers import tiny_config_dict
     from runs import tiny_run
