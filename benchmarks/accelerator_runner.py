@@ -20,6 +20,8 @@ import bench_step as bench
 from accelerator_plan import Scale
 from accelerator_results import Results
 
+from loire_jax.cli.devices import FAST_COMPILE_CPU_FLAGS
+
 ROOT = Path(__file__).resolve().parents[1]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PIP_NO_INDEX": "1"}
 
@@ -59,17 +61,14 @@ class Check:
 
     def env(self) -> dict[str, str]:
         """Children's environment: offline, this checkout's code; the dry run on the CPU, where
-        compiling is most of its time, with little optimisation, XLA:CPU's older fusion
-        code generator (about twice as fast to compile toy programs) and code generated in one
-        piece (a tenth faster on two cores than split for parallel compilation)."""
+        compiling is most of its time, with little optimisation and ``FAST_COMPILE_CPU_FLAGS``."""
         env = {k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64", "JAX_COMPILATION_CACHE_DIR")}
         env.update(OFFLINE)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
         if self.scale.dry:
             env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
                        JAX_DISABLE_MOST_OPTIMIZATIONS="1",
-                       XLA_FLAGS="--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
-                                 "--xla_cpu_parallel_codegen_split_count=1",
+                       XLA_FLAGS=" ".join(("--xla_backend_optimization_level=0", *FAST_COMPILE_CPU_FLAGS)),
                        JAX_COMPILATION_CACHE_DIR=self.compile_cache(), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
         return env

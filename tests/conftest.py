@@ -17,9 +17,10 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 # Room in XLA:CPU's shared pool for every simulated device's in-flight collectives
 # (see launch/devices.py: simulated_cpu_env).
 os.environ.setdefault("NPROC", "32")
+from loire_jax.cli.devices import FAST_COMPILE_CPU_FLAGS  # noqa: E402 (imports no JAX: the flags come first)
+
 for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_collective_call_terminate_timeout_seconds=300",
-              # these two: see the docstring
-              "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1"):
+              *FAST_COMPILE_CPU_FLAGS):
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 # See the docstring. Set before JAX reads its environment, so that JAX parses it here as in the

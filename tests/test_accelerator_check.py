@@ -20,6 +20,7 @@ import types
 from pathlib import Path
 
 import pytest
+from runs import own_devices_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "accelerator_check.py"
@@ -225,8 +226,7 @@ def test_the_torch_reference_times_both_modes_with_a_teacher(reference, mode, ba
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("accelerator") / "out"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], cwd=ROOT, env=own_devices_env(),
                             capture_output=True, text=True, timeout=600)
     return out, result
 
