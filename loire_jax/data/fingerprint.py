@@ -59,10 +59,15 @@ def _word_ids(words: list[str], cache: dict[str, int]) -> np.ndarray:
 def shingles(text: str, n: int = SHINGLE_WORDS, *, _cache: dict[str, int] | None = None) -> np.ndarray:
     """64-bit hashes of every run of ``n`` consecutive words of the normalised text (empty when
     it has fewer words). Stable across processes: built from BLAKE2b hashes of the words."""
-    words = normalise(text).split(" ")
+    return _runs(normalise(text), n, {} if _cache is None else _cache)
+
+
+def _runs(normalised: str, n: int, cache: dict[str, int]) -> np.ndarray:
+    """:func:`shingles` of a text already normalised."""
+    words = normalised.split(" ")
     if len(words) < n or not words[0]:
         return np.zeros((0,), dtype=np.uint64)
-    ids = _word_ids(words, {} if _cache is None else _cache)
+    ids = _word_ids(words, cache)
     m = len(words) - n + 1
     h = np.zeros(m, dtype=np.uint64)
     for k in range(n):  # polynomial hash of each window, wrapping modulo 2**64
@@ -77,7 +82,12 @@ def _lines(text: str) -> list[str]:
 def document_hashes(text: str) -> set[str]:
     """Exact hashes a document exposes: its whole text and each line of at least
     :data:`MIN_LINE_WORDS` words."""
-    out = {text_hash(text)}
+    return _exposed(text, normalise(text))
+
+
+def _exposed(text: str, normalised: str) -> set[str]:
+    """:func:`document_hashes`, given the whole text's normalised form."""
+    out = {hashlib.sha256(normalised.encode("utf-8")).hexdigest()}
     for ln in _lines(text):
         if len(ln.split()) >= MIN_LINE_WORDS:
             out.add(text_hash(ln))
@@ -96,6 +106,7 @@ class Fingerprints:
             grams.append(shingles(t, _cache=self._cache))
         self.hashes = frozenset(hashes)
         self.shingles = np.unique(np.concatenate(grams)) if grams else np.zeros((0,), np.uint64)
+        self._shingle_set = frozenset(self.shingles.tolist())  # per-document lookups: a set beats a search
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -103,12 +114,9 @@ class Fingerprints:
     def carries(self, doc: str) -> bool:
         """True if ``doc`` (raw or cleaned) equals a fingerprinted text, has a line that does,
         or shares a :data:`SHINGLE_WORDS`-word run with one."""
-        if not self.hashes.isdisjoint(document_hashes(doc)):
+        normalised = normalise(doc)  # once, for the whole-text hash and the runs
+        if not self.hashes.isdisjoint(_exposed(doc, normalised)):
             return True
-        if self.shingles.size == 0:
+        if not self._shingle_set:
             return False
-        grams = shingles(doc, _cache=self._cache)
-        if grams.size == 0:
-            return False
-        at = np.minimum(np.searchsorted(self.shingles, grams), self.shingles.size - 1)
-        return bool(np.any(self.shingles[at] == grams))
+        return not self._shingle_set.isdisjoint(_runs(normalised, SHINGLE_WORDS, self._cache).tolist())

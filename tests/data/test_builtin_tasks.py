@@ -16,15 +16,15 @@ import tarfile
 import unicodedata
 import zipfile
 from pathlib import Path
+from xml.etree import ElementTree
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loire_jax.config.loader import data_config_from_dict
 from loire_jax.data import FetchError, builtin, cleaning, fetch, pinned, tasks
-from loire_jax.data.fingerprint import document_hashes, normalise, shingles, text_hash
+from loire_jax.data.fingerprint import Fingerprints, document_hashes, normalise, shingles, text_hash
 from loire_jax.data.prepare import domain_config_name
 from loire_jax.downstream.builtin_tasks import TASKS, load_builtin
 
@@ -242,8 +242,6 @@ def test_normalisation_equals_the_cleaning_then_nfkc_casefold_and_collapse(text)
 
 
 def test_fingerprints_catch_a_text_whole_as_a_line_or_embedded():
-    from loire_jax.data.fingerprint import Fingerprints
-
     fp = Fingerprints([P1, "Great value for the money."])
     assert fp.carries(P1.upper()) and fp.carries(f"Ethanol fuel\n\n{P1}")
     assert fp.carries(f"Ethanol fuel -- {P1} More text follows here.")  # embedded: a shared 13-word run
@@ -251,6 +249,58 @@ def test_fingerprints_catch_a_text_whole_as_a_line_or_embedded():
     assert not fp.carries(P0) and not fp.carries("Great value.")
     assert not fp.carries("It was great value for the money, they said.")  # short texts match whole lines only
     assert shingles("too few words").size == 0
+
+
+# A PubMed file with what the real ones hold around the title and abstract: other elements,
+# markup inside the text, an empty title, a labelled abstract, an OtherAbstract, a book article,
+# entities, and element names that begin like the ones read.
+PUBMED = b"""<?xml version="1.0" encoding="UTF-8"?>
+<PubmedArticleSet>
+<PubmedArticle><MedlineCitation Status="MEDLINE"><Article PubModel="Print">
+ <Journal><Title>J. Tests</Title></Journal>
+ <ArticleTitle>Effects of <i>E. coli</i> &amp; heat &#x2014; a study.</ArticleTitle>
+ <Abstract><AbstractText Label="BACKGROUND">Heat <sup>2</sup> matters.</AbstractText>
+  <AbstractText Label="RESULTS"
+     NlmCategory="RESULTS">It did &lt; 5% harm.</AbstractText><AbstractText/><CopyrightInformation>(c)
+  </CopyrightInformation></Abstract>
+ <AuthorList><Author><LastName>Roe</LastName></Author></AuthorList></Article>
+ <OtherAbstract Type="Publisher"><AbstractText>Not this one.</AbstractText></OtherAbstract>
+</MedlineCitation><PubmedData><ReferenceList><Reference><Citation>Other, 2001.</Citation></Reference>
+</ReferenceList></PubmedData></PubmedArticle>
+<PubmedArticle><MedlineCitation><Article><ArticleTitle/><Abstract>
+ <AbstractText>  Untitled, unlabelled.  </AbstractText></Abstract></Article></MedlineCitation></PubmedArticle>
+<PubmedArticle><MedlineCitation><Article><ArticleTitle>No abstract</ArticleTitle></Article>
+</MedlineCitation></PubmedArticle>
+<PubmedBookArticle><BookDocument><ArticleTitle>A book</ArticleTitle><Abstract><AbstractText>Book text.
+</AbstractText></Abstract></BookDocument></PubmedBookArticle>
+</PubmedArticleSet>
+"""
+
+
+def _pubmed_by_full_parse(data: bytes) -> list[str]:
+    """The definition: the whole file parsed, each PubmedArticle's first ArticleTitle and its
+    Abstract/AbstractText children."""
+    out = []
+    for article in ElementTree.fromstring(data).iter("PubmedArticle"):
+        title = article.find(".//ArticleTitle")
+        parts = []
+        for ab in article.iterfind(".//Abstract/AbstractText"):
+            text = "".join(ab.itertext()).strip()
+            if text:
+                parts.append(f"{ab.get('Label')}: {text}" if ab.get("Label") else text)
+        if parts:
+            out.append(("".join(title.itertext()).strip() if title is not None else "") + "\n\n" + "\n".join(parts))
+    return out
+
+
+def test_the_pubmed_reader_yields_what_a_full_parse_of_the_file_yields():
+    """BIO reads only the title and abstract elements of each article (``builtin._pubmed_documents``):
+    the same documents as parsing everything (checked on the two pinned files as well: the same
+    33,277 documents)."""
+    got = list(builtin._pubmed_documents(PUBMED))
+    assert got == _pubmed_by_full_parse(PUBMED)
+    assert got == ["Effects of E. coli & heat \u2014 a study.\n\nBACKGROUND: Heat 2 matters.\nRESULTS: It did < 5% harm.",
+                   "\n\nUntitled, unlabelled."]
 
 
 def test_the_prepared_cache_key_follows_the_corpus_version_and_the_task_table(tmp_path, monkeypatch):
@@ -316,28 +366,28 @@ def test_every_builtin_task_loads_valid_disjoint_and_deterministic(downloads):
 @pytest.mark.slow
 @pytest.mark.parametrize("domain", list(builtin.CORPORA))
 def test_no_task_text_reaches_a_pretraining_domain(downloads, domain):
-    """By content: the hashes of every task's normalised texts (every split) against each
-    document of the domain, its lines, and its 13-word runs, cleaned as ``prepare`` cleans.
-    Where the tasks come from the domain's own files (WB, NEWS, REV), also as a plain
-    substring: each of their texts of six words or more, in the whole normalised domain."""
-    texts = [t for name in TASKS for sp in load_builtin(name, downloads).values()
-             for r in sp for t in tasks.evaluation_texts(r)]
-    hashes = {text_hash(t) for t in texts}
-    words: dict[str, int] = {}  # each word hashed once over the whole domain (the library's cache)
-    grams = np.unique(np.concatenate([shingles(t, _cache=words) for t in texts]))
-    exact, embedded, normalised = [], [], []
+    """By content: every task's texts (every split) fingerprinted here, from the task loaders,
+    against each document of the domain as ``prepare`` cleans it: the whole, its lines and its
+    13-word runs (``Fingerprints.carries``, specified above). Where the tasks come from the
+    domain's own files (WB, NEWS, REV), also as a plain substring: each of their texts of six
+    words or more, in the whole normalised domain."""
+    fp = Fingerprints(t for name in TASKS for sp in load_builtin(name, downloads).values()
+                      for r in sp for t in tasks.evaluation_texts(r))
+    carriers, normalised = [], []
     for doc in builtin.CORPORA[domain](downloads):
         doc = cleaning.normalize(doc)
         normalised.append(normalise(doc))
-        if not hashes.isdisjoint(document_hashes(doc)):
-            exact.append(doc[:80])
-        runs = shingles(doc, _cache=words)
-        if runs.size and np.any(grams[np.minimum(np.searchsorted(grams, runs), grams.size - 1)] == runs):
-            embedded.append(doc[:80])
+        if fp.carries(doc):
+            carriers.append(doc[:80])
     assert len(normalised) > 1000
-    assert exact == [] and embedded == []
+    assert carriers == []
     if domain in ("wb", "news", "rev"):
-        blob = "\n".join(normalised)
         own = {normalise(t) for name, spec in TASKS.items() if spec.domain == domain
                for sp in load_builtin(name, downloads).values() for r in sp for t in tasks.evaluation_texts(r)}
-        assert [t for t in own if len(t.split()) >= 6 and t in blob] == []
+        # A text found inside a document lines up its inner words with the document's (both
+        # are normalised: words between single spaces): only the texts whose second to fifth
+        # words are a run of some document are searched for in the whole text.
+        runs = {tuple(w[i:i + 4]) for w in (d.split(" ") for d in normalised) for i in range(len(w) - 3)}
+        candidates = [t for t in own if len(t.split()) >= 6 and tuple(t.split(" ")[1:5]) in runs]
+        blob = "\n".join(normalised)
+        assert [t for t in candidates if t in blob] == []
