@@ -5,6 +5,7 @@ metrics stream, agree on every stop, and a dead process stops the other in bound
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -66,12 +67,21 @@ def assert_close_to(got: dict, want: dict, rel: float = 1e-5) -> None:
         assert got[key] == pytest.approx(want[key], rel=rel), key
 
 
-def test_two_processes_train_the_run_one_process_trains(run_config, reference, tmp_path):
-    """Started as a SLURM job step would start them: no flags, JAX reads SLURM's variables."""
+def test_two_processes_stop_together_then_finish_the_run_one_process_trains(run_config, reference, tmp_path):
+    """SIGTERM reaches process 1 only (after its 9th step: stage 2, step 3); both stop at the
+    next point where they agree on stopping, step 4's save (checkpoint.save_every 2), and exit
+    75 (resume me). Started again as a SLURM job step starts them (no flags: JAX reads SLURM's
+    variables), they finish it: the run one process trains, in one metrics stream. (One
+    process resuming what two saved: the killed-process tests below.)"""
+    (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term:9"))
+    assert rc0 == 75 and rc1 == 75, tails(err0, err1)
+    assert "in stage 2 at step 4: checkpoint saved" in out0
+    assert steps_saved(tmp_path / "stage_2") == [2, 4]
+
     (rc0, out0, err0, end0), (rc1, out1, err1, end1) = two_processes(run_config, tmp_path, slurm=True)
     assert rc0 == 0 and rc1 == 0, tails(err0, err1)
     assert end0 > end1, (end0, end1)  # process 0 hosts the coordination service: it leaves last
-    assert "over 2 processes (2 local each)" in out0
+    assert "over 2 processes (2 local each)" in out0 and re.search(r"resuming from .* step 4 of 6", out0), out0[:2000]
     assert "PPL" in out0 and "PPL" not in out1  # messages, logs and the report: process 0's
     train = records(tmp_path, "train")
     assert len(train) == 12 and len({(r["stage"], r["step"]) for r in train}) == 12  # one stream, no copies
@@ -83,19 +93,6 @@ def test_two_processes_train_the_run_one_process_trains(run_config, reference, t
         assert evals[key] == pytest.approx(want[key], rel=1e-5), key
     assert steps_saved(tmp_path / "stage_2") == [4, 6] and (tmp_path / "report" / "report.md").exists()
     assert not list(tmp_path.glob("python.1.log")) or "Traceback" not in (tmp_path / "python.1.log").read_text()
-
-
-def test_sigterm_to_one_process_stops_both_and_one_process_resumes(run_config, reference, tmp_path, capsys):
-    """SIGTERM reaches process 1 only (after its 9th step: stage 2, step 3); both stop at the
-    next point where they agree on stopping, step 4's save (checkpoint.save_every 2), and exit
-    75 (resume me). One process then resumes the two-process checkpoint on 4 devices."""
-    (rc0, out0, err0, _), (rc1, _, err1, _) = two_processes(run_config, tmp_path, faults=(None, "term:9"))
-    assert rc0 == 75 and rc1 == 75, tails(err0, err1)
-    assert "in stage 2 at step 4: checkpoint saved" in out0
-    assert steps_saved(tmp_path / "stage_2") == [2, 4]
-    assert in_process(run_config, tmp_path).complete
-    assert "saved by 2 process(es), resumed by 1" in capsys.readouterr().out
-    assert_close_to(final_losses(tmp_path), final_losses(reference))
 
 
 def test_a_signal_outside_the_step_loop_stops_both_at_the_same_point(run_config, tmp_path):
@@ -133,12 +130,13 @@ DEAD_PEER_ENDINGS = (-signal.SIGKILL, -signal.SIGABRT, 128 + signal.SIGKILL, 128
 
 
 @pytest.mark.parametrize("killed", [1, 0], ids=["worker", "coordinator"])
-def test_a_killed_process_is_named_by_the_survivor_which_exits_76(run_config, reference, tmp_path, killed):
+def test_a_killed_process_is_named_by_the_survivor_which_exits_76(run_config, reference, tmp_path, killed, capsys):
     """``kill -9`` of one process mid-stage (after its 9th step: stage 2, step 3). The other
     stops in bounded time with one line naming the lost process (and, while the
     coordination service lives, its host) and the step it had reached, exits 76 (a peer
     lost, resumable), prints no traceback or C++ stack, and writes no crash log: the fault
-    is not in the run. The checkpoint before the kill is intact and one process resumes it.
+    is not in the run. The checkpoint before the kill is intact, and one process resumes it
+    (saying that two saved it) to the run one process trains.
 
     Started as the launchers start them (``loire_jax.cli.supervise``): when the coordinator
     dies, JAX's runtime aborts the survivor from its own thread at once, and the supervising
@@ -157,6 +155,8 @@ def test_a_killed_process_is_named_by_the_survivor_which_exits_76(run_config, re
         assert "Terminating process because the JAX distributed service" in (tmp_path / "python.log").read_text()
     assert "Traceback" not in err and "Check failure" not in err and "*** " not in err, err[-3000:]
     assert not list(tmp_path.glob("crash-*.log"))
-    print(f"survivor: {lines[0]} ({seconds:.1f} s)")
+    capsys.readouterr()
     assert in_process(run_config, tmp_path).complete
+    assert "saved by 2 process(es), resumed by 1" in capsys.readouterr().out
     assert_close_to(final_losses(tmp_path), final_losses(reference))
+    print(f"survivor: {lines[0]} ({seconds:.1f} s)")
