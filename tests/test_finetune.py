@@ -41,8 +41,8 @@ WORDS = ("alpha beta gamma delta river stone cloud paper green small quick table
 def _run(base: Path, name: str, encoder: bool) -> Path:
     from data_helpers import tiny_config_dict
 
-    # One device: the jobs below train 100 steps and more, and on 2 cores each took about 1.5 times as
-    # long over 2 devices. The data-parallel job is test_two_processes_fine_tune_as_one_process_does's.
+    # One device: the learning jobs below train 120 steps and more, and on 2 cores each took about 1.5
+    # times as long over 2. Jobs over 2 devices: the resume tests' (--mesh 2) and the two-process test's.
     config = tiny_run(tiny_config_dict(base / "data"), name, "1", eval={"every": 0, "batches": 1}, stages=[
         {"name": "A", "domains": ["SCI"], "steps": 2}, {"name": "B", "domains": ["NEWS"], "steps": 2,
                                                        "growth": [{"op": "layers", "size": 2}]}])
@@ -201,12 +201,15 @@ def _resume_task(folder: Path, tag: str) -> Path:
     return word_task(folder, epochs=2, save_every=6, tag=tag)
 
 
+RESUME_ARGS = ("--seeds", "3", "--mesh", "2")  # a sharded job is stopped and resumed
+
+
 @pytest.fixture(scope="module")
 def uninterrupted_job(decoder_run, tmp_path_factory):
     """The job the stopped ones are held to, run once by the CLI: its results (the tag names
     the job's directory only)."""
     task = _resume_task(tmp_path_factory.mktemp("ft-resume"), "whole")
-    reference = finetune_cli(decoder_run, task, "--seeds", "3")
+    reference = finetune_cli(decoder_run, task, *RESUME_ARGS)
     assert reference.returncode == 0, reference.stderr[-3000:]
     report = (decoder_run / "report" / "report.md").read_text()  # the run's report gains the job
     assert f"report: {decoder_run / 'report' / 'report.md'}" in reference.stdout
@@ -222,10 +225,10 @@ def test_a_stopped_job_resumes_and_reproduces_the_uninterrupted_one(decoder_run,
     tag = fault.split(":")[0]
     task = _resume_task(tmp_path, tag)
     out = decoder_run / "finetune" / f"marker-{tag}" / "stage2" / "seed3"
-    stopped = finetune_cli(decoder_run, task, "--seeds", "3", fault=fault)
+    stopped = finetune_cli(decoder_run, task, *RESUME_ARGS, fault=fault)
     assert stopped.returncode == (75 if fault.startswith("term") else -9), stopped.stderr[-3000:]
     assert not (out / "results.json").exists()
-    resumed = finetune_cli(decoder_run, task, "--seeds", "3")
+    resumed = finetune_cli(decoder_run, task, *RESUME_ARGS)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     at = re.search(r"resumed at step (\d+) of 40", resumed.stdout)
     # SIGKILL may land while step 30's save is still being written: then step 24 is the newest
@@ -233,7 +236,7 @@ def test_a_stopped_job_resumes_and_reproduces_the_uninterrupted_one(decoder_run,
     got = json.loads((out / "results.json").read_text())
     assert got["train"] == uninterrupted_job["train"] and got["epochs"] == uninterrupted_job["epochs"]
     if tag == "term":  # a finished job is not redone (once is enough: the same code path for both)
-        again = finetune_cli(decoder_run, task, "--seeds", "3")
+        again = finetune_cli(decoder_run, task, *RESUME_ARGS)
         assert again.returncode == 0 and "done earlier" in again.stdout
 
 

@@ -155,8 +155,9 @@ def test_a_killed_process_is_named_by_the_survivor_which_exits_76(run_config, re
         assert "Terminating process because the JAX distributed service" in (tmp_path / "python.log").read_text()
     assert "Traceback" not in err and "Check failure" not in err and "*** " not in err, err[-3000:]
     assert not list(tmp_path.glob("crash-*.log"))
-    capsys.readouterr()
-    assert in_process(run_config, tmp_path).complete
-    assert "saved by 2 process(es), resumed by 1" in capsys.readouterr().out
-    assert_close_to(final_losses(tmp_path), final_losses(reference))
     print(f"survivor: {lines[0]} ({seconds:.1f} s)")
+    assert in_process(run_config, tmp_path).complete
+    out = capsys.readouterr().out
+    print(out, end="")  # put back: shown, the survivor's line with it, if a check below fails
+    assert "saved by 2 process(es), resumed by 1" in out
+    assert_close_to(final_losses(tmp_path), final_losses(reference))

@@ -105,8 +105,8 @@ class Fingerprints:
             hashes.add(text_hash(t))
             grams.append(shingles(t, _cache=self._cache))
         self.hashes = frozenset(hashes)
-        self.shingles = np.unique(np.concatenate(grams)) if grams else np.zeros((0,), np.uint64)
-        self._shingle_set = frozenset(self.shingles.tolist())  # per-document lookups: a set beats a search
+        # per-document lookups of a document's runs: a set beat a sorted array's search
+        self.shingles = frozenset(np.concatenate(grams).tolist()) if grams else frozenset()
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -117,6 +117,6 @@ class Fingerprints:
         normalised = normalise(doc)  # once, for the whole-text hash and the runs
         if not self.hashes.isdisjoint(_exposed(doc, normalised)):
             return True
-        if not self._shingle_set:
+        if not self.shingles:
             return False
-        return not self._shingle_set.isdisjoint(_runs(normalised, SHINGLE_WORDS, self._cache).tolist())
+        return not self.shingles.isdisjoint(_runs(normalised, SHINGLE_WORDS, self._cache).tolist())

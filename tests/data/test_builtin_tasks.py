@@ -271,6 +271,8 @@ PUBMED = b"""<?xml version="1.0" encoding="UTF-8"?>
  <AbstractText>  Untitled, unlabelled.  </AbstractText></Abstract></Article></MedlineCitation></PubmedArticle>
 <PubmedArticle><MedlineCitation><Article><ArticleTitle>No abstract</ArticleTitle></Article>
 </MedlineCitation></PubmedArticle>
+<PubmedArticle><MedlineCitation><Article><Abstract><AbstractText>No title element.</AbstractText></Abstract>
+</Article></MedlineCitation></PubmedArticle>
 <PubmedBookArticle><BookDocument><ArticleTitle>A book</ArticleTitle><Abstract><AbstractText>Book text.
 </AbstractText></Abstract></BookDocument></PubmedBookArticle>
 </PubmedArticleSet>
@@ -295,12 +297,12 @@ def _pubmed_by_full_parse(data: bytes) -> list[str]:
 
 def test_the_pubmed_reader_yields_what_a_full_parse_of_the_file_yields():
     """BIO reads only the title and abstract elements of each article (``builtin._pubmed_documents``):
-    the same documents as parsing everything (checked on the two pinned files as well: the same
-    33,277 documents)."""
+    the same documents as parsing everything. On the two pinned files both gave the same 33,277
+    documents; a new pin is checked the same way, ``_pubmed_by_full_parse`` on each file."""
     got = list(builtin._pubmed_documents(PUBMED))
     assert got == _pubmed_by_full_parse(PUBMED)
     assert got == ["Effects of E. coli & heat \u2014 a study.\n\nBACKGROUND: Heat 2 matters.\nRESULTS: It did < 5% harm.",
-                   "\n\nUntitled, unlabelled."]
+                   "\n\nUntitled, unlabelled.", "\n\nNo title element."]
 
 
 def test_the_prepared_cache_key_follows_the_corpus_version_and_the_task_table(tmp_path, monkeypatch):
