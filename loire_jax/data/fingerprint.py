@@ -41,7 +41,12 @@ def normalise(text: str) -> str:
 
 def text_hash(text: str) -> str:
     """SHA-256 (hex) of the normalised text: equal for texts that differ only in form."""
-    return hashlib.sha256(normalise(text).encode("utf-8")).hexdigest()
+    return _digest(normalise(text))
+
+
+def _digest(normalised: str) -> str:
+    """:func:`text_hash` of a text already normalised."""
+    return hashlib.sha256(normalised.encode("utf-8")).hexdigest()
 
 
 def _word_id(word: str) -> int:
@@ -87,7 +92,7 @@ def document_hashes(text: str) -> set[str]:
 
 def _exposed(text: str, normalised: str) -> set[str]:
     """:func:`document_hashes`, given the whole text's normalised form."""
-    out = {hashlib.sha256(normalised.encode("utf-8")).hexdigest()}
+    out = {_digest(normalised)}
     for ln in _lines(text):
         if len(ln.split()) >= MIN_LINE_WORDS:
             out.add(text_hash(ln))
@@ -102,8 +107,9 @@ class Fingerprints:
         hashes: set[str] = set()
         grams: list[np.ndarray] = []
         for t in texts:
-            hashes.add(text_hash(t))
-            grams.append(shingles(t, _cache=self._cache))
+            normalised = normalise(t)  # once, for the hash and the runs
+            hashes.add(_digest(normalised))
+            grams.append(_runs(normalised, SHINGLE_WORDS, self._cache))
         self.hashes = frozenset(hashes)
         # per-document lookups of a document's runs: a set beat a sorted array's search
         self.shingles = frozenset(np.concatenate(grams).tolist()) if grams else frozenset()
