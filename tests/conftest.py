@@ -42,6 +42,14 @@ jax.config.update("jax_compilation_cache_dir",
                   os.path.join(_CACHE, "test-workers", os.environ.get("PYTEST_XDIST_WORKER", "main")))
 jax.config.update("jax_compilation_cache_max_size", 4 << 30)  # a limit makes JAX lock its entries
 
+# One CPU peak for MFU for the whole session, measured here in the first process and handed to
+# every worker and every CLI run through the environment, as a suite's launcher would: each
+# process measured its own at its start, about a second of two busy cores, 42 times a slow tier.
+from loire_jax.analysis.flops import PEAK_ENV, measured_matmul_flops  # noqa: E402
+
+if not os.environ.get(PEAK_ENV):
+    os.environ[PEAK_ENV] = repr(measured_matmul_flops())
+
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(

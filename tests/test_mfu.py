@@ -61,6 +61,41 @@ def test_the_cpu_peak_is_the_fastest_of_a_few_runs_not_their_median():
     assert _timed([0.5, 0.5, 0.25, 0.125, 0.125, 0.125]) == (0.25, 3)  # 1.25 s spent after three
 
 
+CPU = [SimpleNamespace(platform="cpu", device_kind="cpu")]
+
+
+def test_a_given_cpu_peak_replaces_the_measurement_and_stays_approximate(monkeypatch):
+    """``$LOIRE_CPU_PEAK_FLOPS``: a process that starts many runs measures once and hands the
+    figure on. Given, nothing is measured; unset or blank, the matmuls measure it."""
+    def measure():
+        raise AssertionError("measured although a peak was given")
+
+    monkeypatch.setattr(flops, "measured_matmul_flops", measure)
+    monkeypatch.setenv(flops.PEAK_ENV, " 1.5e11 ")
+    assert flops.peak_flops(CPU) == Peak(1.5e11, "given by $LOIRE_CPU_PEAK_FLOPS", True)
+    monkeypatch.setattr(flops, "measured_matmul_flops", lambda: 7e10)
+    for unset in ("", "  "):
+        monkeypatch.setenv(flops.PEAK_ENV, unset)
+        assert flops.peak_flops(CPU).flops == 7e10
+    monkeypatch.delenv(flops.PEAK_ENV)
+    assert flops.peak_flops(CPU) == Peak(7e10, "measured: the fastest of a few 2048^2 fp32 matmuls", True)
+    gpu = [SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")]
+    monkeypatch.setenv(flops.PEAK_ENV, "1.5e11")  # a CPU figure: a GPU keeps its datasheet peak
+    assert flops.peak_flops(gpu) == Peak(989e12, "published H100 bf16 x 1", False)
+
+
+@pytest.mark.parametrize("value", ["fast", "0", "-3e9", "nan", "inf", "1e11 FLOP/s"])
+def test_a_malformed_given_cpu_peak_is_one_line_naming_the_variable(monkeypatch, value):
+    from loire_jax.cli import devices
+    from loire_jax.errors import ConfigError
+
+    monkeypatch.setenv(flops.PEAK_ENV, value)
+    with pytest.raises(ConfigError) as err:
+        devices.configure("1")  # every entry point's device set-up checks it before any device exists
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("LOIRE_CPU_PEAK_FLOPS must be a positive number") \
+        and repr(value.strip()) in line and "unset it" in line
+
 def _late(emitted: list, peak: Peak | None) -> LateMetrics:
     run = load_run_config(TINY)
     programs = SimpleNamespace(masking=None, models=[run.model], teacher_models=lambda index: [])

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.run import RunConfig
 from loire_jax.config.schedule import phases, teacher_stages
+from loire_jax.errors import ConfigError
 
 if TYPE_CHECKING:  # JAX loads where a peak is measured: the report and the benchmarks' tables need none
     import jax
@@ -79,10 +81,37 @@ class Peak(NamedTuple):
     measured: bool = False
 
 
+# A CPU peak given instead of measured: a process that starts many runs, or a job array on
+# one machine type, measures once and hands the figure on (every run then shares one MFU
+# denominator, and none spends its start on the matmuls). The test suite does so.
+PEAK_ENV = "LOIRE_CPU_PEAK_FLOPS"
+
+
+def given_cpu_peak() -> float | None:
+    """``$LOIRE_CPU_PEAK_FLOPS`` as FLOP/s, None where unset; ConfigError (one line) for a
+    value that is not a positive finite number. Entry points call it with their other checks."""
+    text = os.environ.get(PEAK_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{PEAK_ENV} must be a positive number of FLOP/s (for example 1.5e11), got {text!r}; "
+                          "unset it to measure the CPU's peak at the run's start")
+    return value
+
+
 def peak_flops(devices: "list[jax.Device]") -> Peak:
-    """The mesh's peak FLOP/s for MFU: measured with a large matmul on CPU, published elsewhere."""
+    """The mesh's peak FLOP/s for MFU: on CPU ``$LOIRE_CPU_PEAK_FLOPS`` where set, else
+    measured with a large matmul; published elsewhere. A CPU figure, given or measured, makes
+    the MFU approximate."""
     kind = devices[0].device_kind
     if devices[0].platform == "cpu":
+        given = given_cpu_peak()
+        if given is not None:
+            return Peak(given, f"given by ${PEAK_ENV}", True)
         return Peak(measured_matmul_flops(), "measured: the fastest of a few 2048^2 fp32 matmuls", True)
     for name, peak in PUBLISHED_PEAKS.items():
         if name.lower() in kind.lower():

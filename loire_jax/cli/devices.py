@@ -280,10 +280,12 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     """
     import jax
 
+    from loire_jax.analysis.flops import given_cpu_peak
     from loire_jax.config.mesh import parse_mesh
     from loire_jax.config.xla_flags import with_flags
 
     sizes = parse_mesh(mesh_spec)
+    given_cpu_peak()  # a malformed $LOIRE_CPU_PEAK_FLOPS is refused here, before any device exists
     os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""), xla_gpu_flags)
     need = math.prod(sizes.values())
     # simulated CPU devices are per process, so their count follows the expected process count
