@@ -42,14 +42,6 @@ jax.config.update("jax_compilation_cache_dir",
                   os.path.join(_CACHE, "test-workers", os.environ.get("PYTEST_XDIST_WORKER", "main")))
 jax.config.update("jax_compilation_cache_max_size", 4 << 30)  # a limit makes JAX lock its entries
 
-# One CPU peak for MFU for the whole session, measured here in the first process and handed to
-# every worker and every CLI run through the environment, as a suite's launcher would: each
-# process measured its own at its start, about a second of two busy cores, 42 times a slow tier.
-from loire_jax.analysis.flops import PEAK_ENV, measured_matmul_flops  # noqa: E402
-
-if not os.environ.get(PEAK_ENV):
-    os.environ[PEAK_ENV] = repr(measured_matmul_flops())
-
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
@@ -66,6 +58,22 @@ import pytest  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "float64: the test computes in float64 (jax_enable_x64 on for it alone)")
+    _share_one_cpu_peak(config)
+
+
+def _share_one_cpu_peak(config) -> None:
+    """A parallel session's CPU peak for MFU, measured once by the controlling process before
+    its workers start and handed to them and to every CLI run through the environment, as a
+    suite's launcher would: each process measured its own at its start, about a second of two
+    busy cores, 42 times a slow tier. A run in one process (-n 0) measures it where needed."""
+    from loire_jax.analysis.flops import PEAK_ENV, measured_matmul_flops
+
+    try:
+        parallel = bool(config.getoption("numprocesses"))
+    except ValueError:  # -p no:xdist
+        parallel = False
+    if parallel and "PYTEST_XDIST_WORKER" not in os.environ and not os.environ.get(PEAK_ENV):
+        os.environ[PEAK_ENV] = repr(measured_matmul_flops())
 
 
 @pytest.fixture(autouse=True)

@@ -96,6 +96,7 @@ def test_a_malformed_given_cpu_peak_is_one_line_naming_the_variable(monkeypatch,
     assert "\n" not in line and line.startswith("LOIRE_CPU_PEAK_FLOPS must be a positive number") \
         and repr(value.strip()) in line and "unset it" in line
 
+
 def _late(emitted: list, peak: Peak | None) -> LateMetrics:
     run = load_run_config(TINY)
     programs = SimpleNamespace(masking=None, models=[run.model], teacher_models=lambda index: [])

@@ -61,10 +61,10 @@ def _word_ids(words: list[str], cache: dict[str, int]) -> np.ndarray:
     return np.fromiter(map(cache.__getitem__, words), dtype=np.uint64, count=len(words))
 
 
-def shingles(text: str, n: int = SHINGLE_WORDS, *, _cache: dict[str, int] | None = None) -> np.ndarray:
+def shingles(text: str, n: int = SHINGLE_WORDS) -> np.ndarray:
     """64-bit hashes of every run of ``n`` consecutive words of the normalised text (empty when
     it has fewer words). Stable across processes: built from BLAKE2b hashes of the words."""
-    return _runs(normalise(text), n, {} if _cache is None else _cache)
+    return _runs(normalise(text), n, {})
 
 
 def _runs(normalised: str, n: int, cache: dict[str, int]) -> np.ndarray:

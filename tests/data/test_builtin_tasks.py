@@ -373,8 +373,9 @@ def test_no_task_text_reaches_a_pretraining_domain(downloads, domain):
     13-word runs (``Fingerprints.carries``, specified above). Where the tasks come from the
     domain's own files (WB, NEWS, REV), also as a plain substring: each of their texts of six
     words or more, in the whole normalised domain."""
-    fp = Fingerprints(t for name in TASKS for sp in load_builtin(name, downloads).values()
-                      for r in sp for t in tasks.evaluation_texts(r))
+    texts = {name: [t for sp in load_builtin(name, downloads).values() for r in sp for t in tasks.evaluation_texts(r)]
+             for name in TASKS}
+    fp = Fingerprints(t for ts in texts.values() for t in ts)
     carriers, normalised = [], []
     for doc in builtin.CORPORA[domain](downloads):
         doc = cleaning.normalize(doc)
@@ -384,8 +385,7 @@ def test_no_task_text_reaches_a_pretraining_domain(downloads, domain):
     assert len(normalised) > 1000
     assert carriers == []
     if domain in ("wb", "news", "rev"):
-        own = {normalise(t) for name, spec in TASKS.items() if spec.domain == domain
-               for sp in load_builtin(name, downloads).values() for r in sp for t in tasks.evaluation_texts(r)}
+        own = {normalise(t) for name, spec in TASKS.items() if spec.domain == domain for t in texts[name]}
         # A text found inside a document lines up its inner words with the document's (both
         # are normalised: words between single spaces): only the texts whose second to fifth
         # words are a run of some document are searched for in the whole text.
