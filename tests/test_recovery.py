@@ -14,7 +14,7 @@ from loire_jax import load_run_config
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.schedule import phases, recovery_window, replay_record, replay_windows
 from loire_jax.errors import ConfigError
-from loire_jax.experiments.systems import SYSTEMS, derive
+from loire_jax.experiments.systems import DOSE_SHARE_CAP, SYSTEMS, derive
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "configs" / "mini.yaml"
@@ -119,3 +119,18 @@ def test_the_dose_variants_replay_exactly_their_rivals_old_data(mini, reading, c
         for ours, stage in zip(mine.stages, base.stages):
             assert ours.replay_ratio <= 0.5 and ours.recovery == stage.recovery
             assert dataclasses.replace(ours, warmup_steps=stage.warmup_steps, replay_ratio=stage.replay_ratio) == stage
+
+
+def test_a_dose_variant_never_replays_more_than_its_documented_share(mini):
+    """The dose variants' old-data share of a batch is at most ``DOSE_SHARE_CAP`` in every
+    stage, as --list and docs/results.md say: a stage too short to hold the rival's dose at that
+    share is refused, naming the cap and the steps it needs, never given a larger share."""
+    short = mini.replace(optimizer=dataclasses.replace(mini.optimizer, warmup_steps=2),
+                         stages=(mini.stages[0], *(dataclasses.replace(s, steps=8, warmup_steps=6, gate_ramp_steps=2,
+                                                                       beta_steps=2)
+                                                    for s in mini.stages[1:])))
+    er = derive("LOIRE-ER-replay", short)  # ER's 10% of a stage fits a window of at most half old data
+    assert all(s.replay_ratio <= DOSE_SHARE_CAP for s in er.stages) and any(s.replay_ratio for s in er.stages)
+    with pytest.raises(ValueError, match=r"at most 50% old data in each batch, but stage 'M2-NEWS' has 8 steps"):
+        derive("LOIRE-ELLE-replay", short)  # its 6 memory-only steps alone are more than half of 8
+    assert f"at most {DOSE_SHARE_CAP:.0%} of each batch" in SYSTEMS["LOIRE-ELLE-replay"].what

@@ -199,7 +199,7 @@ def _dose(rival: str) -> Callable[[RunConfig], RunConfig]:
     follows its config), through LOIRE's own recovery window, in its place, with its teachers
     and growth. The window keeps its length where a share of at most ``DOSE_SHARE_CAP`` gives
     the dose, else it grows (from its place: the stage's start or its end) until that share
-    does."""
+    does; a stage too short for that is refused, never given a larger share."""
     def derive_dose(base: RunConfig) -> RunConfig:
         theirs = SYSTEMS[rival].derive(base)
         stages = [base.stages[0]]
@@ -211,10 +211,12 @@ def _dose(rival: str) -> Callable[[RunConfig], RunConfig]:
             if not stage.warmup_steps:
                 raise ValueError(f"stage {stage.name!r} has no recovery window to replay {rival}'s dose through")
             window = max(stage.warmup_steps, math.ceil(dose / (base.batch_size * DOSE_SHARE_CAP)))
-            ratio = dose / (min(window, stage.steps) * base.batch_size)
-            if ratio >= 1:
-                raise ValueError(f"{rival}'s dose of {dose} windows does not fit stage {stage.name!r}")
-            stages.append(dataclasses.replace(stage, warmup_steps=min(window, stage.steps), replay_ratio=ratio))
+            if window > stage.steps:  # the share would pass the cap: refuse, never exceed it quietly
+                raise ValueError(f"{rival}'s dose of {dose} windows needs a recovery window of {window} steps to stay "
+                                 f"at most {DOSE_SHARE_CAP:.0%} old data in each batch, but stage {stage.name!r} has "
+                                 f"{stage.steps} steps: lengthen the stage")
+            stages.append(dataclasses.replace(stage, warmup_steps=window,
+                                              replay_ratio=dose / (window * base.batch_size)))
         return _named(base, f"LOIRE-{rival}-replay", stages=tuple(stages))
     return derive_dose
 
@@ -279,10 +281,11 @@ SYSTEMS: Mapping[str, System] = {s.name: s for s in (
            "the memory alone, 10% replay weighted by forgetting, a trainable prompt token per domain; no distillation",
            "Table 2", _elle),
     System("LOIRE-ER-replay", "LOIRE replaying ER's dose of old data (its old-data windows per stage), through its "
-           "own recovery window", "Table 2 (equal replay)", _dose("ER")),
+           f"own recovery window, lengthened to keep old data at most {DOSE_SHARE_CAP:.0%} of each batch",
+           "Table 2 (equal replay)", _dose("ER")),
     System("LOIRE-ELLE-replay", "LOIRE replaying ELLE's dose of old data (its old-data windows per stage), through "
-           "its own recovery window, lengthened to keep old data at most half of each batch", "Table 2 (equal replay)",
-           _dose("ELLE")),
+           f"its own recovery window, lengthened to keep old data at most {DOSE_SHARE_CAP:.0%} of each batch",
+           "Table 2 (equal replay)", _dose("ELLE")),
     System("LiGO", "LiGO's learned growth operator (trained first, the previous model frozen), then the grown "
            "model trained on each domain alone", "Tables 4, 6", _ligo),
 )}
