@@ -382,3 +382,33 @@ def test_every_package_lists_its_public_names_and_each_one_resolves(package):
     for name in module.__all__:
         assert not name.startswith("_"), (package, name)
         assert getattr(module, name) is not None, (package, name)
+
+
+# --------------------------------------------------------------------------- growth methods
+METHOD_REGISTRY = "loire_jax/config/growth_methods.py"
+
+
+def method_name_comparisons(source: str, where: str) -> list[str]:
+    """Comparisons of a growth method's name (a ``.init`` or ``init`` against anything):
+    everything a method decides is a field of its ``GrowthMethod``, so only the registry
+    compares names."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Attribute) and s.attr == "init" or isinstance(s, ast.Name) and s.id == "init"
+                   for s in sides):
+                found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_no_module_but_the_registry_compares_a_growth_methods_name():
+    problems = [p for path in sorted(PKG.rglob("*.py")) if path.relative_to(ROOT).as_posix() != METHOD_REGISTRY
+                for p in method_name_comparisons(path.read_text(), path.relative_to(ROOT).as_posix())]
+    assert not problems, f"growth method names compared outside {METHOD_REGISTRY}: {problems}"
+
+
+def test_the_method_check_catches_a_name_comparison():
+    assert method_name_comparisons("if plan.init == 'elle':\n    pass\n", "m.py") == ["m.py:1"]
+    assert method_name_comparisons("x = init in ('elle', 'ligo')\n", "m.py") == ["m.py:1"]
+    assert method_name_comparisons("x = growth_method(plan.init).eager\n", "m.py") == []

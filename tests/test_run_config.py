@@ -357,8 +357,9 @@ LIGO = ["stages.M3.growth.0.init=ligo", "stages.M3.reset_optimizer=true", "stage
     ([*LIGO, "stages.M3.ligo_steps=40"], r"init: ligo needs 0 < ligo_steps < steps=40"),
     (["stages.M3.ligo_steps=3"], "ligo_steps=3 trains LiGO's operator, but the stage has no growth of init: ligo"),
     ([*LIGO[:1], *LIGO[2:], "stages.M3.ligo_steps=3"],
-     "init: ligo materialises new weights after its operator phase: set reset_optimizer: true"),
-    ([*LIGO[:2], "stages.M3.ligo_steps=3"], "a LiGO stage trains without teachers or a recovering warmup"),
+     r"init: ligo grows no optimizer state \(it materialises new weights after its operator phase\): "
+     "set reset_optimizer: true"),
+    ([*LIGO[:2], "stages.M3.ligo_steps=3"], "a stage growing by init: ligo trains without teachers or a recovering warmup"),
     ([*LIGO, "stages.M3.ligo_steps=3", "stages.M3.growth.0.noise=-1"], "noise must be a finite number >= 0"),
     ([*LIGO, "stages.M3.ligo_steps=3", "stages.M3.growth.0.positions=[0]"],
      "positions and mode do not apply|positions apply to layer growth only"),
@@ -371,7 +372,7 @@ def test_ligos_settings_are_checked_in_one_line(overrides, needle):
 
 @pytest.mark.parametrize("overrides,needle", [
     (["stages.M3.growth.0.init=elle", "stages.M3.growth.0.noise=-0.1", "stages.M3.reset_optimizer=true"],
-     r"noise must be a finite number >= 0 \(ELLE's std\), got -0.1"),
+     r"noise must be a finite number >= 0 \(the std of init: elle's noise\), got -0.1"),
     (["stages.M3.growth.0.noise=0.01"], "noise applies to init: elle or ligo only, not init: loire"),
     (["stages.M3.growth.0.init=elle"], "init: elle grows no optimizer state .*: set reset_optimizer: true"),
     (["stages.M3.growth=[{op: ffn, size: 512, init: elle}, {op: heads, size: 8}]", "stages.M3.reset_optimizer=true"],

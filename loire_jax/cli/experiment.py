@@ -136,15 +136,19 @@ def _chosen(root, suite) -> tuple[tuple[str, ...], str] | None:
 
 
 def _stage_line(stage) -> str:
+    from loire_jax.config.growth_methods import growth_method, stage_phase
+
     parts = [f"{stage.steps} steps"]
     if stage.growth:
-        parts.append("grow " + ", ".join(f"{g.op}->{g.size}" + (f" ({g.init})" if g.init != "loire" else "")
+        parts.append("grow " + ", ".join(f"{g.op}->{g.size}" + ("" if growth_method(g.init).function_preserving
+                                                                else f" ({g.init})")
                                          + (" stacked" if g.mode == "stack" else "")
                                          + (" open" if g.gate == "open" else "") for g in stage.growth))
     if stage.reset_optimizer:
         parts.append("optimizer afresh")
-    if stage.ligo_steps:
-        parts.append(f"LiGO operator {stage.ligo_steps} steps (previous model frozen)")
+    grown = stage_phase(stage.growth)
+    if grown is not None:
+        parts.append(f"{grown.label} {getattr(stage, grown.steps_field)} steps ({grown.about})")
     if stage.recover_steps:
         parts.append(f"recover {stage.recover_steps} on the memory alone")
     if stage.warmup_steps:

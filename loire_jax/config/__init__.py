@@ -3,7 +3,7 @@
 Owns the frozen config dataclasses, a module per section (``model``, ``data``, ``stage``,
 ``optimizer``, ``mlm``, and ``run``, which holds them together), the model presets and the
 YAML presets in ``configs/``, loading YAML with ``key=value`` overrides, and the pure run
-plan: one growth step (``growth_plan``), each stage's model (``lineage``), its phases,
+plan: the growth methods (``growth_methods``), one growth step (``growth_plan``), each stage's model (``lineage``), its phases,
 teachers and replay (``schedule``), the parameter layout a model config implies (``shapes``)
 and the mesh and partition rules it must fit (``mesh``).
 
@@ -21,7 +21,8 @@ _EXPORTS = {
     "OptimizerConfig": "optimizer",
     **dict.fromkeys(("DataConfig", "DomainSpec", "SourceSpec", "TokenizerSpec"), "data"),
     **dict.fromkeys(("load_run_config", "run_config_from_dict", "load_data_config", "data_config_from_dict"), "loader"),
-    **dict.fromkeys(("GrowthPlan", "plan_growth"), "growth_plan"),
+    "GrowthPlan": "growth_plan",
+    **dict.fromkeys(("GrowthMethod", "StagePhase", "growth_method", "plan_growth"), "growth_methods"),
     **dict.fromkeys(("param_count", "leaf_axes"), "shapes"),
     **dict.fromkeys(("parse_mesh", "AXIS_RULES", "MESH_AXES"), "mesh"),
     **dict.fromkeys(("stage_models", "growth_plans"), "schedule"),

@@ -16,13 +16,9 @@ from loire_jax.errors import GrowthError
 OPS = ("hidden", "ffn", "heads", "layers")
 
 
-# "elle": ELLE's function-recovering expansion (Qin et al., 2022; ``growth.net2net``): new
-# units duplicate old ones, then Gaussian noise; new layers are ungated copies.
-# "ligo": LiGO's learned operator (Wang et al., 2023; ``growth.ligo``), trained in its stage's
-# first ``ligo_steps`` and then materialised.
-INITS = ("loire", "random", "zero", "elle", "ligo")
-ELLE_NOISE = 0.01  # ELLE's std of the symmetry-breaking noise
-LIGO_NOISE = 0.01  # the std around LiGO's initial operator (B = 0, depth one-hot)
+# What a shared construction (``plan_construction``) puts in new slots: the exact
+# construction's values (LOIRE), or random or zero values everywhere (Fig. 4's ablations).
+FILLS = ("construction", "random", "zero")
 
 
 HIDDEN_METHODS = ("auto", "zero_pad", "mean_expand", "duplicate", "paper")
@@ -54,7 +50,7 @@ class GrowthPlan:
     op: str
     old: ModelConfig
     new: ModelConfig
-    init: str
+    init: str  # the growth method's name (config.growth_methods)
     method: str | None = None  # hidden; heads under GQA ("groups" or "within")
     positions: tuple[int, ...] = ()  # layers only: source layer of each copy
     mode: str | None = None  # layers only
@@ -63,6 +59,20 @@ class GrowthPlan:
     function_preserving: bool = False
     reason: str = ""  # why not function-preserving, when it is not
     noise: float = 0.0  # init="elle": std of the noise on the new slots
+
+
+@dataclasses.dataclass(frozen=True)
+class GrowthAsk:
+    """What a growth request asks beyond its operator and size (``plan_growth``'s options),
+    handed whole to a growth method's planner."""
+
+    exact: bool = True
+    method: str = "auto"  # the hidden or heads construction
+    positions: Sequence[int] | None = None
+    mode: str = "plugin"
+    last_gate: float | None = None
+    noise: float | None = None
+    gate: str = "closed"
 
 
 def default_positions(layers: int, new_layers: int) -> tuple[int, ...]:
@@ -112,65 +122,34 @@ def check_size(what: str, old: int, new: Any) -> int:
     return int(new)
 
 
-def plan_growth(
-    cfg: ModelConfig,
-    op: str,
-    size: int,
-    *,
-    init: str = "loire",
-    exact: bool = True,
-    method: str = "auto",
-    positions: Sequence[int] | None = None,
-    mode: str = "plugin",
-    last_gate: float | None = None,
-    noise: float | None = None,
-    gate: str = "closed",
-) -> GrowthPlan:
-    """Validate a growth request and resolve every choice; raises ``GrowthError`` (a
-    ``ValueError``) on bad input.
-
-    ``last_gate`` is the current gate of the last layer; only the tied post-norm
-    ``duplicate`` construction depends on it (``grow`` passes it for you). ``noise`` is
-    ELLE's (``init="elle"`` only; default ``ELLE_NOISE``). ``gate`` (layers only): the
-    copies start ``closed`` (alpha = 0, the identity, then ramped) or ``open`` (alpha = 1:
-    each copy acts at once, so the plan is not function-preserving).
-    """
-    if op not in OPS:
-        raise GrowthError(f"unknown growth operator {op!r}; choose one of {OPS}")
-    if init not in INITS:
-        raise GrowthError(f"unknown init {init!r}; choose one of {INITS}")
-    _check_gate(op, init, gate)
-    if init == "elle":
-        return _plan_elle(cfg, op, size, ELLE_NOISE if noise is None else noise, method, positions, mode)
-    if init == "ligo":
-        return _plan_ligo(cfg, op, size, LIGO_NOISE if noise is None else noise, method, positions, mode)
-    if noise is not None:
-        raise GrowthError(f"noise applies to ELLE's growth (init='elle') only, not init={init!r}")
+def plan_construction(cfg: ModelConfig, op: str, size: int, ask: GrowthAsk, init: str, fill: str) -> GrowthPlan:
+    """A step of LOIRE's constructions (§2.3-2.4), or of the same shapes with every new slot
+    random or zero (``fill``, Fig. 4's ablations, which are never function-preserving)."""
+    method, exact = ask.method, ask.exact
     allowed = {"hidden": HIDDEN_METHODS, "heads": HEADS_METHODS}.get(op, ("auto",))
     if method not in allowed:
         if op in ("hidden", "heads"):
             raise GrowthError(f"unknown {op} method {method!r}; choose one of {allowed}")
         raise GrowthError(f"method={method!r} applies to hidden and heads growth only, not {op!r}")
-    if op != "layers" and (positions is not None or mode != "plugin"):
+    if op != "layers" and (ask.positions is not None or ask.mode != "plugin"):
         raise GrowthError(f"positions and mode apply to layer growth only, not {op!r}")
+    why = "" if fill == "construction" else f"init={init!r}"
 
     if op == "ffn":
         new = cfg.replace(ffn=check_size("ffn", cfg.ffn, size))
-        return GrowthPlan("ffn", cfg, new, init, function_preserving=init == "loire",
-                          reason="" if init == "loire" else f"init={init!r}")
+        return GrowthPlan("ffn", cfg, new, init, function_preserving=not why, reason=why)
     if op == "heads":
-        return _plan_heads(cfg, check_size("heads", cfg.heads, size), init, method)
+        return plan_heads(cfg, check_size("heads", cfg.heads, size), init, fill, method)
     if op == "layers":
-        return _plan_layers(cfg, size, init, positions, mode, gate)
+        return plan_layers(cfg, size, init, fill, ask.positions, ask.mode, ask.gate)
 
     h2 = check_size("hidden", cfg.hidden, size)
-    if init != "loire":
-        return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2), init, method="paper",
-                          reason=f"init={init!r}")
+    if why:
+        return GrowthPlan("hidden", cfg, cfg.replace(hidden=h2), init, method="paper", reason=why)
     chosen = _auto_hidden_method(cfg, h2) if method == "auto" else method
-    obstacle = _hidden_obstacle(cfg, chosen, h2, last_gate)
+    obstacle = _hidden_obstacle(cfg, chosen, h2, ask.last_gate)
     if obstacle and method == "auto" and not exact:
-        chosen, obstacle = "paper", _hidden_obstacle(cfg, "paper", h2, last_gate)
+        chosen, obstacle = "paper", _hidden_obstacle(cfg, "paper", h2, ask.last_gate)
     if obstacle and exact:
         raise GrowthError(
             f"no exact hidden growth {cfg.hidden}->{h2} for this model ({cfg.norm}, {cfg.norm_position}-norm, "
@@ -190,12 +169,12 @@ def plan_growth(
                       tied_rescale=tied_rescale, function_preserving=obstacle is None, reason=obstacle or "")
 
 
-def _plan_heads(cfg: ModelConfig, h2: int, init: str, method: str) -> GrowthPlan:
+def plan_heads(cfg: ModelConfig, h2: int, init: str, fill: str, method: str) -> GrowthPlan:
     """Eqs 6-7; under GQA the new query heads need key/value heads to read. ``groups`` adds
     whole groups (``(h2 - heads) / group`` new key/value heads, each with ``group`` new query
     heads); ``within`` widens every group (``h2 / kv_heads`` query heads each) and keeps the
     key/value heads. ``auto`` keeps the group size when it can."""
-    why = "" if init == "loire" else f"init={init!r}"
+    why = "" if fill == "construction" else f"init={init!r}"
     if not cfg.kv_heads:
         if method == "within":
             raise GrowthError("method='within' applies to grouped-query attention (kv_heads > 0); this model has one "
@@ -230,20 +209,11 @@ def _alternatives(cfg: ModelConfig, h2: int) -> str:
     return "; ".join(options)
 
 
-def _check_gate(op: str, init: str, gate: Any) -> None:
-    """A gate choice only where a gated layer copy is made: LOIRE's layer growth (and its
-    random/zero ablations, whose copies start open anyway)."""
-    if gate not in LAYER_GATES:
-        raise GrowthError(f"unknown gate {gate!r}; choose one of {LAYER_GATES}")
-    if gate == "open" and op != "layers":
-        raise GrowthError(f"gate='open' applies to layer growth only (a new layer's gate), not {op!r}")
-    if gate == "open" and init in ("elle", "ligo"):
-        raise GrowthError(f"gate='open' applies to LOIRE's gated layer copies; init={init!r} makes no gated layer "
-                          "(its new layers act at once)")
-
-
-def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int] | None, mode: str,
-                 gate: str = "closed") -> GrowthPlan:
+def plan_layers(cfg: ModelConfig, size: int, init: str, fill: str, positions: Sequence[int] | None, mode: str,
+                gate: str) -> GrowthPlan:
+    """Eqs 12-13: copies of the layers at ``positions`` (default: spread evenly), plugged in
+    after their sources or stacked on top (``mode``), behind a gate born ``gate``. The
+    ablations' copies start open whatever was asked: a random layer is not the identity."""
     l2 = check_size("layers", cfg.layers, size)
     if l2 > 2 * cfg.layers:
         raise GrowthError(f"layer growth copies each layer at most once, so {cfg.layers} layers can grow to at "
@@ -263,43 +233,12 @@ def _plan_layers(cfg: ModelConfig, size: int, init: str, positions: Sequence[int
         if len(chosen) != n:
             raise GrowthError(f"growing {cfg.layers}->{l2} layers needs {n} positions, got {len(chosen)}")
         chosen = tuple(sorted(chosen))
-    why = (f"init={init!r}" if init != "loire" else
+    why = (f"init={init!r}" if fill != "construction" else
            "the layer copies start open (gate='open'): each adds its source layer's update at once" if gate == "open"
            else "")
-    # the ablations' copies start open whatever was asked (transforms: a random layer is not the identity)
     return GrowthPlan("layers", cfg, cfg.replace(layers=l2), init, positions=chosen, mode=mode,
-                      gate=gate if init == "loire" else "open",
+                      gate=gate if fill == "construction" else "open",
                       function_preserving=not why, reason=why)
-
-
-def _plan_elle(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, positions: Sequence[int] | None,
-               mode: str) -> GrowthPlan:
-    """ELLE's expansion (``growth.net2net.elle_grow``): width by duplication with split
-    outgoing weights, depth by ungated copies right after their sources, then noise. It keeps
-    the function only with ``noise=0``, for ffn and heads and for hidden at a multiple."""
-    check_noise(noise, "ELLE's noise")
-    if mode != "plugin":
-        raise GrowthError(f"ELLE inserts each layer copy right after its source; mode={mode!r} does not apply")
-    if op == "layers":
-        plan = _plan_layers(cfg, size, "elle", positions, "plugin")
-        return dataclasses.replace(plan, positions=tuple(positions) if positions is not None else (), noise=float(noise),
-                                   gate="open", function_preserving=False, reason="ELLE's layer copies are ungated")
-    if positions is not None:
-        raise GrowthError(f"positions apply to layer growth only, not {op!r}")
-    if op == "heads":
-        plan = _plan_heads(cfg, check_size("heads", cfg.heads, size), "loire", method)
-        new, chosen = plan.new, plan.method
-    elif method != "auto":
-        raise GrowthError(f"method={method!r} applies to ELLE's heads growth only, not {op!r}")
-    elif op == "ffn":
-        new, chosen = cfg.replace(ffn=check_size("ffn", cfg.ffn, size)), None
-    else:
-        new, chosen = cfg.replace(hidden=check_size("hidden", cfg.hidden, size)), None
-    uneven = op == "hidden" and new.hidden % cfg.hidden != 0
-    why = (f"ELLE's noise (std {noise:g})" if noise else
-           "an uneven duplication of the stream moves the norm statistics" if uneven else "")
-    return GrowthPlan(op, cfg, new, "elle", method=chosen, noise=float(noise), function_preserving=not why,
-                      reason=why)
 
 
 def check_noise(noise: Any, name: str) -> float:
@@ -309,22 +248,3 @@ def check_noise(noise: Any, name: str) -> float:
     if not ok or not np.isfinite(float(noise)) or float(noise) < 0:
         raise GrowthError(f"{name} must be a finite number >= 0 (its std), got {noise!r}")
     return float(noise)
-
-
-def _plan_ligo(cfg: ModelConfig, op: str, size: int, noise: Any, method: str, positions: Sequence[int] | None,
-               mode: str) -> GrowthPlan:
-    """LiGO's growth (``growth.ligo``): the sizes only. Its operator is learned in the stage's
-    first ``ligo_steps`` (the trainer's operator phase), so no fixed transform applies it,
-    and it is not function-preserving. New layers are learned mixes of the old ones, so
-    positions and modes do not apply."""
-    check_noise(noise, "LiGO's noise")
-    if positions is not None or mode != "plugin":
-        raise GrowthError("LiGO learns each new layer as a mix of the old ones: positions and mode do not apply")
-    if op == "heads":
-        new = _plan_heads(cfg, check_size("heads", cfg.heads, size), "loire", method).new
-    elif method != "auto":
-        raise GrowthError(f"method={method!r} applies to LiGO's heads growth only, not {op!r}")
-    else:
-        new = cfg.replace(**{op: check_size(op, getattr(cfg, op), size)})
-    return GrowthPlan(op, cfg, new, "ligo", noise=float(noise), reason="LiGO learns its growth operator")
-

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from loire_jax.config.growth_plan import GrowthPlan, plan_growth
+from loire_jax.config.growth_methods import plan_growth
+from loire_jax.config.growth_plan import GrowthPlan
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.stage import StageConfig, model_name, seen_domains
 from loire_jax.errors import ConfigError

@@ -14,6 +14,7 @@ import math
 from fractions import Fraction
 from typing import Mapping
 
+from loire_jax.config.growth_methods import stage_phase
 from loire_jax.config.growth_plan import GrowthPlan
 from loire_jax.config.lineage import lineage_models, plan_lineage, stage_vocab_size
 from loire_jax.config.model import ModelConfig
@@ -121,7 +122,8 @@ def stage_models(run: RunConfig) -> list[ModelConfig]:
 class Phase:
     """A run of steps sharing one compiled step: [start, end) within the stage."""
 
-    name: str  # "recover" (memory only), "distill" (teachers on), "warmup" (replay, no teachers) or "train"
+    name: str  # "recover" (memory only), a growth method's phase ("ligo"), "distill" (teachers on), "warmup"
+    # (replay, no teachers) or "train"
     start: int
     end: int
     replay: bool
@@ -129,21 +131,26 @@ class Phase:
 
 
 def phases(stage: StageConfig, has_teachers: bool) -> list[Phase]:
-    """recover: ELLE's first recover_steps on the memory alone, or ligo: LiGO's operator
-    training (run by ``train.ligo_phase``, not the step loop); distill: the first beta_steps
-    of the recovery window (with teachers); warmup: the rest of the window, replay without
-    teachers; train: the rest of the stage. The window is the stage's first warmup_steps,
-    or with ``recovery: end`` its last (``recovery_window``)."""
-    rec = stage.recover_steps or stage.ligo_steps  # never both (StageConfig)
+    """recover: ELLE's first recover_steps on the memory alone, or the phase the stage's
+    growth method adds (LiGO's operator training, ``growth_methods.StagePhase``, run by its
+    own runner, not the step loop); distill: the first beta_steps of the recovery window
+    (with teachers); warmup: the rest of the window, replay without teachers; train: the
+    rest of the stage. The window is the stage's first warmup_steps, or with ``recovery:
+    end`` its last (``recovery_window``)."""
+    grown = stage_phase(stage.growth)
+    if grown is not None:  # never with a recovering warmup (StageConfig)
+        head = Phase(grown.name, 0, getattr(stage, grown.steps_field), False, False)
+    else:
+        head = Phase("recover", 0, stage.recover_steps, True, False)
+    rec = head.end
     kd = stage.beta_steps if (has_teachers and stage.beta > 0) else 0
     replay = stage.replay_ratio > 0
-    if stage.recovery == "end" and not rec:  # ELLE's recovering warmup and LiGO's operator phase come first
+    if stage.recovery == "end" and not rec:  # ELLE's recovering warmup and a growth phase come first
         start = stage.steps - stage.warmup_steps
         out = [Phase("train", 0, start, False, False), Phase("distill", start, start + kd, replay, True),
                Phase("warmup", start + kd, stage.steps, replay, False)]
         return [p for p in out if p.end > p.start]
     warm_end = max(stage.warmup_steps, kd, rec)
-    head = Phase("recover", 0, rec, True, False) if stage.recover_steps else Phase("ligo", 0, rec, False, False)
     out = [head, Phase("distill", rec, kd, replay, True),
            Phase("warmup", max(kd, rec), warm_end, replay, False), Phase("train", warm_end, stage.steps, False, False)]
     return [p for p in out if p.end > p.start]

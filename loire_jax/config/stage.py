@@ -13,11 +13,11 @@ below both the run (``config.run``) and the plan (``config.schedule``) so that b
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Literal, Sequence
 
 from loire_jax.config.checks import is_int, is_num
-from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, INITS, LAYER_GATES, MODES, OPS
+from loire_jax.config.growth_methods import DEFAULT, spec_problems, stage_problems
+from loire_jax.config.growth_plan import HEADS_METHODS, HIDDEN_METHODS, LAYER_GATES, MODES, OPS
 from loire_jax.errors import ConfigError, raise_problems
 
 TEACHERS = ("all", "last", "none")
@@ -56,8 +56,10 @@ class GrowthSpec:
 
     ``exact=False`` admits constructions that are not function-preserving (ablations such
     as the paper's zero-padding ``method="paper"``); the default refuses them.
-    ``init: elle`` is ELLE's expansion (the rival of Table 2), with ``noise`` its std
-    (default 0.01); without ``positions`` its layer copies' sources are drawn from the run's seed.
+    ``init`` names the growth method (``config.growth_methods``): ``loire`` (the exact
+    constructions), ``random``/``zero`` (Fig. 4), ``elle`` (ELLE's expansion, the rival of
+    Table 2, with ``noise`` its std, default 0.01; without ``positions`` its layer copies'
+    sources are drawn from the run's seed) or ``ligo`` (LiGO's learned operator).
     ``gate`` (layers only): LOIRE's copies start ``closed`` (alpha = 0, ramped open over
     ``gate_ramp_steps``: function-preserving) or ``open`` (alpha = 1 from the first step, no
     ramp: Fig. 6's layer-stack as the paper ran it, not function-preserving).
@@ -65,12 +67,12 @@ class GrowthSpec:
 
     op: str
     size: int
-    init: str = "loire"
+    init: str = DEFAULT
     method: str = "auto"  # hidden; heads under GQA: "groups" or "within"
     positions: tuple[int, ...] | None = None  # layers only: source layer of each copy
     mode: str = "plugin"  # layers only: "plugin" (LOIRE) or "stack" (Fig. 6 ablation)
     exact: bool = True
-    noise: float | None = None  # init "elle" only
+    noise: float | None = None  # the methods with noise only (elle, ligo)
     gate: str = "closed"  # layers only: "closed" (LOIRE) or "open" (Fig. 6 as the paper ran it)
 
     def __post_init__(self) -> None:
@@ -81,7 +83,7 @@ class GrowthSpec:
             problems.append(f"op must be one of {OPS}, got {self.op!r}")
         if not (is_int(self.size) and self.size > 0):
             problems.append(f"size must be a positive integer, got {self.size!r}")
-        for name, allowed in (("init", INITS), ("method", tuple(dict.fromkeys(HIDDEN_METHODS + HEADS_METHODS))),
+        for name, allowed in (("method", tuple(dict.fromkeys(HIDDEN_METHODS + HEADS_METHODS))),
                               ("mode", MODES), ("gate", LAYER_GATES)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -89,16 +91,9 @@ class GrowthSpec:
             problems.append(f"positions must be integers, got {self.positions!r}")
         if self.gate == "open" and self.op in OPS and self.op != "layers":
             problems.append(f"gate: open applies to layer growth only (a new layer's gate), not op: {self.op}")
-        elif self.gate == "open" and self.init in ("elle", "ligo"):
-            problems.append(f"gate: open applies to LOIRE's gated layer copies; init: {self.init} makes no gated "
-                            "layer (its new layers act at once): drop gate")
         if not isinstance(self.exact, bool):
             problems.append(f"exact must be true or false, got {self.exact!r}")
-        if self.noise is not None:
-            if self.init not in ("elle", "ligo"):
-                problems.append(f"noise applies to init: elle or ligo only, not init: {self.init}")
-            elif not (is_num(self.noise) and math.isfinite(self.noise) and self.noise >= 0):
-                problems.append(f"noise must be a finite number >= 0 (ELLE's std), got {self.noise!r}")
+        problems += spec_problems(self)
         raise_problems(problems, "growth")
 
 
@@ -222,33 +217,9 @@ class StageConfig:
             elif self.recover_steps and self.warmup_steps and self.warmup_steps < self.recover_steps:
                 problems.append(f"warmup_steps={self.warmup_steps} ends inside recover_steps={self.recover_steps}: "
                                 "the replay share applies after the recovering warmup")
-            elle = [g.init == "elle" for g in self.growth]
-            ligo = [g.init == "ligo" for g in self.growth]
-            if any(elle) and not all(elle):
-                problems.append("growth mixes ELLE's expansion (init: elle) with other inits; a stage grows one way")
-            if any(ligo) and not all(ligo):
-                problems.append("growth mixes LiGO's operator (init: ligo) with other inits; a stage grows one way")
-            if any(elle) and not self.reset_optimizer:
-                problems.append("init: elle grows no optimizer state (ELLE starts it afresh): set reset_optimizer: true")
-            problems += self._ligo_problems(any(ligo))
+            problems += stage_problems(self)
         if problems:
             raise ConfigError(f"invalid {where}: " + "; ".join(problems))
-
-    def _ligo_problems(self, grows_by_ligo: bool) -> list[str]:
-        """LiGO's operator phase needs LiGO's growth, and the reverse; it leaves steps to train
-        the grown model, starts its optimizer afresh, and has no teachers or recovery."""
-        if not grows_by_ligo:
-            return [f"ligo_steps={self.ligo_steps} trains LiGO's operator, but the stage has no growth of init: "
-                    "ligo"] if self.ligo_steps else []
-        problems = []
-        if not 0 < self.ligo_steps < self.steps:
-            problems.append(f"init: ligo needs 0 < ligo_steps < steps={self.steps} (LiGO's operator trains first, "
-                            f"then the grown model), got ligo_steps={self.ligo_steps}")
-        if not self.reset_optimizer:
-            problems.append("init: ligo materialises new weights after its operator phase: set reset_optimizer: true")
-        if self.distills or self.recover_steps:
-            problems.append("a LiGO stage trains without teachers or a recovering warmup")
-        return problems
 
     @property
     def distills(self) -> bool:

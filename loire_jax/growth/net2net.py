@@ -56,14 +56,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from loire_jax.config.growth_plan import OPS, check_noise, check_size, plan_growth
+from loire_jax.config.growth_methods import ELLE_NOISE, plan_growth
+from loire_jax.config.growth_plan import OPS, GrowthPlan, check_noise, check_size
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_axes, leaf_kind
 from loire_jax.errors import ConfigError, GrowthError
 from loire_jax.growth.keys import as_key, leaf_key
 from loire_jax.model.params import validate_params
 
-DEFAULT_NOISE = 0.01  # ELLE's std for the symmetry-breaking noise
+DEFAULT_NOISE = ELLE_NOISE  # ELLE's std for the symmetry-breaking noise
 
 
 # --------------------------------------------------------------------------- input checks
@@ -289,6 +290,20 @@ def elle_grow(cfg: ModelConfig, params: Mapping[str, Any], op: str, size: int, *
     params2 = unflatten_dict(grown, sep="/")
     validate_params(new_cfg, params2, "ELLE-grown params")
     return new_cfg, params2
+
+
+def elle_transform(plan: GrowthPlan, tree: Mapping[str, Any], key: Any, moment: int) -> dict[str, Any]:
+    """ELLE's growth method (``config.growth_methods``): ``elle_grow`` by a plan. It picks its
+    sources on the host (a layer copy's source, an uneven width's), so it runs eagerly, not
+    under ``jax.jit``; and it grows no optimizer state: ELLE starts the optimizer afresh at
+    every expansion."""
+    if moment:
+        raise GrowthError("ELLE's growth (init='elle') grows no optimizer state: start the optimizer afresh "
+                          "(reset_optimizer: true)")
+    size = {"hidden": plan.new.hidden, "ffn": plan.new.ffn, "heads": plan.new.heads, "layers": plan.new.layers}
+    _, params = elle_grow(plan.old, tree, plan.op, size[plan.op], key=as_key(key), noise=plan.noise,
+                          positions=plan.positions or None, method=plan.method or "auto")
+    return params
 
 
 def grow_vocab(cfg: ModelConfig, params: Mapping[str, Any], n_new: int, *, key: Any,

@@ -24,6 +24,7 @@ The same plan grows any tree shaped like the parameters (Adam moments): see
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Mapping, Sequence
 
@@ -34,7 +35,8 @@ import optax
 from flax.traverse_util import flatten_dict, unflatten_dict
 from optax.tree_utils import NamedTupleKey, tree_get_all_with_path, tree_set
 
-from loire_jax.config.growth_plan import GrowthPlan, plan_growth
+from loire_jax.config.growth_methods import DEFAULT, GrowthMethod, growth_method, plan_growth, resolve
+from loire_jax.config.growth_plan import GrowthPlan
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_axes
 from loire_jax.errors import GrowthError
@@ -44,31 +46,17 @@ from loire_jax.model.params import validate_params
 SPLIT_NOISE = 0.1  # relative spread of the random reader split in `duplicate` (breaks symmetry)
 
 
-
-
-# --------------------------------------------------------------------------- planning
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------- applying
 @dataclasses.dataclass(frozen=True)
 class _Ctx:
     plan: GrowthPlan
     key: jax.Array | None
     moment: int  # 0: parameters; 1, 2: Adam first / second moment
+
+    @property
+    def exact(self) -> bool:
+        """LOIRE's constructions, not the ablations' random or zero new slots (``GrowthMethod.fill``)."""
+        return growth_method(self.plan.init).fill == "construction"
 
     def leaf_key(self, path: str, salt: str = "") -> jax.Array:
         if self.key is None:
@@ -81,11 +69,12 @@ class _Ctx:
         there ('random' or 'zero'; the ablations override it). For moments: see ``new_moment``."""
         if self.moment:
             return self.new_moment(x, ax, block)
-        kind = loire if self.plan.init == "loire" else ("random" if self.plan.init == "random" else "zero")
+        fill = growth_method(self.plan.init).fill
+        kind = loire if fill == "construction" else fill
         if kind == "zero":
             return jnp.zeros(block, x.dtype)
         noise = self.plan.old.init_std * jax.random.normal(self.leaf_key(path), block, x.dtype)
-        if self.plan.init == "random" and _is_gain(path):
+        if fill == "random" and _is_gain(path):
             return 1.0 + noise
         return noise
 
@@ -177,7 +166,7 @@ def _grow_hidden(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
             if name.startswith("hidden:"):
                 x = _grow_hidden_axis(ctx, path, x, ax, name.split(":")[1])
         out[path] = x
-    if plan.method == "duplicate" and plan.init == "loire" and plan.tied_rescale:
+    if plan.method == "duplicate" and ctx.exact and plan.tied_rescale:
         out = _rescale_tied_head(ctx, out, 1.0 / (plan.new.hidden // plan.old.hidden))
     return out
 
@@ -189,9 +178,9 @@ def _grow_hidden_axis(ctx: _Ctx, path: str, x: jax.Array, ax: int, role: str) ->
     method = plan.method
     ratio = math.sqrt(h1 / h2)
     block = _block_shape(x, ax, h2 - h1)
-    if plan.init != "loire" or method == "paper":
+    if not ctx.exact or method == "paper":
         loire = {"w": "zero", "r": "random", "g": "one", "b": "zero"}[role]
-        if loire == "one" and plan.init == "loire" and not ctx.moment:
+        if loire == "one" and ctx.exact and not ctx.moment:
             new = jnp.ones(block, x.dtype)
         else:
             new = ctx.fresh(path, x, ax, block, loire if loire != "one" else "zero")
@@ -267,7 +256,7 @@ def _grow_layers(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
             y = y.at[copies].set(0.0)
         elif ctx.moment == 2:
             pass  # a copy keeps its source's v: its updates then grow with its gate (see docs/growth.md)
-        elif plan.init != "loire":
+        elif not ctx.exact:
             shape = (len(copies),) + x.shape[1:]
             y = y.at[copies].set(ctx.fresh(path, x[copies], 0, shape, "random"))
         out[path] = y
@@ -276,7 +265,8 @@ def _grow_layers(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
 
 def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None = None, *,
               moment: int = 0) -> dict[str, Any]:
-    """Grow any tree shaped like ``plan.old``'s parameters consistently with the parameters.
+    """Grow any tree shaped like ``plan.old``'s parameters consistently with the parameters,
+    by the transform of the plan's growth method (``GrowthMethod.transform``).
 
     ``moment=0`` grows parameters (``key`` is required where the plan draws random values:
     new kernels, the ``duplicate`` split, the ablations). ``moment=1``/``2`` grows Adam's
@@ -292,11 +282,22 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     """
     if moment not in (0, 1, 2):
         raise GrowthError(f"moment must be 0, 1 or 2, got {moment!r}")
-    if plan.init == "elle":
-        return _grow_elle(plan, tree, key, moment)
-    if plan.init == "ligo":
-        raise GrowthError("LiGO's growth is learned: its stage trains the operator first (ligo_steps, "
-                         "loire_jax.growth.ligo), so no fixed transform applies it")
+    return method_transform(growth_method(plan.init))(plan, tree, key, moment)
+
+
+@functools.cache
+def method_transform(method: GrowthMethod):
+    """The function ``f(plan, tree, key, moment)`` a growth method names (``"module:function"``).
+    A method whose growth is learned in its phase (LiGO) has none: growing by it raises."""
+    if method.transform is None:
+        phase = method.phase
+        raise GrowthError(f"{method.about} (init={method.name!r}) is learned: its stage trains it first "
+                         f"({phase.steps_field}: {phase.label}, {phase.about}), so no fixed transform applies it")
+    return resolve(method.transform)
+
+
+def grow_construction(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None, moment: int) -> dict[str, Any]:
+    """LOIRE's constructions (and Fig. 4's random and zero ablations of them) on one tree."""
     ctx = _Ctx(plan, as_key(key), moment)
     flat = flatten_dict(dict(tree), sep="/")
     known = leaf_axes(plan.old)
@@ -313,21 +314,6 @@ def grow_like(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | None =
     else:
         flat = _grow_layers(ctx, flat)
     return unflatten_dict(flat, sep="/")
-
-
-def _grow_elle(plan: GrowthPlan, tree: Mapping[str, Any], key: jax.Array | int | None, moment: int) -> dict[str, Any]:
-    """ELLE's expansion (``net2net.elle_grow``). It picks its sources on the host (a layer
-    copy's source, an uneven width's), so it runs eagerly, not under ``jax.jit``; and it grows
-    no optimizer state: ELLE starts the optimizer afresh at every expansion."""
-    from loire_jax.growth.net2net import elle_grow
-
-    if moment:
-        raise GrowthError("ELLE's growth (init='elle') grows no optimizer state: start the optimizer afresh "
-                         "(reset_optimizer: true)")
-    size = {"hidden": plan.new.hidden, "ffn": plan.new.ffn, "heads": plan.new.heads, "layers": plan.new.layers}
-    _, params = elle_grow(plan.old, tree, plan.op, size[plan.op], key=as_key(key), noise=plan.noise,
-                          positions=plan.positions or None, method=plan.method or "auto")
-    return params
 
 
 # Fields of optax states that are moments of the parameters' gradients, with their order:
@@ -393,7 +379,7 @@ def grow(
     size: int,
     key: jax.Array | None = None,
     *,
-    init: str = "loire",
+    init: str = DEFAULT,
     exact: bool = True,
     method: str = "auto",
     positions: Sequence[int] | None = None,
@@ -406,10 +392,11 @@ def grow(
 
     - ``op``: ``"hidden"``, ``"ffn"``, ``"heads"`` (new head count, head_dim fixed) or
       ``"layers"`` (new total, at most twice the current).
-    - ``init``: ``"loire"`` (function-preserving), ``"random"`` or ``"zero"`` (the paper's
-      Fig. 4 ablations: every new slot random / zero, old slots untouched, and new layers
-      plugged in ungated), or ``"elle"`` (ELLE's expansion, ``growth.net2net``: duplicated
-      units plus Gaussian noise of std ``noise``, default 0.01; ungated layer copies).
+    - ``init``: the growth method (``config.growth_methods``): ``"loire"``
+      (function-preserving), ``"random"`` or ``"zero"`` (the paper's Fig. 4 ablations: every
+      new slot random / zero, old slots untouched, and new layers plugged in ungated), or
+      ``"elle"`` (ELLE's expansion, ``growth.net2net``: duplicated units plus Gaussian noise
+      of std ``noise``, default 0.01; ungated layer copies).
     - ``exact=True`` raises GrowthError where no exact construction exists. ``exact=False``
       falls back to the paper's zero-padding there, which is NOT function-preserving.
     - ``method`` (hidden only): ``auto`` | ``zero_pad`` | ``mean_expand`` | ``duplicate`` |
@@ -433,7 +420,7 @@ def grow(
                        mode=mode, last_gate=last_gate, noise=noise, gate=gate)
     key = as_key(key)
     mesh = mesh or _mesh_of(params)
-    if plan.init == "elle":  # eager (it picks sources on the host); sharded ops keep the model sharded
+    if growth_method(plan.init).eager:  # it picks things on the host; sharded ops keep the model sharded
         grown = grow_like(plan, dict(params), key)
         if mesh is None:
             return plan.new, grown
@@ -485,7 +472,7 @@ def ramp_layers(plans: tuple[GrowthPlan, ...]) -> tuple[int, ...]:
     for plan in plans:
         if gates is None:
             gates = jnp.ones((plan.old.layers,))
-        if plan.op == "layers" and plan.init in ("elle", "ligo"):  # ungated copies or mixes: nothing ramps
+        if plan.op == "layers" and not growth_method(plan.init).gated_copies:  # ungated copies or mixes: nothing ramps
             gates = jnp.ones((plan.new.layers,))
         elif plan.op == "layers":
             gates = grow_like(plan, {GATES: gates})[GATES]

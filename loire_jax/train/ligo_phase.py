@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from loire_jax.config.growth_methods import StagePhase
 from loire_jax.config.mesh import BATCH_AXES
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.stage import stage_number
@@ -91,15 +92,16 @@ def make_operator_step(spec: StepSpec, old: ModelConfig, optimizer: optax.Gradie
     return step
 
 
-def run_operator_phase(stage: OperatorStage, meta: dict[str, Any]) -> TrainState | None:
-    """Train stage ``stage.index``'s LiGO operator from its latest operator checkpoint (or
-    afresh), materialise the grown model, evaluate it ("init") and save it as the stage's
-    step ``ligo_steps``; returns that state, or None if a signal stopped the phase (saved)."""
+def run_operator_phase(stage: OperatorStage, meta: dict[str, Any], grown: StagePhase) -> TrainState | None:
+    """LiGO's phase (``grown``, its ``GrowthMethod.phase``): train stage ``stage.index``'s
+    operator from its latest operator checkpoint (or afresh), materialise the grown model,
+    evaluate it ("init") and save it as the stage's step ``ligo_steps``; returns that state,
+    or None if a signal stopped the phase (saved)."""
     programs, session, index, run = stage.programs, stage.session, stage.index, stage.run_config
-    n, steps = stage_number(index), stage.stage.ligo_steps
+    n, steps = stage_number(index), getattr(stage.stage, grown.steps_field)
     old, new, mesh = programs.models[index - 1], programs.models[index], programs.mesh
-    phase = next(p for p in stage.phases if p.name == "ligo")
-    spec = programs.specs(index, [phase])["ligo"]
+    phase = next(p for p in stage.phases if p.name == grown.name)
+    spec = programs.specs(index, [phase])[phase.name]
     optimizer = operator_optimizer()
     noise = programs.plans[index][0].noise
     key = jax.random.fold_in(jax.random.key(run.seed), 1000 * n + 999)
@@ -114,7 +116,7 @@ def run_operator_phase(stage: OperatorStage, meta: dict[str, Any]) -> TrainState
                                       shapes, shardings)
     frozen = checkpoints.restore_params(stage_dir(session.workdir, n - 1),
                                         programs.abstract(index - 1).params)
-    ck = session.operator_ckpt(index)
+    ck = session.phase_ckpt(index, grown)
     start = ck.latest_step()
     if start is None:
         state, start = jax.device_put(fresh(), shardings), 0

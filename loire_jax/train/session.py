@@ -19,6 +19,7 @@ import jax
 
 from loire_jax import paths
 from loire_jax.analysis.records import METRICS_FILE
+from loire_jax.config.growth_methods import StagePhase, stage_phase
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig, validate
 from loire_jax.config.stage import model_name, stage_number
@@ -50,7 +51,7 @@ class RunSession:
         # Async saves run device work on a second thread; on simulated CPU devices that can
         # interleave collectives differently per device and deadlock, so save synchronously there.
         self._async_save = async_save
-        self._ckpts: dict[Any, checkpoints.StageCheckpoints] = {}  # stage index, or ("ligo", index)
+        self._ckpts: dict[Any, checkpoints.StageCheckpoints] = {}  # stage index, or (phase name, index)
         self._init: tuple[str, dict | None] | None = None  # stage 1's init_from resolved, and its pin
 
     @contextlib.contextmanager
@@ -158,13 +159,13 @@ class RunSession:
                 data_position=lambda step: {"next_index": step})  # see loop.seek
         return self._ckpts[index]
 
-    def operator_ckpt(self, index: int) -> checkpoints.StageCheckpoints:
-        """LiGO's operator phase of stage ``index``: its own manager (``stage_<n>_ligo``), since
-        its steps hold the operator and its optimizer, not the model's."""
-        key = ("ligo", index)
+    def phase_ckpt(self, index: int, phase: StagePhase) -> checkpoints.StageCheckpoints:
+        """The growth method's phase of stage ``index`` (LiGO's operator): its own manager
+        (``stage_<n>_<phase>``), since its steps hold what the phase trains, not the model."""
+        key = (phase.name, index)
         if key not in self._ckpts:
             self._ckpts[key] = checkpoints.StageCheckpoints(
-                f"{stage_dir(self.workdir, stage_number(index))}_ligo", save_every=1,
+                f"{stage_dir(self.workdir, stage_number(index))}_{phase.name}", save_every=1,
                 keep=self.run_config.checkpoint.keep, async_save=self._async_save,
                 data_position=lambda step: {"next_index": step})
         return self._ckpts[key]
@@ -185,9 +186,10 @@ class RunSession:
         if done == stages:
             return resume_line(run, self.workdir, done)
         step = self.ckpt(done).latest_step()
-        operator = None
-        if step is None and run.stages[done].ligo_steps:
-            operator = checkpoints.latest_complete_step(f"{checkpoints.stage_dir(self.workdir, stage_number(done))}_ligo")
+        operator, grown = None, stage_phase(run.stages[done].growth)
+        if step is None and grown is not None:
+            operator = checkpoints.latest_complete_step(
+                f"{checkpoints.stage_dir(self.workdir, stage_number(done))}_{grown.name}")
         previous = self.ckpt(done - 1).latest_step() if done else None
         return resume_line(run, self.workdir, done, step=step, operator_step=operator, previous_final=previous,
                            logged=(self.workdir / METRICS_FILE).exists())
@@ -252,9 +254,11 @@ def resume_line(run: RunConfig, workdir: Path, done: int, *, step: int | None = 
     folder = checkpoints.stage_dir(workdir, n)
     if step is not None:
         return f"resuming from {label} step {step} of {total} (checkpoint {folder / str(step)}): {skipped}"
-    if operator_step is not None:
-        return (f"resuming from {label}, LiGO's operator at step {operator_step} of {run.stages[done].ligo_steps} "
-                f"(checkpoint {folder}_ligo/{operator_step}): {skipped}")
+    grown = stage_phase(run.stages[done].growth)
+    if operator_step is not None and grown is not None:
+        return (f"resuming from {label}, {grown.label} at step {operator_step} of "
+                f"{getattr(run.stages[done], grown.steps_field)} (checkpoint {folder}_{grown.name}/{operator_step}): "
+                f"{skipped}")
     if done:
         grown = checkpoints.stage_dir(workdir, stage_number(done - 1)) / str(previous_final)
         return (f"resuming at the start of {label}, step 0 of {total}, grown from {model_name(done - 1)}'s "

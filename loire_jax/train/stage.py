@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import jax
 import jax.numpy as jnp
 
+from loire_jax.config.growth_methods import resolve, stage_phase
 from loire_jax.config.schedule import phases, replay_domains, replay_record, replay_shares, stage_vocab, teacher_stages
 from loire_jax.config.stage import model_name, stage_number
 from loire_jax.growth.net2net import grow_vocab
@@ -26,7 +27,6 @@ from loire_jax.store import checkpoints
 from loire_jax.store.checkpoint_steps import stage_dir
 from loire_jax.train.checkpoint_policy import CheckpointPolicy
 from loire_jax.train.context import stage_label
-from loire_jax.train.ligo_phase import run_operator_phase
 from loire_jax.train.loop import LateMetrics, StageClock, seek, stage_data, stage_steps
 from loire_jax.train.state import TrainState, grow_train_state, new_train_state, state_from_params
 from loire_jax.train.step import frozen_teacher
@@ -85,11 +85,12 @@ class StageRun:
                         "checkpoint(s) of a killed save: " + ", ".join(str(p) for p in self.ck.quarantined))
             self.ctx.emit({"kind": "quarantined", "stage": stage_number(index),
                            "paths": [str(p) for p in self.ck.quarantined]})
-        if self.stage.ligo_steps and self.ck.latest_step() is None:  # LiGO: its operator phase first
-            state = run_operator_phase(self, self._meta(tokenizer_identity))
+        grown = stage_phase(self.stage.growth)
+        if grown is not None and self.ck.latest_step() is None:  # the growth method's phase first (LiGO's operator)
+            state = resolve(grown.runner)(self, self._meta(tokenizer_identity), grown)
             if state is None:
                 return False
-            start = self.stage.ligo_steps
+            start = getattr(self.stage, grown.steps_field)
         else:
             state, start = self._start(tokenizer_identity)
         teachers = self._teachers()

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from loire_jax.config.growth_methods import growth_method
 from loire_jax.config.growth_plan import GrowthPlan
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES
@@ -104,9 +105,12 @@ def grow_train_state(plans: Sequence[GrowthPlan], state: TrainState, key: jax.Ar
     draws its randomness from ``fold_in(key, i)``.
     """
     plans = tuple(plans)
-    if any(plan.init == "elle" for plan in plans):  # eager: ELLE picks its sources on the host
-        if reset_optimizer is None:
-            raise GrowthError("ELLE's growth (init='elle') grows no optimizer state: pass reset_optimizer")
+    methods = [growth_method(plan.init) for plan in plans]
+    fresh = [m for m in methods if m.fresh_optimizer]
+    if fresh and reset_optimizer is None:
+        raise GrowthError(f"init={fresh[0].name!r} grows no optimizer state ({fresh[0].fresh_optimizer}): pass "
+                          "reset_optimizer")
+    if any(m.eager for m in methods):  # a method that picks things on the host (ELLE's sources) runs eagerly
         params = state.params
         for i, plan in enumerate(plans):
             params = grow_like(plan, params, jax.random.fold_in(key, i))
