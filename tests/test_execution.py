@@ -17,8 +17,15 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 from loire_jax import apply_model, init_params, preset
+from loire_jax.config.model import ModelConfig
+from loire_jax.config.roles import EXECUTION, fields_with
+from loire_jax.config.run import RunConfig
 from loire_jax.config.shapes import GATES
-from loire_jax.model.kernels import attention_for, for_platform, remat_for
+from loire_jax.growth.ligo import FREE_FIELDS
+from loire_jax.interop.pretrained import EXECUTION_FIELDS
+from loire_jax.model.kernels import attention_for, execution, for_platform, remat_for
+from loire_jax.model.transformer import Decoder
+from loire_jax.store.resume import RESUME_MUTABLE
 from loire_jax.train.optimizer import make_optimizer
 from loire_jax.train.state import init_state, trainable
 from loire_jax.train.step import StepSpec, lm_and_kd, make_train_step
@@ -60,6 +67,31 @@ def test_an_explicit_kernel_the_platform_cannot_run_is_refused():
     with pytest.raises(ValueError, match="blocks of 128"):
         attention_for(_model(attention="splash", max_seq_len=4096), "tpu", 1000)
     assert attention_for(_model(attention="xla"), "gpu") == "xla"
+
+
+def test_execution_settings_are_declared_once_and_every_list_derives_from_them():
+    """The fields that say how a step runs carry the role on the field (``config.roles``); the
+    resume policy, the pretrained and LiGO checks, and the run's record read it from there."""
+    model, run = fields_with(ModelConfig, EXECUTION), fields_with(RunConfig, EXECUTION)
+    assert model == ("attention", "remat", "scan_unroll", "weight_cast")
+    assert run == ("microbatches", "loss_chunk", "loss_softmax", "xla_gpu_flags")
+    assert {*run, *(f"model.{f}" for f in model)} <= set(RESUME_MUTABLE)
+    assert set(model) <= set(EXECUTION_FIELDS) and set(model) <= set(FREE_FIELDS)
+    assert "loss_logits" not in RESUME_MUTABLE  # it changes a bf16 run's numbers: not an execution choice
+    assert set(execution(_model())) == set(model)
+
+
+def test_auto_is_resolved_once_where_a_program_is_built_never_inside_the_model():
+    """``kernels.for_platform`` resolves every ``auto``; the Flax module refuses to guess, and
+    the public functions resolve for the default backend at their entry."""
+    cfg = _model()
+    concrete_cfg = for_platform(cfg, "gpu", 16)
+    assert execution(concrete_cfg) == {"attention": "xla", "remat": "dots", "scan_unroll": 2, "weight_cast": "use"}
+    with pytest.raises(ValueError, match="the Decoder needs concrete execution choices"):
+        Decoder(cfg).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((2,)))
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jnp.zeros((1, 4), jnp.int32)
+    np.testing.assert_array_equal(apply_model(cfg, params, tokens), apply_model(for_platform(cfg, "cpu"), params, tokens))
 
 
 def test_remat_defaults_per_platform_and_keeps_explicit_choices():

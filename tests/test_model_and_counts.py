@@ -12,6 +12,7 @@ from strategies import model_configs
 
 from loire_jax import ModelConfig, apply_model, grow, init_params, param_count, preset
 from loire_jax.config.shapes import leaf_shapes
+from loire_jax.model.kernels import for_platform
 from loire_jax.model.transformer import Decoder
 
 pytestmark = pytest.mark.usefixtures("highest_precision")  # see conftest.py
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("highest_precision")  # see conftest.py
 @given(model_configs(dtype="float32"))
 def test_layout_table_matches_the_flax_modules(cfg):
     """The table that drives growth and sharding describes exactly what Flax creates."""
-    variables = jax.eval_shape(Decoder(cfg).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32),
+    variables = jax.eval_shape(Decoder(for_platform(cfg, "cpu")).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32),
                                jnp.ones((cfg.layers,)))
     flax_shapes = {p: tuple(v.shape) for p, v in flatten_dict(dict(variables["params"]), sep="/").items()}
     table = {p: s for p, s in leaf_shapes(cfg).items() if p != "gates"}

@@ -48,6 +48,12 @@ def test_two_stage_run_on_4_devices(reference):
     assert sorted((r["stage"], r["phase"]) for r in compiles) == [(1, "eval"), (1, "train"), (2, "distill"),
                                                                   (2, "eval")]
     assert all(r["seconds"] > 0 and r["peak_bytes"] > 0 for r in compiles)
+    # Each stage's execution choices, as its step was compiled with them: every auto resolved (CPU's).
+    execution = {r["stage"]: {k: v for k, v in r.items() if k not in ("kind", "stage")}
+                 for r in records(reference, "execution")}
+    assert execution == {s: {"attention": "xla", "remat": "none", "scan_unroll": 1, "weight_cast": "use",
+                             "microbatches": 1, "loss_chunk": 256, "loss_softmax": "two_pass", "xla_gpu_flags": "none"}
+                         for s in (1, 2)}
     assert any((reference / "tb").iterdir())
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
+from loire_jax.config.roles import EXECUTION, INIT, PRECISION, role
 from loire_jax.errors import ConfigError
 
 KINDS = ("decoder", "encoder")
@@ -78,18 +79,19 @@ class ModelConfig:
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_max_len: int = 8192
-    init_std: float = 0.02
-    dtype: str = "float32"
-    param_dtype: str = "float32"
+    init_std: float = role(0.02, INIT)
+    dtype: str = role("float32", PRECISION)
+    param_dtype: str = role("float32", PRECISION)
     # Rows of the embedding / columns of the head, rounded up to a multiple of this: padded
     # logits are masked out of every softmax, so losses equal the unpadded ones.
     pad_vocab_to: int = 128
     type_vocab_size: int = 0  # encoders: token-type rows (BERT 2, RoBERTa 1); 0 = none
     position_offset: int = 0  # encoders: first position id (RoBERTa: padding_idx + 1 = 2)
-    attention: str = "auto"  # see loire_jax.model.kernels: auto | xla | cudnn | splash
-    remat: str = "auto"  # rematerialisation of the scanned layer: auto | none | dots | full | dots_names
-    scan_unroll: int | str = "auto"  # layers per iteration of the layer scan (>= layers: unrolled); auto: kernels
-    weight_cast: str = "use"  # use | step: see WEIGHT_CASTS
+    # Execution choices (config.roles.EXECUTION): how the model runs, never what it computes.
+    attention: str = role("auto", EXECUTION)  # see loire_jax.model.kernels: auto | xla | cudnn | splash
+    remat: str = role("auto", EXECUTION)  # rematerialisation of the layer: auto | none | dots | full | dots_names
+    scan_unroll: int | str = role("auto", EXECUTION)  # layers per iteration of the layer scan (>= layers: unrolled)
+    weight_cast: str = role("use", EXECUTION)  # use | step: see WEIGHT_CASTS
 
     def __post_init__(self) -> None:
         problems = []

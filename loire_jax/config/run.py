@@ -31,6 +31,7 @@ from loire_jax.config.mesh import BATCH_AXES, MESH_AXES, mesh_problems, parse_me
 from loire_jax.config.mlm import MlmConfig, mlm_problems
 from loire_jax.config.model import PRESETS, ModelConfig
 from loire_jax.config.optimizer import OptimizerConfig
+from loire_jax.config.roles import EXECUTION, role
 from loire_jax.config.stage import GrowthSpec, StageConfig, model_name
 from loire_jax.config.xla_flags import GPU_FLAG_SETS
 from loire_jax.errors import ConfigError, raise_problems
@@ -133,11 +134,12 @@ class RunConfig:
     batch_size: int = 16
     seq_len: int = 128
     precision: Literal["float32", "bf16", "float64"] = "float32"
-    microbatches: int = 1  # gradient accumulation: each step still sees batch_size sequences
-    loss_chunk: int | str = "auto"  # tokens per block of the chunked losses; auto: kernels.loss_chunk_for
-    loss_softmax: str = "auto"  # each loss block's softmax: two_pass | online (auto: kernels.loss_softmax_for)
+    # Execution choices (config.roles.EXECUTION): how a step runs, never what it computes.
+    microbatches: int = role(1, EXECUTION)  # gradient accumulation: each step still sees batch_size sequences
+    loss_chunk: int | str = role("auto", EXECUTION)  # tokens per block of the chunked losses (kernels.loss_chunk_for)
+    loss_softmax: str = role("auto", EXECUTION)  # each loss block's softmax: two_pass | online (kernels)
     loss_logits: str = "float32"  # the dtype the head writes loss logits in: float32 | compute (bf16 runs: rounds)
-    xla_gpu_flags: str = "none"  # a named set of XLA GPU flags (config.xla_flags.GPU_FLAG_SETS)
+    xla_gpu_flags: str = role("none", EXECUTION)  # a named set of XLA GPU flags (config.xla_flags.GPU_FLAG_SETS)
     seed: int = 0
     mesh: str = "1"
     checkpoint: CheckpointConfig = CheckpointConfig()

@@ -54,15 +54,16 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 
 from loire_jax.config.growth_plan import check_noise
 from loire_jax.config.model import ModelConfig
+from loire_jax.config.roles import EXECUTION, INIT, PRECISION, fields_with
 from loire_jax.config.shapes import GATES, leaf_axes
 from loire_jax.errors import GrowthError
 from loire_jax.growth.keys import leaf_key
 from loire_jax.model.params import validate_params
 
-# What LiGO grows; the rest of the config must match, except numerics and execution choices.
+# What LiGO grows; the rest of the config must match, except the norms' eps (which exact hidden
+# growth rescales), numerics, initialisation and execution choices (config.roles).
 GROWN_FIELDS = ("hidden", "ffn", "heads", "kv_heads", "layers")
-FREE_FIELDS = GROWN_FIELDS + ("norm_eps", "init_std", "dtype", "param_dtype", "attention", "remat",
-                               "scan_unroll", "weight_cast")
+FREE_FIELDS = GROWN_FIELDS + ("norm_eps",) + fields_with(ModelConfig, EXECUTION, PRECISION, INIT)
 DEPTH = "depth"
 _HIGHEST = jax.lax.Precision.HIGHEST  # small operator contractions: never round the old weights to bf16
 

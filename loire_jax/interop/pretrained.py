@@ -26,6 +26,7 @@ import jax
 
 from loire_jax import paths
 from loire_jax.config.model import ModelConfig
+from loire_jax.config.roles import EXECUTION, INIT, PRECISION, fields_with
 from loire_jax.errors import RunError
 from loire_jax.interop import hf_format, hf_read, hub
 from loire_jax.store import checkpoints
@@ -34,9 +35,9 @@ from loire_jax.store.checkpoint_steps import latest_complete_step
 IDENTITY_FILE = hf_format.TOKENIZER_IDENTITY
 PIN_FILE = "init_from.json"  # in the workdir: the commit a hub id resolved to
 ROUTE = "stages.M1.init_from=DIR"
-# Fields that say how a model runs, not what it computes: they may differ from the checkpoint's.
-EXECUTION_FIELDS = ("dtype", "param_dtype", "attention", "remat", "scan_unroll", "weight_cast",
-                    "init_std")
+# Fields that say how a model runs or is initialised, not what it computes: they may differ from
+# the checkpoint's (config.roles).
+EXECUTION_FIELDS = fields_with(ModelConfig, EXECUTION, PRECISION, INIT)
 
 
 def resolve(source: str, pin: Mapping[str, Any] | None) -> tuple[str, dict[str, Any] | None]:

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from loire_jax.config.model import ModelConfig
+from loire_jax.config.roles import EXECUTION, fields_with
+from loire_jax.config.run import RunConfig
 
 CUDNN_DTYPES = ("bfloat16", "float16")
 CUDNN_MAX_HEAD_DIM = 128
@@ -116,14 +118,35 @@ def loss_softmax_for(setting: str, platform: str) -> str:
 
 
 def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> ModelConfig:
-    """``cfg`` with its execution choices made concrete for ``platform``."""
+    """``cfg`` with its execution choices (``config.roles.EXECUTION``) made concrete for
+    ``platform``: the one place an ``auto`` is resolved. A concrete choice is still checked
+    (an attention kernel this platform cannot run is refused)."""
     return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform),
                        scan_unroll=scan_unroll_for(cfg, platform))
 
 
+def execution(cfg: ModelConfig) -> dict[str, Any]:
+    """The model's execution choices by name (``config.roles.EXECUTION``): what a run records."""
+    return {name: getattr(cfg, name) for name in fields_with(ModelConfig, EXECUTION)}
+
+
+def run_execution(run: RunConfig, platform: str) -> dict[str, Any]:
+    """The run's own execution choices (``config.roles.EXECUTION`` on ``RunConfig``), each
+    ``auto`` resolved for ``platform``: the loss blocks and their softmax here, the rest as set."""
+    resolve = {"loss_chunk": loss_chunk_for, "loss_softmax": loss_softmax_for}
+    return {name: resolve[name](getattr(run, name), platform) if name in resolve else getattr(run, name)
+            for name in fields_with(RunConfig, EXECUTION)}
+
+
+def concrete(cfg: ModelConfig) -> bool:
+    """Whether every execution choice of ``cfg`` is concrete (no ``auto`` left)."""
+    return "auto" not in execution(cfg).values()
+
+
 def resolved(cfg: ModelConfig, seq_len: int) -> ModelConfig:
-    """``cfg`` at trace time: every ``auto`` resolved against the default backend."""
-    return for_platform(cfg, _platform_now(), seq_len)
+    """``cfg`` for a caller outside the trainer (``apply_model``): every ``auto`` resolved
+    against the default backend; a concrete config as it is."""
+    return cfg if concrete(cfg) else for_platform(cfg, _platform_now(), seq_len)
 
 
 # Activations a layer names (``jax.ad_checkpoint.checkpoint_name``) for ``remat=dots_names`` to

@@ -25,7 +25,14 @@ from jax.ad_checkpoint import checkpoint_name
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
-from loire_jax.model.kernels import bidirectional_attention, causal_attention, remat_policy, resolved
+from loire_jax.model.kernels import (
+    bidirectional_attention,
+    causal_attention,
+    concrete,
+    execution,
+    remat_policy,
+    resolved,
+)
 from loire_jax.model.params import validate_params
 
 
@@ -188,8 +195,9 @@ class Decoder(nn.Module):
                  types: jax.Array | None = None) -> jax.Array:
         cfg = self.cfg
         seq = tokens.shape[1]
-        if "auto" in (cfg.attention, cfg.remat, cfg.scan_unroll):  # resolved against the default backend
-            cfg = resolved(cfg, seq)
+        if not concrete(cfg):  # resolved once, by whoever builds the program (kernels.for_platform)
+            raise ValueError(f"the Decoder needs concrete execution choices, got {execution(cfg)}; resolve them with "
+                             "model.kernels.for_platform (apply_model and features do it for you)")
         embed = nn.Embed(cfg.padded_vocab, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                          embedding_init=_kernel_init(cfg), name="embed")
         x = embed(tokens)
@@ -288,9 +296,11 @@ def final_hidden(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array,
     vocabulary bias without knowing of it. ``valid`` [batch, seq] bool (encoders only) marks
     the real tokens; padding is never attended to.
 
-    ``auto`` execution choices resolve against the default backend (in ``Decoder``); the
-    trainer resolves them against its mesh's platform beforehand (``kernels.for_platform``)."""
+    ``auto`` execution choices resolve here, once, against the default backend; the trainer
+    resolves them against its mesh's platform when it builds its programs
+    (``kernels.for_platform``)."""
     _check_inputs(cfg, params, tokens, valid)
+    cfg = resolved(cfg, tokens.shape[1])
     body = {k: v for k, v in params.items() if k != GATES}
     x = Decoder(cfg, head=False).apply({"params": body}, tokens, params[GATES], valid)
     if cfg.encoder:
@@ -311,6 +321,7 @@ def features(cfg: ModelConfig, params: dict[str, Any], tokens: jax.Array, valid:
             raise ValueError("token types need a model with token-type rows (type_vocab_size > 0)")
         if tuple(types.shape) != tuple(tokens.shape):
             raise ValueError(f"the token types have shape {tuple(types.shape)}, the tokens {tuple(tokens.shape)}")
+    cfg = resolved(cfg, tokens.shape[1])
     body = {k: v for k, v in params.items() if k != GATES}
     return Decoder(cfg, head=False, features=True).apply({"params": body}, tokens, params[GATES], valid, types)
 

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from loire_jax.config.model import ModelConfig
+from loire_jax.config.roles import EXECUTION, fields_with
 from loire_jax.config.run import RunConfig
 from loire_jax.config.stage import model_name
 
 # Settings that do not change what a trained model is, and so may change on resume:
 # where and how the run is laid out (mesh, data cache folder), bookkeeping (checkpoint
-# cadence, evaluation, name), and the stages that have not started yet.
-# Execution choices change how a step runs, not what it computes: a resume may change them
-# (e.g. more microbatches after running out of memory).
-RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir", "data.cache_dir", "microbatches", "loss_chunk",
-                  "loss_softmax", "xla_gpu_flags", "model.attention", "model.remat", "model.scan_unroll", "model.weight_cast")
+# cadence, evaluation, name), and the stages that have not started yet; and the execution
+# choices, the run's and the model's (``config.roles.EXECUTION``), which change how a step
+# runs, not what it computes (e.g. more microbatches after running out of memory).
+RESUME_MUTABLE = ("name", "mesh", "checkpoint", "eval", "data.data_dir", "data.cache_dir",
+                  *fields_with(RunConfig, EXECUTION), *(f"model.{f}" for f in fields_with(ModelConfig, EXECUTION)))
 
 
 def _diff(a: Any, b: Any, path: str = "") -> list[str]:

@@ -24,7 +24,7 @@ from loire_jax.config.schedule import Phase, growth_plans, prompt_ids, stage_mod
 from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
 from loire_jax.growth.transforms import ramp_layers
-from loire_jax.model.kernels import for_platform, loss_chunk_for, loss_softmax_for
+from loire_jax.model.kernels import execution, for_platform, run_execution
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.train.context import stage_label
 from loire_jax.train.masking import MaskingSpec
@@ -55,6 +55,8 @@ class Programs:
         self._layouts: dict[int, StageLayout] = {}
         self._steps: dict[tuple[int, StepSpec], Any] = {}  # one per stage: its phases share it
         self._evals: dict[int, Any] = {}
+        self._exec: dict[Any, Any] = {}
+        self.run_execution = run_execution(run_config, self.platform)
         self.masking: MaskingSpec | None = None  # encoders: set from the tokenizer (``set_masking``)
 
     def set_masking(self, special: Any) -> None:
@@ -72,18 +74,25 @@ class Programs:
     # ------------------------------------------------------------------ how a model runs here
     @property
     def loss_chunk(self) -> int:
-        return loss_chunk_for(self.run_config.loss_chunk, self.platform)
+        return self.run_execution["loss_chunk"]
 
     def exec(self, cfg):
-        """``cfg`` as it runs here: attention kernel, remat and unrolling resolved for the mesh's platform."""
-        return for_platform(cfg, self.platform, self.run_config.seq_len)
+        """``cfg`` as it runs here: its execution choices resolved for the mesh's platform, once
+        per model (``kernels.for_platform``, the one place an ``auto`` is resolved)."""
+        if cfg not in self._exec:
+            self._exec[cfg] = for_platform(cfg, self.platform, self.run_config.seq_len)
+        return self._exec[cfg]
+
+    def execution(self, index: int) -> dict[str, Any]:
+        """Stage ``index``'s execution choices as resolved here, the model's and the run's: what
+        its steps compile with, and what the run logs and records ("execution")."""
+        return {**execution(self.exec(self.models[index])), **self.run_execution}
 
     def knobs(self, index: int) -> dict[str, Any]:
         """The settings that trade memory for speed, for ``memory.advice`` and ``check_fits``."""
-        run = self.run_config
-        cfg = self.exec(self.models[index])
-        return {"microbatches": run.microbatches, "remat": cfg.remat, "scan_unroll": cfg.scan_unroll,
-                "batch_size": run.batch_size, "loss_chunk": self.loss_chunk}
+        chosen = self.execution(index)
+        return {"microbatches": chosen["microbatches"], "remat": chosen["remat"], "scan_unroll": chosen["scan_unroll"],
+                "batch_size": self.run_config.batch_size, "loss_chunk": chosen["loss_chunk"]}
 
     def teacher_models(self, index: int) -> list:
         return [self.models[j] for j in teacher_stages(self.run_config, index)]
@@ -116,7 +125,7 @@ class Programs:
                         ramp_layers=ramp_layers(self.plans[index]), ramp_steps=stage.gate_ramp_steps,
                         microbatches=run.microbatches, loss_chunk=self.loss_chunk,
                         masking=self._stage_masking(index),
-                        loss_softmax=loss_softmax_for(run.loss_softmax, self.platform), loss_logits=run.loss_logits)
+                        loss_softmax=self.run_execution["loss_softmax"], loss_logits=run.loss_logits)
         return {p.name: spec for p in stage_phases}
 
     def _stage_masking(self, index: int) -> MaskingSpec | None:
@@ -139,6 +148,7 @@ class Programs:
             fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
                          in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
                          out_shardings=(shardings, None))
+            self._emit({"kind": "execution", "stage": stage_number(index), **self.execution(index)})
             self._steps[index, spec] = self._compile(f"{stage_label(self.run_config, index)} {phase.name} step",
                                                      index, fn, args, phase.name)
         return self._steps[index, spec]

@@ -191,6 +191,12 @@ class Trainer:
             say(f"  stage {stage_number(k)} {stage.name:<10} domains {','.join(stage.domains):<8} grow {grow:<12} "
                 f"(h,f,a,L)=({cfg.hidden},{cfg.ffn},{cfg.heads},{cfg.layers}) params {param_count(cfg):>11,} "
                 f"tokens {stage_tokens(run, stage):>9,} teachers {teachers}")
+        chosen = [self.programs.execution(k) for k in range(len(run.stages))]
+
+        def per_stage(name: str) -> str:  # one value, or each stage's where they differ
+            values = [str(c[name]) for c in chosen]
+            return values[0] if len(set(values)) == 1 else "/".join(values)
+        say(f"  execution on {self.platform}: " + ", ".join(f"{name} {per_stage(name)}" for name in chosen[0]))
 
     # ------------------------------------------------------------------ the stages
     def _run_stages(self) -> bool:
