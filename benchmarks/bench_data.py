@@ -16,14 +16,15 @@ import time
 from pathlib import Path
 
 from loire_jax.config.loader import load_data_config
+from loire_jax.config.stream import StreamSpec
 from loire_jax.data import DataConfig, DataError, train_iterator
 from loire_jax.errors import fail
 
 
 def run_once(cfg: DataConfig, domain: int, seq_len: int, batch: int, n: int, replay: float,
              seed: int, threads: int) -> float:
-    it = train_iterator(cfg, domain, seq_len=seq_len, global_batch_size=batch, seed=seed,
-                        replay_ratio=replay, num_threads=threads)
+    stream = StreamSpec(domain, seq_len=seq_len, global_batch_size=batch, seed=seed, replay_ratio=replay)
+    it = train_iterator(cfg, stream, num_threads=threads)
     next(it)  # start-up (thread pool, memmaps) is not throughput
     t0 = time.perf_counter()
     for _ in range(n):

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _compare(run, prep) -> None:
     from loire_jax.config.schedule import phases, teacher_stages
+    from loire_jax.config.stream import StreamSpec
     from loire_jax.data import train_dataset
     from loire_jax.data.packing import PackedWindows
 
@@ -64,11 +65,11 @@ def _compare(run, prep) -> None:
         def rows(ds, lo, hi):
             return [tuple(r) for i in range(lo, hi) for r in ds[i]["tokens"]]
 
-        one = train_dataset(run.data, d, replay_steps=replay_steps, steps=stage.steps, **kw)
+        one = train_dataset(run.data, StreamSpec(d, replay_end=replay_steps, steps=stage.steps, **kw))
         warm = [r for r in rows(one, 0, replay_steps) if r in current]
         counts = {}
         for name, train in (("one", rows(one, replay_steps, replay_steps + train_steps)),
-                            ("rebuilt", rows(train_dataset(run.data, d, **{**kw, "replay_ratio": 0.0}),
+                            ("rebuilt", rows(train_dataset(run.data, StreamSpec(d, **{**kw, "replay_ratio": 0.0})),
                                              0, train_steps))):
             seen = Counter(warm)
             counts[name] = sum(1 for r in train if seen[r] > 0)

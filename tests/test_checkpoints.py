@@ -276,6 +276,7 @@ def test_save_policy_and_keep(tmp_path):
 
 
 def test_grain_iterator_state_round_trip(tmp_path):
+    from loire_jax.config.stream import StreamSpec
     from loire_jax.data import prepare
     from loire_jax.data.pipeline import train_iterator
 
@@ -286,14 +287,14 @@ def test_grain_iterator_state_round_trip(tmp_path):
     def take(it, n):
         return [np.asarray(next(it)["tokens"]).copy() for _ in range(n)]
 
-    full = take(train_iterator(data_cfg, 2, **kw), 9)
-    it = train_iterator(data_cfg, 2, **kw)
+    full = take(train_iterator(data_cfg, StreamSpec(2, **kw)), 9)
+    it = train_iterator(data_cfg, StreamSpec(2, **kw))
     take(it, 4)
     with StageCheckpoints(tmp_path / "ck", save_every=4) as ck:
         assert ck.save(4, state8(), data_iterator=it, meta=META)
         take(it, 2)  # training goes on after the (async) save started
         ck.wait()
-    resumed = train_iterator(data_cfg, 2, **kw)
+    resumed = train_iterator(data_cfg, StreamSpec(2, **kw))
     with StageCheckpoints(tmp_path / "ck", save_every=4) as ck:
         state, _ = ck.restore(abstract_on(1), data_iterator=resumed)
     assert_bitwise(state8().step, state.step)

@@ -4,7 +4,7 @@ Owns the frozen config dataclasses, a module per section (``model``, ``data``, `
 ``optimizer``, ``mlm``, and ``run``, which holds them together), the model presets and the
 YAML presets in ``configs/``, loading YAML with ``key=value`` overrides, and the pure run
 plan: the growth methods (``growth_methods``), one growth step (``growth_plan``), each stage's model (``lineage``), its phases,
-teachers and replay (``schedule``), the parameter layout a model config implies (``shapes``)
+teachers and replay (``schedule``), its data stream (``stream``), the parameter layout a model config implies (``shapes``)
 and the mesh and partition rules it must fit (``mesh``).
 
 May import: ``loire_jax.errors``, ``loire_jax.paths``, the standard library, jax (dtypes,
@@ -26,6 +26,7 @@ _EXPORTS = {
     **dict.fromkeys(("param_count", "leaf_axes"), "shapes"),
     **dict.fromkeys(("parse_mesh", "AXIS_RULES", "MESH_AXES"), "mesh"),
     **dict.fromkeys(("stage_models", "growth_plans"), "schedule"),
+    **dict.fromkeys(("StreamSpec", "stage_stream"), "stream"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import sys
 from fractions import Fraction
-from typing import Mapping, Sequence
 
 import grain
 import numpy as np
 
 from loire_jax.config.data import DataConfig
 from loire_jax.config.schedule import replay_fraction
+from loire_jax.config.stream import StreamSpec
 from loire_jax.data.errors import ConfigError, InsufficientDataError
 from loire_jax.data.packing import PackedWindows, eval_windows
 from loire_jax.data.prepare import load_prepared
@@ -116,109 +116,84 @@ def _own_memory(prep, name: str, domain_index: int, seq_len: int, seed: int, pro
                      prompt_at)
 
 
-def train_dataset(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
-                  seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
-                  memory_domains: Sequence[int] | None = None, process_index: int = 0,
-                  process_count: int = 1, recover_steps: int = 0,
-                  memory_weights: Sequence[float] | None = None, prompts: Mapping[int, int] | None = None,
-                  prompt_at: int = 0, replay_start: int = 0, own_memory: bool = False) -> grain.MapDataset:
-    """The batched MapDataset behind ``train_iterator`` (one process's share).
-
-    ``replay_steps``: how many leading steps draw on the recovery memory (None: all of
-    them), ``recover_steps`` of them on the memory alone (ELLE's recovering warmup) and the
-    rest mixed at ``replay_ratio``; ``steps``: the stream's length in steps (None:
-    endless); ``memory_domains``: the domain indices whose recovery memory is replayed
-    (None: every domain before ``domain_index``); ``memory_weights``: each memory domain's
-    share of the replayed windows (None: in proportion to the memory's size), mixed by
-    grain's weighted ``mix`` of the domains' own shuffled memories; ``prompts``: each
-    domain's prompt token (ELLE), put at ``prompt_at`` in every window of that domain,
-    memory windows included; ``replay_start``: the step where the replay window starts (0:
-    the stage start; with ``recovery: end`` its last warmup steps), which then ends at
-    ``replay_steps``; ``own_memory``: the window's other windows come from the domain's own
-    recovery memory rather than its pre-training split (``recovery: end``).
-    """
-    if not 0 <= domain_index < len(cfg.domains):
-        raise ConfigError(f"domain_index {domain_index} out of range for {len(cfg.domains)} domains")
-    if not 0.0 <= replay_ratio < 1.0:
-        raise ConfigError(f"replay_ratio must be in [0, 1), got {replay_ratio}")
-    if global_batch_size < 1 or global_batch_size % process_count:
-        raise ConfigError(f"global_batch_size {global_batch_size} must be a positive multiple "
-                          f"of the process count {process_count}")
-    local_bs = global_batch_size // process_count
+def train_dataset(cfg: DataConfig, stream: StreamSpec, *, process_index: int = 0,
+                  process_count: int = 1) -> grain.MapDataset:
+    """The batched MapDataset behind ``train_iterator``: this process's share of ``stream``
+    (``config.stream.StreamSpec``, one stage's description, ``stage_stream`` builds it from a
+    run), over the prepared data of ``cfg``."""
+    if not 0 <= stream.domain < len(cfg.domains):
+        raise ConfigError(f"domain_index {stream.domain} out of range for {len(cfg.domains)} domains")
+    batch, seq_len, seed = stream.global_batch_size, stream.seq_len, stream.seed
+    if batch % process_count:
+        raise ConfigError(f"global_batch_size {batch} must be a positive multiple of the process count "
+                          f"{process_count}")
     prep = load_prepared(cfg)
-    name = cfg.domains[domain_index].name
-    cur_src = PackedWindows([prep.tokens(domain_index, "pretrain")], seq_len)
-    if len(cur_src) < global_batch_size:
+    name = cfg.domains[stream.domain].name
+    cur_src = PackedWindows([prep.tokens(stream.domain, "pretrain")], seq_len)
+    if len(cur_src) < batch:
         raise InsufficientDataError(
             f"domain {name!r} pretrain split has {len(cur_src)} sequences of {seq_len + 1} "
-            f"tokens ({prep.token_meta[domain_index]['pretrain']['tokens']} tokens), fewer than "
-            f"one global batch of {global_batch_size}. Add text or lower seq_len/batch size.")
-    prompts = dict(prompts or {})
-    cur = _prompted(grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat(), prompts.get(domain_index), prompt_at)
-    mem = None
-    mem_ids = list(range(domain_index) if memory_domains is None else memory_domains)
+            f"tokens ({prep.token_meta[stream.domain]['pretrain']['tokens']} tokens), fewer than "
+            f"one global batch of {batch}. Add text or lower seq_len/batch size.")
+    prompts = stream.prompts
+    cur = _prompted(grain.MapDataset.source(cur_src).shuffle(seed=seed).repeat(), prompts.get(stream.domain),
+                    stream.prompt_at)
+    mem_ids = stream.memory_of()
     if not all(0 <= j < len(cfg.domains) for j in mem_ids):
         raise ConfigError(f"memory_domains {mem_ids} must be domain indices in [0, {len(cfg.domains)})")
-    if recover_steps and not mem_ids:
-        raise ConfigError(f"recover_steps={recover_steps} needs the recovery memory of an earlier domain")
-    if memory_weights is not None and (len(memory_weights) != len(mem_ids) or
-                                       not all(w > 0 and np.isfinite(w) for w in memory_weights)):
-        raise ConfigError(f"memory_weights {list(memory_weights)} must be one positive weight per memory domain "
-                          f"{mem_ids}")
-    if (replay_ratio > 0 and replay_steps != 0 or recover_steps) and mem_ids:
-        groups = [mem_ids] if memory_weights is None and not prompts else [[j] for j in mem_ids]
-        sources = [PackedWindows([prep.tokens(j, "memory") for j in group], seq_len) for group in groups]
-        empty = [cfg.domains[j].name for group, src in zip(groups, sources) if len(src) == 0 for j in group]
-        if empty:
-            raise InsufficientDataError(
-                f"replay_ratio={replay_ratio}, recover_steps={recover_steps}, but the recovery memory of "
-                f"{empty} holds no full sequence of {seq_len + 1} tokens")
-        parts = [_prompted(grain.MapDataset.source(src).shuffle(seed=seed + _MEMORY_SEED_OFFSET + i).repeat(),
-                           prompts.get(group[0]) if len(group) == 1 else None, prompt_at)
-                 for i, (group, src) in enumerate(zip(groups, sources))]
-        # without weights, each domain's share is its memory's size, as in one concatenated memory
-        weights = memory_weights if memory_weights is not None else [len(src) for src in sources]
-        mem = parts[0] if len(parts) == 1 else grain.MapDataset.mix(parts, [float(w) for w in weights])
-    own = _own_memory(prep, name, domain_index, seq_len, seed, prompts.get(domain_index), prompt_at) \
-        if own_memory and mem is not None else None
-    endless = sys.maxsize // (2 * global_batch_size)
-    length = (steps if steps is not None else endless) * global_batch_size
-    replay = ((replay_steps if replay_steps is not None else endless) - recover_steps - replay_start) \
-        * global_batch_size
-    ds = grain.MapDataset.source(StageStream(cur, mem, replay_ratio, max(replay, 0), length,
-                                             recover_steps * global_batch_size, replay_start * global_batch_size,
-                                             own))
+    if stream.recover_steps and not mem_ids:
+        raise ConfigError(f"recover_steps={stream.recover_steps} needs the recovery memory of an earlier domain")
+    if stream.memory_weights is not None and len(stream.memory_weights) != len(mem_ids):
+        raise ConfigError(f"memory_weights {list(stream.memory_weights)} must be one positive weight per memory "
+                          f"domain {mem_ids}")
+    mem = _memory(cfg, prep, stream, mem_ids) if (
+        (stream.replay_ratio > 0 and stream.replay_end != 0 or stream.recover_steps) and mem_ids) else None
+    own = _own_memory(prep, name, stream.domain, seq_len, seed, prompts.get(stream.domain), stream.prompt_at) \
+        if stream.own_memory and mem is not None else None
+    endless = sys.maxsize // (2 * batch)
+    length = (stream.steps if stream.steps is not None else endless) * batch
+    replay = ((stream.replay_end if stream.replay_end is not None else endless) - stream.recover_steps
+              - stream.replay_start) * batch
+    ds = grain.MapDataset.source(StageStream(cur, mem, stream.replay_ratio, max(replay, 0), length,
+                                             stream.recover_steps * batch, stream.replay_start * batch, own))
     if process_count > 1:
         ds = ds[process_index::process_count]
-    return ds.batch(local_bs, drop_remainder=True).map(_as_batch)
+    return ds.batch(batch // process_count, drop_remainder=True).map(_as_batch)
 
 
-def train_iterator(cfg: DataConfig, domain_index: int, *, seq_len: int, global_batch_size: int,
-                   seed: int, replay_ratio: float, replay_steps: int | None = None, steps: int | None = None,
-                   memory_domains: Sequence[int] | None = None, num_threads: int = 1,
-                   prefetch: int = 4, recover_steps: int = 0,
-                   memory_weights: Sequence[float] | None = None, prompts: Mapping[int, int] | None = None,
-                   prompt_at: int = 0, replay_start: int = 0, own_memory: bool = False) -> grain.DatasetIterator:
-    """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches.
+def _memory(cfg: DataConfig, prep, stream: StreamSpec, mem_ids: list[int]) -> grain.MapDataset:
+    """The replayed recovery memory: one shuffled memory, or with weights or prompts each
+    domain's own, mixed by grain's weighted ``mix`` (without weights, each domain's share is
+    its memory's size, as in one concatenated memory)."""
+    prompts, seq_len = stream.prompts, stream.seq_len
+    groups = [mem_ids] if stream.memory_weights is None and not prompts else [[j] for j in mem_ids]
+    sources = [PackedWindows([prep.tokens(j, "memory") for j in group], seq_len) for group in groups]
+    empty = [cfg.domains[j].name for group, src in zip(groups, sources) if len(src) == 0 for j in group]
+    if empty:
+        raise InsufficientDataError(
+            f"replay_ratio={stream.replay_ratio}, recover_steps={stream.recover_steps}, but the recovery memory of "
+            f"{empty} holds no full sequence of {seq_len + 1} tokens")
+    parts = [_prompted(grain.MapDataset.source(src).shuffle(seed=stream.seed + _MEMORY_SEED_OFFSET + i).repeat(),
+                       prompts.get(group[0]) if len(group) == 1 else None, stream.prompt_at)
+             for i, (group, src) in enumerate(zip(groups, sources))]
+    weights = stream.memory_weights if stream.memory_weights is not None else [len(src) for src in sources]
+    return parts[0] if len(parts) == 1 else grain.MapDataset.mix(parts, [float(w) for w in weights])
 
-    ``replay_ratio`` is the share of sequences drawn from the recovery memory of
-    ``memory_domains`` (default: domains ``0..domain_index-1``; 0 → the current domain
-    only; 0.1 → the 9:1 of the paper's memory split and the ER baseline), over
-    the first ``replay_steps`` steps (None: throughout), of which the first
-    ``recover_steps`` draw on the memory alone (ELLE's recovering warmup). A stage is one such stream: its
-    later steps continue the current domain where the replay steps left it.
+
+def train_iterator(cfg: DataConfig, stream: StreamSpec, *, num_threads: int = 1,
+                   prefetch: int = 4) -> grain.DatasetIterator:
+    """Checkpointable iterator of {"tokens": int32 [B, seq_len+1]} training batches of ``stream``
+    (``config.stream.StreamSpec``: the stage's domain, with ``replay_ratio`` of each batch from
+    the recovery memory through its replay window, the first ``recover_steps`` on the memory
+    alone; 0.1 is the 9:1 of the paper's memory split and the ER baseline). A stage is one
+    such stream: its later steps continue the current domain where the replay steps left it.
     Batches are this process's numpy rows; the trainer places them on the mesh on its main
-    thread (``to_global_batch``). ``num_threads`` is part of nothing in the state,
-    but keep it fixed across a resume anyway (see docs/jax-stack.md, "grain").
+    thread (``to_global_batch``). ``num_threads`` is part of nothing in the state, but keep it
+    fixed across a resume anyway (see docs/jax-stack.md, "grain").
     """
     pi, pc = _process_info()
-    ds = train_dataset(cfg, domain_index, seq_len=seq_len, global_batch_size=global_batch_size,
-                       seed=seed, replay_ratio=replay_ratio, replay_steps=replay_steps, steps=steps,
-                       memory_domains=memory_domains, process_index=pi, process_count=pc,
-                       recover_steps=recover_steps, memory_weights=memory_weights, prompts=prompts,
-                       prompt_at=prompt_at, replay_start=replay_start, own_memory=own_memory)
-    it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
-                                                 prefetch_buffer_size=prefetch))
+    ds = train_dataset(cfg, stream, process_index=pi, process_count=pc)
+    it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
     return iter(it_ds)
 
 

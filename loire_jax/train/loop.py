@@ -23,8 +23,9 @@ import jax
 
 from loire_jax.analysis.flops import Peak, mfu, train_flops_per_token
 from loire_jax.config.mesh import BATCH_AXES
-from loire_jax.config.schedule import Phase, phase_at, prompt_ids, prompt_position, recovery_window, replay_domains
+from loire_jax.config.schedule import Phase, phase_at
 from loire_jax.config.stage import stage_number
+from loire_jax.config.stream import stage_stream
 from loire_jax.errors import RunError
 
 if TYPE_CHECKING:
@@ -158,25 +159,14 @@ def stage_steps(programs: "Programs", index: int, stage_phases: list[Phase], spe
                          step_metrics)
 
 
-def stage_data(run: "RunConfig", index: int, stage_phases: list[Phase], domain_index: dict[str, int],
-               memory_weights: tuple[float, ...] | None = None):
-    """The stage's one data stream: replay through the replay phases (the stage's first
-    steps, or with ``recovery: end`` its last, there with the domain's own memory beside the
-    earlier ones'), the domain alone elsewhere, continuing where it stopped (no window
+def stage_data(run: "RunConfig", index: int, memory_weights: tuple[float, ...] | None = None):
+    """The stage's one data stream (``config.stream.stage_stream``): replay through its
+    recovery window, the domain alone elsewhere, continuing where it stopped (no window
     repeats across the window). ``memory_weights``: the replayed domains' shares
     (``schedule.replay_shares``)."""
     from loire_jax.data import train_iterator
 
-    stage = run.stages[index]
-    replay_start, replay_steps = recovery_window(stage_phases)
-    return train_iterator(run.data, domain_index[stage.domains[0]], seq_len=run.seq_len,
-                          global_batch_size=run.batch_size, seed=run.data_seed(index),
-                          replay_ratio=stage.replay_ratio, replay_steps=replay_steps, steps=stage.steps,
-                          replay_start=replay_start, own_memory=stage.recovery == "end",
-                          memory_domains=[domain_index[d] for d in replay_domains(run, index)],
-                          recover_steps=stage.recover_steps, memory_weights=memory_weights,
-                          prompts={domain_index[d]: t for d, t in prompt_ids(run).items()},
-                          prompt_at=prompt_position(run))
+    return train_iterator(run.data, stage_stream(run, index, memory_weights))
 
 
 def seek(it: Any, batch: int) -> None:

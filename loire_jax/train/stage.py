@@ -74,7 +74,7 @@ class StageRun:
             total = sum(shares)
             self.session.say(f"{self.label}: replay weighted by forgetting: " + ", ".join(
                 f"{d} {w / total:.0%}" for d, w in zip(replay_domains(self.run_config, index), shares)))
-        self.data = stage_data(self.run_config, index, self.phases, trainer.evaluator.domain_index, shares)
+        self.data = stage_data(self.run_config, index, shares)
 
     def run(self, tokenizer_identity: dict) -> bool:
         """Train the stage to its end and evaluate it; False if a signal stopped it (saved)."""

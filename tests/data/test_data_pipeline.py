@@ -13,6 +13,7 @@ import pytest
 from data_helpers import local_domain, tiny_config_dict
 
 from loire_jax.config.loader import data_config_from_dict, load_data_config
+from loire_jax.config.stream import StreamSpec
 from loire_jax.data import (
     ConfigError,
     DataError,
@@ -187,8 +188,7 @@ def test_local_sentencepiece_tokenizer(tiny_cfg, tmp_path):
 # --- training iterator --------------------------------------------------------------------
 
 def test_train_batches_shape_dtype_and_packing(tiny_cfg):
-    it = train_iterator(tiny_cfg, 0, seq_len=SEQ, global_batch_size=BATCH, seed=0,
-                        replay_ratio=0.0)
+    it = train_iterator(tiny_cfg, StreamSpec(0, seq_len=SEQ, global_batch_size=BATCH, seed=0, replay_ratio=0.0))
     b = next(it)
     assert set(b) == {"tokens"}
     assert b["tokens"].shape == (BATCH, SEQ + 1) and b["tokens"].dtype == np.int32
@@ -219,9 +219,9 @@ def test_packing_short_documents_unit():
 
 def test_train_iterator_deterministic_and_seeded(tiny_cfg):
     kw = dict(seq_len=SEQ, global_batch_size=BATCH, replay_ratio=0.1)
-    a = _take(train_iterator(tiny_cfg, 2, seed=3, **kw), 6)
-    b = _take(train_iterator(tiny_cfg, 2, seed=3, **kw), 6)
-    c = _take(train_iterator(tiny_cfg, 2, seed=4, **kw), 6)
+    a = _take(train_iterator(tiny_cfg, StreamSpec(2, seed=3, **kw)), 6)
+    b = _take(train_iterator(tiny_cfg, StreamSpec(2, seed=3, **kw)), 6)
+    c = _take(train_iterator(tiny_cfg, StreamSpec(2, seed=4, **kw)), 6)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert any(not np.array_equal(x, y) for x, y in zip(a, c))
@@ -230,7 +230,7 @@ def test_train_iterator_deterministic_and_seeded(tiny_cfg):
 def test_epochs_are_reshuffled_and_cover_every_window(tiny_cfg):
     prep = load_prepared(tiny_cfg)
     n = len(PackedWindows([prep.tokens(0, "pretrain")], SEQ))
-    ds = train_dataset(tiny_cfg, 0, seq_len=SEQ, global_batch_size=1, seed=0, replay_ratio=0.0)
+    ds = train_dataset(tiny_cfg, StreamSpec(0, seq_len=SEQ, global_batch_size=1, seed=0, replay_ratio=0.0))
     first = [tuple(ds[i]["tokens"][0]) for i in range(n)]
     second = [tuple(ds[n + i]["tokens"][0]) for i in range(n)]
     from collections import Counter
@@ -239,11 +239,11 @@ def test_epochs_are_reshuffled_and_cover_every_window(tiny_cfg):
 
 def test_resume_continues_exact_sequence(tiny_cfg):
     kw = dict(seq_len=SEQ, global_batch_size=BATCH, seed=11, replay_ratio=0.25)
-    full = _take(train_iterator(tiny_cfg, 2, **kw), 12)
-    it = train_iterator(tiny_cfg, 2, **kw)
+    full = _take(train_iterator(tiny_cfg, StreamSpec(2, **kw)), 12)
+    it = train_iterator(tiny_cfg, StreamSpec(2, **kw))
     _take(it, 5)
     state = json.loads(json.dumps(it.get_state()))  # survives serialisation
-    fresh = train_iterator(tiny_cfg, 2, **kw)
+    fresh = train_iterator(tiny_cfg, StreamSpec(2, **kw))
     t0 = time.perf_counter()
     fresh.set_state(state)
     assert time.perf_counter() - t0 < 1.0  # O(1): no replay of earlier batches
@@ -256,13 +256,13 @@ def test_resume_through_orbax_grain_checkpoint(tiny_cfg, tmp_path):
     import orbax.checkpoint as ocp
 
     kw = dict(seq_len=SEQ, global_batch_size=BATCH, seed=5, replay_ratio=0.1)
-    full = _take(train_iterator(tiny_cfg, 1, **kw), 8)
-    it = train_iterator(tiny_cfg, 1, **kw)
+    full = _take(train_iterator(tiny_cfg, StreamSpec(1, **kw)), 8)
+    it = train_iterator(tiny_cfg, StreamSpec(1, **kw))
     _take(it, 3)
     with ocp.CheckpointManager(tmp_path / "ckpt") as mngr:
         mngr.save(3, args=ocp.args.Composite(data=grain.checkpoint.CheckpointSave(it)))
         mngr.wait_until_finished()
-    resumed = train_iterator(tiny_cfg, 1, **kw)
+    resumed = train_iterator(tiny_cfg, StreamSpec(1, **kw))
     with ocp.CheckpointManager(tmp_path / "ckpt") as mngr:
         mngr.restore(3, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(resumed)))
     for want, got in zip(full[3:], _take(resumed, 5)):
@@ -280,8 +280,7 @@ def _window_sets(cfg, k):
 @pytest.mark.parametrize("ratio", [0.0, 0.1, 0.5])
 def test_replay_mixture_ratio(tiny_cfg, ratio):
     cur, mem = _window_sets(tiny_cfg, 2)
-    ds = train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0,
-                       replay_ratio=ratio)
+    ds = train_dataset(tiny_cfg, StreamSpec(2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=ratio))
     rows = [tuple(r) for i in range(40) for r in ds[i]["tokens"]]
     from_mem = sum(r in mem and r not in cur for r in rows)
     from_cur = sum(r in cur for r in rows)
@@ -295,8 +294,8 @@ def test_no_window_repeats_at_the_replay_to_train_hand_over(tiny_cfg):
     and the replay steps hold the ratio in every batch to within one window."""
     cur, mem = _window_sets(tiny_cfg, 2)
     bs, replay_steps, ratio = 10, 6, 0.1
-    ds = train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=bs, seed=3, replay_ratio=ratio,
-                       replay_steps=replay_steps, steps=100)
+    ds = train_dataset(tiny_cfg, StreamSpec(2, seq_len=SEQ, global_batch_size=bs, seed=3, replay_ratio=ratio,
+                                            replay_end=replay_steps, steps=100))
     assert len(ds) == 100
     batches = [[tuple(r) for r in ds[i]["tokens"]] for i in range(len(ds))]
     replay_rows = [r for b in batches[:replay_steps] for r in b]
@@ -321,9 +320,9 @@ def test_elles_recovering_warmup_reads_the_memory_alone_then_the_stream_goes_on(
     window (nothing of it was skipped while the memory alone was read)."""
     cur, mem = _window_sets(tiny_cfg, 2)
     bs, recover, ratio = 10, 3, 0.1
-    kw = dict(seq_len=SEQ, global_batch_size=bs, seed=3, replay_ratio=ratio, replay_steps=20, steps=20)
-    ds = train_dataset(tiny_cfg, 2, recover_steps=recover, **kw)
-    plain = train_dataset(tiny_cfg, 2, **kw)
+    kw = dict(seq_len=SEQ, global_batch_size=bs, seed=3, replay_ratio=ratio, replay_end=20, steps=20)
+    ds = train_dataset(tiny_cfg, StreamSpec(2, recover_steps=recover, **kw))
+    plain = train_dataset(tiny_cfg, StreamSpec(2, **kw))
     batches = [[tuple(r) for r in ds[i]["tokens"]] for i in range(len(ds))]
     assert all(r in mem and r not in cur for b in batches[:recover] for r in b)
     for b in batches[recover:]:
@@ -332,7 +331,7 @@ def test_elles_recovering_warmup_reads_the_memory_alone_then_the_stream_goes_on(
     after = [r for b in batches[recover:] for r in b if r in cur]
     assert after == [r for i in range(len(ds) - recover) for r in map(tuple, plain[i]["tokens"]) if r in cur]
     # and the replay goes on through the memory where the recovering steps left it
-    memory_only = train_dataset(tiny_cfg, 2, recover_steps=20, **kw)
+    memory_only = train_dataset(tiny_cfg, StreamSpec(2, recover_steps=20, **kw))
     replayed = [r for b in batches for r in b if r not in cur]
     assert replayed == [tuple(r) for i in range(20) for r in memory_only[i]["tokens"]][:len(replayed)]
 
@@ -350,8 +349,9 @@ def test_a_replay_window_at_the_stage_end_keeps_the_share_and_the_domain_order(t
     own_set = {tuple(w) for w in PackedWindows([prep.tokens(2, "memory")], SEQ)}
     bs, start, end, ratio = 10, 12, 20, 0.2
     kw = dict(seq_len=SEQ, global_batch_size=bs, seed=3, steps=end)
-    ds = train_dataset(tiny_cfg, 2, replay_ratio=ratio, replay_steps=end, replay_start=start, own_memory=own, **kw)
-    plain = train_dataset(tiny_cfg, 2, replay_ratio=0.0, **kw)
+    ds = train_dataset(tiny_cfg, StreamSpec(2, replay_ratio=ratio, replay_end=end, replay_start=start,
+                                            own_memory=own, **kw))
+    plain = train_dataset(tiny_cfg, StreamSpec(2, replay_ratio=0.0, **kw))
     batches = [[tuple(r) for r in ds[i]["tokens"]] for i in range(end)]
     assert batches[:start] == [[tuple(r) for r in plain[i]["tokens"]] for i in range(start)]
     window = [r for b in batches[start:] for r in b]
@@ -371,15 +371,15 @@ def test_weighted_replay_shares_the_memory_windows_by_the_weights(tiny_cfg):
     prep = load_prepared(tiny_cfg)
     sets = [{tuple(w) for w in PackedWindows([prep.tokens(j, "memory")], SEQ)} for j in (0, 1)]
     cur, _ = _window_sets(tiny_cfg, 2)
-    ds = train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
-                       memory_weights=(3.0, 1.0))
+    ds = train_dataset(tiny_cfg, StreamSpec(2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
+                                            memory_weights=(3.0, 1.0)))
     rows = [tuple(r) for i in range(80) for r in ds[i]["tokens"] if tuple(r) not in cur]
     counts = [sum(r in sets[j] and r not in sets[1 - j] for r in rows) for j in (0, 1)]
     assert sum(counts) >= 0.95 * len(rows) > 300
     assert counts[0] / sum(counts) == pytest.approx(0.75, abs=0.03)
     with pytest.raises(ConfigError, match="one positive weight per memory domain"):
-        train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
-                      memory_weights=(1.0,))
+        train_dataset(tiny_cfg, StreamSpec(2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
+                                           memory_weights=(1.0,)))
 
 
 @pytest.mark.parametrize("at", [0, 1])
@@ -391,7 +391,8 @@ def test_domain_prompts_head_every_window_of_their_domain_memory_and_validation_
     prep = load_prepared(tiny_cfg)
     memory = [{tuple(np.delete(w, at)) for w in PackedWindows([prep.tokens(j, "memory")], SEQ)} for j in (0, 1)]
     kw = dict(seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5)
-    plain, ds = train_dataset(tiny_cfg, 2, **kw), train_dataset(tiny_cfg, 2, prompts=prompts, prompt_at=at, **kw)
+    plain, ds = train_dataset(tiny_cfg, StreamSpec(2, **kw)), train_dataset(tiny_cfg, StreamSpec(2,
+                                                   prompts=prompts, prompt_at=at, **kw))
     seen = Counter()
     for i in range(12):
         for row, bare in zip(ds[i]["tokens"], plain[i]["tokens"]):
@@ -412,20 +413,21 @@ def test_domain_prompts_head_every_window_of_their_domain_memory_and_validation_
 
 def test_recovering_needs_an_earlier_domains_memory(tiny_cfg):
     with pytest.raises(ConfigError, match="recover_steps=2 needs the recovery memory"):
-        train_dataset(tiny_cfg, 0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.0, recover_steps=2)
+        train_dataset(tiny_cfg, StreamSpec(0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.0,
+                                           recover_steps=2))
 
 
 def test_first_domain_has_no_memory_to_replay(tiny_cfg):
     cur, _ = _window_sets(tiny_cfg, 0)
-    ds = train_dataset(tiny_cfg, 0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.1)
+    ds = train_dataset(tiny_cfg, StreamSpec(0, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.1))
     assert all(tuple(r) in cur for i in range(5) for r in ds[i]["tokens"])
 
 
 def test_process_shards_partition_the_global_batch(tiny_cfg):
     kw = dict(seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.1)
-    whole = train_dataset(tiny_cfg, 1, **kw)[0]["tokens"]
-    p0 = train_dataset(tiny_cfg, 1, process_index=0, process_count=2, **kw)[0]["tokens"]
-    p1 = train_dataset(tiny_cfg, 1, process_index=1, process_count=2, **kw)[0]["tokens"]
+    whole = train_dataset(tiny_cfg, StreamSpec(1, **kw))[0]["tokens"]
+    p0 = train_dataset(tiny_cfg, StreamSpec(1, **kw), process_index=0, process_count=2)[0]["tokens"]
+    p1 = train_dataset(tiny_cfg, StreamSpec(1, **kw), process_index=1, process_count=2)[0]["tokens"]
     assert p0.shape == (4, SEQ + 1)
     np.testing.assert_array_equal(np.stack([p0, p1], 1).reshape(8, -1), whole)
 
@@ -436,13 +438,13 @@ def test_global_batch_on_8_device_mesh(tiny_cfg):
 
     assert jax.device_count() == 8
     mesh = Mesh(np.array(jax.devices()).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
-    it = train_iterator(tiny_cfg, 1, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.1)
+    it = train_iterator(tiny_cfg, StreamSpec(1, seq_len=SEQ, global_batch_size=8, seed=0, replay_ratio=0.1))
     b = to_global_batch(next(it), mesh)["tokens"]
     assert isinstance(b, jax.Array) and b.shape == (8, SEQ + 1) and b.dtype == np.int32
     assert b.sharding.spec == PartitionSpec(("data", "fsdp"))
     assert len({str(s.index) for s in b.addressable_shards}) == 4  # rows split 4 ways
-    want = train_dataset(tiny_cfg, 1, seq_len=SEQ, global_batch_size=8, seed=0,
-                         replay_ratio=0.1)[0]["tokens"]
+    want = train_dataset(tiny_cfg, StreamSpec(1, seq_len=SEQ, global_batch_size=8, seed=0,
+                                              replay_ratio=0.1))[0]["tokens"]
     np.testing.assert_array_equal(np.asarray(b), want)
     arr = to_global_batch(np.arange(8 * 3, dtype=np.int32).reshape(8, 3), mesh, ("data",))
     assert arr.sharding.spec == PartitionSpec(("data",))
@@ -504,7 +506,7 @@ def test_too_few_documents_for_splits(tmp_path):
 def test_domain_smaller_than_one_batch(tmp_path):
     _, cfg = _prep_one(tmp_path, local_domain("X", "tiny.txt"), validation_docs=2)
     with pytest.raises(InsufficientDataError, match="fewer than one global batch"):
-        train_iterator(cfg, 1, seq_len=64, global_batch_size=16, seed=0, replay_ratio=0.0)
+        train_iterator(cfg, StreamSpec(1, seq_len=64, global_batch_size=16, seed=0, replay_ratio=0.0))
 
 
 def test_missing_tfds_dataset_says_what_to_do(tmp_path):
@@ -534,14 +536,15 @@ def test_replay_draws_only_on_the_memory_domains_asked_for(tiny_cfg):
     cur, _ = _window_sets(tiny_cfg, 2)
     only = {tuple(r) for r in PackedWindows([prep.tokens(1, "memory")], SEQ)}
     other = {tuple(r) for r in PackedWindows([prep.tokens(0, "memory")], SEQ)} - only - cur
-    ds = train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
-                       memory_domains=[1])
+    ds = train_dataset(tiny_cfg, StreamSpec(2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
+                                            memory_domains=[1]))
     rows = [tuple(r) for i in range(20) for r in ds[i]["tokens"]]
     replayed = [r for r in rows if r not in cur]
     assert len(replayed) >= 90 and all(r in only for r in replayed)
     assert not any(r in other for r in rows)
     with pytest.raises(ConfigError, match="memory_domains"):
-        train_dataset(tiny_cfg, 2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5, memory_domains=[7])
+        train_dataset(tiny_cfg, StreamSpec(2, seq_len=SEQ, global_batch_size=10, seed=0, replay_ratio=0.5,
+                                           memory_domains=[7]))
 
 
 def test_a_cache_only_tokenizer_lookup_never_builds(tiny_cfg, tmp_path):
