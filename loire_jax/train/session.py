@@ -211,13 +211,14 @@ class RunSession:
             self.sync("workdir checked")  # every process looked before process 0 changes anything
             if first:
                 self.workdir.mkdir(parents=True, exist_ok=True)
-                self.lock = rundir.WorkdirLock(self.workdir, break_lock)
+                self.lock = rundir.WorkdirLock(self.workdir, break_lock, doing=f"training run {self.run_config.name!r}"
+                                               + (" (--fresh)" if fresh else ""))
                 note = self.lock.acquire()
                 if note:
                     self.say(f"workdir {self.workdir}: {note}")
             if fresh and first:
                 self.close()
-                kept, moved = rundir.fresh(self.workdir)
+                kept, moved = rundir.fresh(self.workdir, own=self.lock)  # refused under a live fine-tuning, export, report
                 if kept or moved:
                     parts = [f"moved {a}/ aside to {b}/ (results of the old model)" for a, b in moved]
                     if kept:
