@@ -344,7 +344,7 @@ def test_fresh_is_refused_while_an_export_reads_the_run(run_config, tmp_path, mo
     monkeypatch.setattr(provenance, "check_stage", check_stage)
     assert export_hf.main([str(workdir), str(tmp_path / "hf")]) == 2
     assert len(seen) == 1 and f"in use by pid {os.getpid()}" in seen[0], seen
-    assert f"(exporting stage 1 to {tmp_path / 'hf'}; lock renewed" in seen[0]
+    assert f"(exporting to {tmp_path / 'hf'}; lock renewed" in seen[0]
     assert (workdir / "stage_1" / "2" / "commit_success.txt").is_file()
     assert not [p for p in workdir.iterdir() if p.name.startswith(".lock")]
 

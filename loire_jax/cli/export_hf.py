@@ -32,14 +32,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage", type=int, default=None, help="the stage to export (1-based; default: the last "
                                                                "stage with a checkpoint)")
     args = parser.parse_args(argv)
+    from loire_jax.store.locks import reading
 
+    # a reader's lock on the run while it is read: loire-train --fresh cannot delete it meanwhile
+    with reading([Path(args.workdir).expanduser()], doing=f"exporting to {Path(args.out).expanduser()}"):
+        return _export(args)
+
+
+def _export(args) -> int:
+    """Check OUT and the run, read the stage's checkpoint, write the Hugging Face folder."""
+    import jax
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
     from loire_jax.config.loader import run_config_from_dict
+    from loire_jax.config.model import ModelConfig
     from loire_jax.interop import export_folder, hf
+    from loire_jax.model.params import abstract_params
+    from loire_jax.store import checkpoints
     from loire_jax.store.checkpoint_steps import latest_complete_step, stage_dir
-    from loire_jax.store.locks import reading
+    from loire_jax.store.provenance import check_stage
 
     export_folder.check_target(Path(args.out).expanduser(), hf.HFError)  # OUT before any reading: never the user's
     workdir = Path(args.workdir).expanduser()
@@ -61,23 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     stage = args.stage if args.stage is not None else (stages[-1] if stages else None)
     if stage not in stages:
         raise hf.HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
-    # a reader's lock while the stage is read: loire-train --fresh cannot delete it meanwhile
-    with reading([workdir], doing=f"exporting stage {stage} to {Path(args.out).expanduser()}"):
-        return _export(args, workdir, run, stage, steps[stage])
-
-
-def _export(args, workdir: Path, run: Any, stage: int, step: int) -> int:
-    """Read stage ``stage``'s checkpoint at ``step`` and write the Hugging Face folder."""
-    import jax
-
-    from loire_jax.config.model import ModelConfig
-    from loire_jax.interop import hf
-    from loire_jax.model.params import abstract_params
-    from loire_jax.store import checkpoints
-    from loire_jax.store.checkpoint_steps import stage_dir
-    from loire_jax.store.provenance import check_stage
-
-    directory = stage_dir(workdir, stage)
+    directory, step = stage_dir(workdir, stage), steps[stage]
     meta = check_stage(run, stage, workdir)  # another run's checkpoint put in stage_<k>: refused, one line
     cfg = ModelConfig.from_dict(meta["model"])
     arch = hf.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
