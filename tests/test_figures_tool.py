@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,7 @@ def results(tmp_path, monkeypatch):
     monkeypatch.setattr(figures.spot, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(records, "_git", lambda *args: "" if args[0] == "status" else "abc")
     monkeypatch.setattr(records, "machine", lambda: "a machine")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the temporary workdirs and HOMEs the tool makes
 
     def no_command(*args, **kwargs):
         raise AssertionError(f"a command ran before the tool checked what it needed: {args[0]}")

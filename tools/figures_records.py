@@ -220,8 +220,9 @@ def record(name: str, workdir: Path | None = None) -> Path:
         workdir = ROOT / spec.workdir
         if workdir.exists():  # it would resume, not run: a record must come from a whole run
             raise RecordError(f"{workdir} exists; move it away to record {name} (a run there would resume)")
-    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
-    command = [part.format(workdir=workdir, cache=workdir.with_name("xla")) for part in spec.command]
+    if workdir is None and "{workdir}" in spec.command:  # a fresh one; a command without a workdir gets none
+        workdir = Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
+    command = [part.format(workdir=workdir, cache=workdir and workdir.with_name("xla")) for part in spec.command]
     home = Path(tempfile.mkdtemp(prefix=f"loire-{name}-home-")) if spec.corpus == "built" else None
     try:
         env = first_use_env(home) if home else None
