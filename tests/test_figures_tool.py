@@ -164,6 +164,21 @@ def test_a_first_use_record_must_show_its_corpus_built(results):
     _store("default-run", CACHED)
 
 
+def test_check_names_a_first_use_record_that_did_not_build_its_corpus_and_quotes_no_zero(results):
+    """--check says so of a first-use record whose corpus came from the cache, and a figure
+    that needs the build's times refuses to render rather than quote 0 s; from a record of a
+    real build it quotes the logged times."""
+    stderr = results / "default-run-first" / "stderr.txt"
+    stderr.write_text(CACHED)
+    found = figures.problems()
+    assert any(line.startswith("docs/results/default-run-first records first use, but its command did not build "
+                               "the corpus") for line in found), found
+    assert any("figures:data-prepare cannot be rendered" in line and "training the BPE" in line for line in found)
+    stderr.write_text(BUILT)
+    assert "took 284.7 s, 34.8 s of it training the BPE" in " ".join(figures.render("data-prepare").split())
+    assert not any("records first use" in line for line in figures.problems())
+
+
 def test_a_first_use_command_runs_with_empty_corpus_and_compilation_caches(results, monkeypatch):
     """The recorder gives the command a HOME of its own, empty when the command starts and
     removed after, and no cache variable that would lead it to a warm cache."""
