@@ -541,6 +541,9 @@ SHELL = {
         "with --dry-run (slow tier)",
     "python benchmarks/accelerator_check.py --out DIR --parts step --cases m5-32x1024-t0,1b-8x1024-t0":
         "not run here: it is for a GPU; tests/test_accelerator_check.py lists and refuses case names in-process",
+    "python tools/docs_figures.py --reproduce paper-mini --runs runs/LOIRE/seed1,runs/GPT_L/seed1":
+        "not run here: minutes (two of paper-mini's runs); tests/test_figures_tool.py plans named runs as the suite "
+        "did, reruns them with training replaced, and names one that parts from the record",
     "python tools/docs_figures.py --reproduce default-run":
         "not run here: minutes (the whole default run); test_the_recorded_report_is_what_the_report_code_computes_"
         "from_the_recorded_metrics recomputes its report",

@@ -303,6 +303,6 @@ def test_fresh_on_a_new_workdir_that_the_run_has_just_locked(tmp_path):
     lock = rundir.WorkdirLock(tmp_path / "new", break_lock=False)
     (tmp_path / "new").mkdir()
     lock.acquire()
-    rundir.fresh(tmp_path / "new")
+    rundir.fresh(tmp_path / "new", own=lock)  # its own lock does not hold --fresh back
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == [rundir.LOCK]
     lock.release()

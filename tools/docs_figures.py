@@ -5,11 +5,17 @@
     python tools/docs_figures.py --record NAME      # rerun NAME's command here and record it anew
     python tools/docs_figures.py --reproduce NAME   # rerun it in a temporary workdir and compare its
                                                     # deterministic figures with the record (nothing written)
+    python tools/docs_figures.py --reproduce paper-mini --runs runs/LOIRE/seed1,runs/GPT_L/seed2
+                                                    # a suite record's spot check: only the named runs
 
 A record is a folder ``docs/results/NAME/``: ``record.json`` (the command as typed, the
 commit and version that ran it, the machine, the wall time, the exit code), the command's
 ``stdout.txt`` and ``stderr.txt`` (progress-bar redraws collapsed to what a terminal shows
 last) and the run's own files (``config.json``, ``metrics.jsonl``, ``report/report.json``).
+Its marker ``.loire_record`` lists the files the tool wrote: ``--record`` replaces those and
+refuses, before running anything, a folder holding any other (figures_folder.py says why).
+A missing or damaged record file is one line naming it (exit 2), and ``--reproduce`` reads
+the record before it runs anything.
 
 A benchmark's figures come from its ``--json`` file in ``benchmarks/results/`` instead (``bench:NAME``).
 ``--measure NAME`` prints a small measurement (Hugging Face import, XLA's FLOPs, float64 growth)
@@ -31,6 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from loire_jax.errors import LoireError
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))  # the files that may hold figure markers
 MARKER = re.compile(r"<!-- figures:([\w-]+) -->(.*?)<!-- /figures -->", re.S)
@@ -48,7 +56,9 @@ def _script(name: str):
 
 # Its pieces, by what each owns, in the order they import each other:
 text = _script("figures_text")  # how a figure reads: durations, numbers, the command and machine, wrapped prose
+folder = _script("figures_folder")  # a record's folder: its marker and the files the tool wrote, reading them
 records = _script("figures_records")  # the recorded commands: recording, reading and reproducing one
+spot = _script("figures_spot")  # --reproduce NAME --runs: a few runs of a suite record rerun
 measures = _script("figures_measures")  # --measure NAME: the Hugging Face import, XLA's FLOPs, growth in float64
 runs = _script("figures_runs")  # single runs: the default run, the growth demo, LOIRE-GPT2, LOIRE-Bert, the corpus
 suites = _script("figures_suites")  # comparison suites: paper-mini's verdicts, systems and Table 5
@@ -111,11 +121,21 @@ def problems() -> list[str]:
             if name not in FIGURES:
                 out.append(f"{doc.relative_to(ROOT)}: figures:{name} is no figure this script renders "
                            f"({', '.join(FIGURES)})")
-            elif text != render(name):
+                continue
+            try:
+                rendered = render(name)
+            except ValueError as err:  # a record that cannot give the figure; a damaged one stops the check
+                if isinstance(err, LoireError):
+                    raise
+                out.append(f"{doc.relative_to(ROOT)}: figures:{name} cannot be rendered: {err}")
+                continue
+            if text != rendered:
                 out.append(f"{doc.relative_to(ROOT)}: figures:{name} differs from its record; "
                            "python tools/docs_figures.py --write renders it")
     out += [f"figures:{name} is quoted nowhere in {', '.join(str(d.relative_to(ROOT)) for d in DOCS)}"
             for name in FIGURES if name not in seen]
+    out += [f"docs/results/{problem}" for name, spec in RECORDINGS.items() if spec.corpus
+            for problem in records.corpus_problems(name, load(name)["stderr"])]
     first, warm = load("default-run-first"), load("default-run")
     a, b = records.run_figures(first["report"], first["stdout"]), records.run_figures(warm["report"], warm["stdout"])
     out += [f"the two recorded default runs differ in {key}: {a[key]} vs {b[key]}" for key in a if a[key] != b[key]]
@@ -147,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--reproduce", choices=sorted(RECORDINGS),
                        help="rerun a recorded command and compare its deterministic figures with the record")
     group.add_argument("--measure", choices=sorted(measures.MEASURES), help="print a measurement a record runs")
+    parser.add_argument("--runs", type=spot.run_names, default=None, metavar="RUN,...",
+                        help="with --reproduce of a suite record: rerun only these runs (names as in its runs.json)")
     args = parser.parse_args(argv)
+    if args.runs is not None and not args.reproduce:
+        parser.error("--runs goes with --reproduce NAME of a suite record; it picks that record's runs")
     if args.measure:
         measures.MEASURES[args.measure]()
         return 0
@@ -156,15 +180,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"recorded: {records.record(args.record)}")
             return 0
         if args.reproduce:
-            diffs = records.reproduce(args.reproduce)
+            if args.runs is not None:
+                diffs = spot.reproduce_runs(args.reproduce, args.runs)
+            else:
+                diffs = records.reproduce(args.reproduce)
             for line in diffs:
                 print(f"differs: {line}", file=sys.stderr)
-            print("reproduced: the deterministic figures equal the record's" if not diffs else "", end="")
+            same = "every step of the named runs equals the record's" if args.runs else \
+                "the deterministic figures equal the record's"
+            if not diffs:
+                print(f"reproduced: {same}")
             return 1 if diffs else 0
         if args.write:
             changed = write()
             print(f"rewrote figures in {', '.join(changed)}" if changed else "every figure was current")
         found = problems()
+    except LoireError as err:  # a record missing, damaged or not replaceable (folder.RecordError), a suite that
+        # no longer loads: one line, the user's to fix
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

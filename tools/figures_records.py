@@ -3,8 +3,12 @@
 (``load``), and what a rerun must reproduce exactly (``run_figures``, ``reproduce``).
 
 A record is a folder ``docs/results/NAME/`` (docs_figures.py's docstring says what it
-holds); a benchmark's figures come from its ``--json`` file in ``benchmarks/results/``
-(``bench:NAME``). Loaded from its file by docs_figures.py (tools is no package).
+holds; figures_folder.py how it is replaced and read); a benchmark's figures come from its
+``--json`` file in ``benchmarks/results/`` (``bench:NAME``). A record that claims the state of
+the corpus cache (``Recording.corpus``: first use built it, or it was prepared) is refused
+unless its command's log says so (``corpus_problems``), and a first-use record's command runs
+with an empty corpus and compilation cache of its own (``first_use_env``). Loaded from its file
+by docs_figures.py (tools is no package).
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ import os
 import platform
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from figures_folder import RecordError, check_replaceable, new_folder, put, read_json, read_text, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -37,15 +44,19 @@ class Recording:
     about: str = ""
     workdir: str | None = None  # a fixed workdir (relative to the repository root) instead of a fresh temporary one
     suite: bool = False  # a comparison suite: its runs' per-step digests go into runs.json (``suite_runs``)
+    # what the record claims of the corpus cache: "built" (first use: the command prepared the corpus, and is
+    # run with empty caches), "cached" (the corpus was prepared before), None (nothing)
+    corpus: str | None = None
 
 
 _RUN_FILES = ("config.json", "metrics.jsonl", "report/report.json")
 RECORDINGS = {
     "default-run-first": Recording(("python", "launch/train.py", "--mesh", "8", "--workdir", "{workdir}"), _RUN_FILES,
                                    "the default run on a fresh checkout: it prepares the corpus and compiles into an "
-                                   "empty compilation cache"),
+                                   "empty compilation cache", corpus="built"),
     "default-run": Recording(("python", "launch/train.py", "--mesh", "8", "--workdir", "{workdir}"), _RUN_FILES,
-                             "the default run again, into a new workdir: corpus prepared, compilation cache warm"),
+                             "the default run again, into a new workdir: corpus prepared, compilation cache warm",
+                             corpus="cached"),
     "grow-demo": Recording(("python", "launch/grow_demo.py", "--mesh", "8"), (), "the growth demo"),
     # LOIRE-GPT2 as docs/results.md types it: the second run starts from the first's runs/tiny_gpt2_general/stage_1
     "gpt2-plm": Recording(("python", "launch/train.py", "--config", "configs/tiny_gpt2_general.yaml", "--mesh", "8"),
@@ -61,7 +72,8 @@ RECORDINGS = {
                             "its downstream part, into an empty workdir and compilation cache (about two hours on "
                             "2 cores)", suite=True),
     "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
-                              "the default corpus's second prepare: verify the cache, print the table"),
+                              "the default corpus's second prepare: verify the cache, print the table",
+                              corpus="cached"),
     "bench-data": Recording(("python", "benchmarks/bench_data.py"), (), "the data pipeline's tokens/s"),
     "bench-compile": Recording(("python", "benchmarks/bench_compile.py"), (),
                                "GPT_L against LOIRE at the default run's shapes: compile time cache off, into an "
@@ -122,24 +134,70 @@ def tree_changes() -> str:
     return "\n".join(line for line in status.splitlines() if not line.split(None, 1)[-1].startswith("docs/results/"))
 
 
+# what prepare logs (loire_jax.data.prepare) when it builds the corpus, and when it is done
+_PREPARED = re.compile(r"\[loire_jax\.data\] ready in ([\d.]+)s")
+_BUILT = {"a domain written": re.compile(r"written as ArrayRecord in [\d.]+s"),
+          "the BPE trained": re.compile(r"BPE trained in [\d.]+s")}
+
+
+def corpus_problems(name: str, stderr: str) -> list[str]:
+    """Why NAME's record may not claim what ``Recording.corpus`` says of the corpus cache, from
+    its command's stderr (none: it may). A first-use record whose corpus came from the cache
+    ("ready in 0.1s") would quote a cache check as the corpus's preparation."""
+    want = RECORDINGS[name].corpus
+    if want is None:
+        return []
+    ready = _PREPARED.search(stderr)
+    if ready is None:
+        return [f"{name}: its stderr holds no '[loire_jax.data] ready in' line, so it cannot show the corpus "
+                f"{'built' if want == 'built' else 'prepared before'}, as the record claims"]
+    missing = [what for what, pattern in _BUILT.items() if not pattern.search(stderr)]
+    if want == "built" and missing:
+        return [f"{name} records first use, but its command did not build the corpus (no line of "
+                f"{' or '.join(missing)}; ready in {ready.group(1)} s from the cache); record it with "
+                f"python tools/docs_figures.py --record {name}, which gives the command an empty corpus cache"]
+    if want == "cached" and len(missing) < len(_BUILT):
+        return [f"{name} records a run with the corpus prepared, but its command built it (ready in "
+                f"{ready.group(1)} s); prepare it first (python -m loire_jax.data prepare), then record {name}"]
+    return []
+
+
+def first_use_env(home: Path) -> dict[str, str]:
+    """The environment of a first-use command: the user's, but with ``home`` (new, empty) as
+    HOME and no cache variables, so the corpus (``~/.cache/loire_jax``) and the compilation
+    cache (``~/.cache/loire_jax/xla``) start empty. The user's own packages and matplotlib's
+    font cache stay where they are: first use of loire_jax, not of the machine."""
+    env = dict(os.environ)
+    real_cache = env.pop("XDG_CACHE_HOME", None) or os.path.expanduser("~/.cache")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.setdefault("MPLCONFIGDIR", os.path.join(real_cache, "matplotlib"))
+    env.setdefault("PYTHONUSERBASE", site.getuserbase())
+    env["HOME"] = str(home)
+    return env
+
+
 def store(name: str, command: list[str], workdir: Path | None, stdout: str, stderr: str, *, wall_s: float,
           exit_code: int, started: str, machine_text: str, load_text: str, dirty: str | None = None) -> Path:
-    """Write the record ``docs/results/NAME`` of one finished command (replacing an old one).
-    ``dirty``: ``tree_changes()`` read when the command started."""
+    """Write the record ``docs/results/NAME`` of one finished command, replacing an old one
+    (only the files the tool wrote there: figures_folder.put). ``dirty``: ``tree_changes()``
+    read when the command started. Refused, nothing written, if the command's log contradicts
+    what the record claims (``corpus_problems``); if the folder holds another hand's files,
+    the new record is kept beside it and named (``put``), since its command may have run for hours."""
     from importlib.metadata import version
 
     out = RESULTS / name
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / "stdout.txt").write_text(terminal_text(stdout))
-    (out / "stderr.txt").write_text(terminal_text(stderr))
+    stdout, stderr = terminal_text(stdout), terminal_text(stderr)
+    if problems := corpus_problems(name, stderr):
+        raise RecordError(problems[0])
+    tmp = new_folder(out)
+    (tmp / "stdout.txt").write_text(stdout)
+    (tmp / "stderr.txt").write_text(stderr)
     for rel in RECORDINGS[name].keep:
         src = workdir / rel
         if src.exists():
-            shutil.copyfile(src, out / Path(rel).name)
+            shutil.copyfile(src, tmp / Path(rel).name)
     if RECORDINGS[name].suite:
-        (out / "runs.json").write_text(json.dumps(suite_runs(workdir), indent=1) + "\n")
+        (tmp / "runs.json").write_text(json.dumps(suite_runs(workdir), indent=1) + "\n")
     dirty = tree_changes() if dirty is None else dirty
     record = {
         "name": name, "about": RECORDINGS[name].about, "command": " ".join(command), "cwd": "the repository root",
@@ -147,53 +205,70 @@ def store(name: str, command: list[str], workdir: Path | None, stdout: str, stde
         "version": version("loire_jax"), "jax": version("jax"), "python": platform.python_version(),
         "machine": machine_text, "load_average": load_text, "started": started, "wall_s": round(wall_s, 1), "exit_code": exit_code,
     }
-    (out / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+    (tmp / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+    put(tmp, out, name)
     return out
 
 
 def record(name: str, workdir: Path | None = None) -> Path:
-    """Run NAME's command as a user types it (``python`` is this interpreter) and store it."""
+    """Run NAME's command as a user types it (``python`` is this interpreter) and store it. The
+    record folder is checked before the command runs; a first-use record's command gets an
+    empty corpus and compilation cache (``first_use_env``), removed after."""
     spec = RECORDINGS[name]
+    check_replaceable(RESULTS / name, name)
     if spec.workdir is not None:
         workdir = ROOT / spec.workdir
         if workdir.exists():  # it would resume, not run: a record must come from a whole run
-            raise SystemExit(f"error: {workdir} exists; move it away to record {name}")
-    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
-    command = [part.format(workdir=workdir, cache=workdir.with_name("xla")) for part in spec.command]
-    started, load, dirty = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load(), tree_changes()
-    t = time.perf_counter()
-    done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)  # bytes: keep the \r
-    wall = time.perf_counter() - t
+            raise RecordError(f"{workdir} exists; move it away to record {name} (a run there would resume)")
+    if workdir is None and "{workdir}" in spec.command:  # a fresh one; a command without a workdir gets none
+        workdir = Path(tempfile.mkdtemp(prefix=f"loire-{name}-")) / "run"
+    command = [part.format(workdir=workdir, cache=workdir and workdir.with_name("xla")) for part in spec.command]
+    home = Path(tempfile.mkdtemp(prefix=f"loire-{name}-home-")) if spec.corpus == "built" else None
+    try:
+        env = first_use_env(home) if home else None
+        started, load, dirty = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load(), tree_changes()
+        t = time.perf_counter()
+        done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True, env=env)  # bytes: keep \r
+        wall = time.perf_counter() - t
+    finally:
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)  # made above: the first use's corpus and compilation cache
     stdout, stderr = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
     load_text = f"{load:.1f} at the start, {_load():.1f} at the end"
     if done.returncode != 0:
-        raise SystemExit(f"error: {' '.join(command)} exited {done.returncode}: {stderr.strip()[-500:]}")
+        tail = " ".join(stderr.strip()[-500:].split())
+        raise RecordError(f"{' '.join(command)} exited {done.returncode}: {tail}")
     return store(name, command, workdir, stdout, stderr, wall_s=wall, exit_code=done.returncode,
                  started=started, machine_text=machine(), load_text=load_text, dirty=dirty)
 
 
 def load(name: str) -> dict[str, Any]:
     """A record's files: ``record`` (record.json), ``stdout``, ``stderr`` and, for a run, ``report``
-    (the run's summary from report.json). ``bench:NAME``: ``rows``, benchmarks/results/NAME.json."""
+    (the run's summary from report.json). ``bench:NAME``: ``rows``, benchmarks/results/NAME.json.
+    A missing, unreadable or damaged file is a ``RecordError`` naming it."""
     if name.startswith("bench:"):
         path = BENCH / f"{name[len('bench:'):]}.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist; bench_step.py --json writes it")
-        return {"rows": json.loads(path.read_text()), "path": f"benchmarks/results/{path.name}"}
+        return {"rows": read_json(path, "bench_step.py --json writes it"), "path": f"benchmarks/results/{path.name}"}
     folder = RESULTS / name
     if not (folder / "record.json").exists():
-        raise FileNotFoundError(f"{folder} holds no record.json; make it with: python tools/docs_figures.py "
-                                f"--record {name}")
-    got: dict[str, Any] = {"record": json.loads((folder / "record.json").read_text()),
-                           "stdout": (folder / "stdout.txt").read_text(), "stderr": (folder / "stderr.txt").read_text()}
+        raise RecordError(f"{shown(folder)} holds no record.json; make it with: python tools/docs_figures.py "
+                          f"--record {name}")
+    got: dict[str, Any] = {"record": read_json(folder / "record.json"), "stdout": read_text(folder / "stdout.txt"),
+                           "stderr": read_text(folder / "stderr.txt")}
+    if not isinstance(got["record"], dict):
+        raise RecordError(f"{shown(folder / 'record.json')} is damaged, not a JSON object; restore it "
+                          f"(git checkout -- {shown(folder / 'record.json')}) or record it anew")
     if (folder / "side_stdout.txt").exists():  # a process that ran some of a suite's runs beside it (record.json's "beside")
-        got["side_stdout"] = (folder / "side_stdout.txt").read_text()
+        got["side_stdout"] = read_text(folder / "side_stdout.txt")
     if (folder / "report.json").exists():
-        report = json.loads((folder / "report.json").read_text())
-        if "verdicts" in report:  # a comparison suite's report: every system's runs and the verdicts
+        report = read_json(folder / "report.json")
+        if isinstance(report, dict) and "verdicts" in report:  # a comparison suite's report: every system and verdict
             got["suite"] = report
-        else:
+        elif isinstance(report, dict) and isinstance(report.get("runs"), list) and len(report["runs"]) == 1:
             (got["report"],) = report["runs"]
+        else:
+            raise RecordError(f"{shown(folder / 'report.json')} is damaged: neither a suite's report nor one run's; "
+                              f"restore it (git checkout -- {shown(folder / 'report.json')}) or record it anew")
     return got
 
 
@@ -271,27 +346,33 @@ _WHOLE_STDOUT = ("data-prepare", "hf-import", "flops-xla", "growth-f64")
 
 def reproduce(name: str) -> list[str]:
     """Rerun NAME's command in a temporary workdir and compare its deterministic figures with the
-    record's; returns the differences (the record is left as it is)."""
+    record's; returns the differences (the record is left as it is). The record is read first:
+    a missing or damaged one, or one with nothing deterministic to compare, is refused before
+    the command runs."""
     spec = RECORDINGS[name]
+    saved = load(name)
+    want_runs = read_json(RESULTS / name / "runs.json") if spec.suite else None
+    if not spec.keep and name != "grow-demo" and name not in _WHOLE_STDOUT:
+        raise RecordError(f"{name} records timings only; nothing deterministic to compare, so nothing is rerun")
+    if spec.keep and not spec.suite and "report" not in saved:
+        raise RecordError(f"{shown(RESULTS / name)} holds no report.json to compare a rerun with; restore it "
+                          f"(git checkout -- {shown(RESULTS / name)}) or record it anew")
     with tempfile.TemporaryDirectory(prefix=f"loire-{name}-") as tmp:
         workdir = Path(tmp) / "run" if spec.workdir is None else ROOT / spec.workdir
         if spec.workdir is not None and workdir.exists():
-            return [f"{workdir} exists; move it away to rerun {name} (a rerun there would resume, not run)"]
+            raise RecordError(f"{workdir} exists; move it away to rerun {name} (a rerun there would resume, not run)")
         command = [part.format(workdir=workdir, cache=Path(tmp) / "xla") for part in spec.command]
         done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True)
         if done.returncode != 0:
             return [f"{' '.join(command)} exited {done.returncode}: {done.stderr.decode(errors='replace')[-500:]}"]
-        stdout, saved = terminal_text(done.stdout.decode(errors="replace")), load(name)
+        stdout = terminal_text(done.stdout.decode(errors="replace"))
         if name == "grow-demo":
             got, want = demo_rows(stdout), demo_rows(saved["stdout"])
             return [] if got == want else [f"growth demo rows {got} != recorded {want}"]
         if name in _WHOLE_STDOUT:  # deterministic output on the same platform: all of it
             return [] if stdout == saved["stdout"] else [f"output {stdout!r} != recorded {saved['stdout']!r}"]
         if spec.suite:
-            return suite_differences(suite_runs(workdir), json.loads((RESULTS / name / "runs.json").read_text()))
-        if not spec.keep:
-            return [f"{name} records timings only; nothing deterministic to compare"]
+            return suite_differences(suite_runs(workdir), want_runs)
         (report,) = json.loads((workdir / "report" / "report.json").read_text())["runs"]
     got, want = run_figures(report, stdout), run_figures(saved["report"], saved["stdout"])
     return [f"{key}: {got[key]} != recorded {want[key]}" for key in want if got[key] != want[key]]
-

@@ -16,19 +16,28 @@ from figures_text import Got, cmd, duration, num, on, prose
 from loire_jax.analysis.tables import markdown_table
 
 
-def _prep_seconds(stderr: str) -> float | None:
-    found = re.search(r"\[loire_jax\.data\] ready in ([\d.]+)s", stderr)
-    return float(found.group(1)) if found else None
+def _logged_seconds(rec: dict[str, Any], pattern: str, what: str) -> float:
+    """Seconds a record's stderr gives for ``what`` (``pattern``'s group); a record without
+    the line is refused, never quoted as 0."""
+    found = re.search(pattern, rec["stderr"])
+    if found is None:
+        raise ValueError(f"docs/results/{rec['record']['name']}/stderr.txt does not say how long {what} took; "
+                         f"record it anew: python tools/docs_figures.py --record {rec['record']['name']}")
+    return float(found.group(1))
+
+
+def _prep_seconds(rec: dict[str, Any]) -> float:
+    return _logged_seconds(rec, r"\[loire_jax\.data\] ready in ([\d.]+)s", "preparing the corpus")
 
 
 def fig_default_run_log(got: Got) -> str:
     first, warm = got("default-run-first"), got("default-run")
-    prep = _prep_seconds(first["stderr"])
+    prep = _prep_seconds(first)
     lines = ppl_lines(warm["stdout"])
     shown = [*lines[1:5], "  ...", lines[-1]]
     return prose(
         f"Measured once each, {on(first)}: in a fresh checkout, {cmd(first)} took "
-        f"**{duration(first['record']['wall_s'])}** wall, {duration(prep or 0)} of it preparing the corpus, and "
+        f"**{duration(first['record']['wall_s'])}** wall, {duration(prep)} of it preparing the corpus, and "
         f"compiled into an empty compilation cache. Into a new workdir, with both warm, {cmd(warm)} took "
         f"**{duration(warm['record']['wall_s'])}** (load average {warm['record']['load_average']}). Records: `docs/results/default-run-first`, "
         "`docs/results/default-run`. The function-preservation check reads straight off the log:"
@@ -118,13 +127,13 @@ def fig_gpt2(got: Got) -> str:
 
 def fig_data_prepare(got: Got) -> str:
     first, again = got("default-run-first"), got("data-prepare")
-    ready = _prep_seconds(first["stderr"])
-    bpe = re.search(r"BPE trained in ([\d.]+)s", first["stderr"])
+    ready = _prep_seconds(first)
+    bpe = _logged_seconds(first, r"BPE trained in ([\d.]+)s", "training the BPE")
     table = [line for line in again["stdout"].splitlines() if not line.startswith(("summary written", "tokenizer:"))]
     return prose(
         "Measured on this 2-core machine: the first build (all five domains and the BPE), inside the default "
         f"run's first use (`docs/results/default-run-first`), took {ready:.1f} s, "
-        f"{float(bpe.group(1)) if bpe else 0:.1f} s of it training the BPE; a second {cmd(again)} "
+        f"{bpe:.1f} s of it training the BPE; a second {cmd(again)} "
         f"verified the cache in {again['record']['wall_s']:.1f} s wall ({on(again)}, "
         "`docs/results/data-prepare`). Its table:"
     ) + "\n```\n" + "\n".join(table) + "\n```\n"

@@ -32,7 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage", type=int, default=None, help="the stage to export (1-based; default: the last "
                                                                "stage with a checkpoint)")
     args = parser.parse_args(argv)
+    from loire_jax.store.locks import reading
 
+    # a reader's lock on the run while it is read: loire-train --fresh cannot delete it meanwhile
+    with reading([Path(args.workdir).expanduser()], doing=f"exporting to {Path(args.out).expanduser()}"):
+        return _export(args)
+
+
+def _export(args) -> int:
+    """Check OUT and the run, read the stage's checkpoint, write the Hugging Face folder."""
     import jax
     from absl import logging as absl_logging
 

@@ -144,9 +144,11 @@ def _report(run_dir: Path, results: list[Any], say: Callable[..., None]) -> None
     from loire_jax.analysis.downstream import clears
     from loire_jax.analysis.reports import ReportError, write_report
     from loire_jax.store.checkpoints import stage_digest
+    from loire_jax.store.locks import reading
 
     try:
-        say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
+        with reading([run_dir], doing="writing the run's report after fine-tuning"):
+            say(f"report: {write_report([run_dir], checkpoint_digest=stage_digest) / 'report.md'}")
     except (ReportError, OSError) as err:  # the fine-tuning is done and saved: say so, exit 0
         say(f"warning: the run's report was not rewritten ({first_line(err)})", file=sys.stderr)
     for result in results:

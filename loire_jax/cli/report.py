@@ -26,9 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
     from loire_jax.analysis.reports import PLOTS, write_report
+    from loire_jax.store.locks import reading
 
     # a workdir that is none: ReportError; another run's checkpoint in it: CheckpointError; an unwritable --out: OSError
-    out = write_report(args.workdirs, args.out, check=_check_stages, checkpoint_digest=_stage_digest)
+    with reading(args.workdirs, doing="writing a report"):  # no --fresh deletes a run while it is read
+        out = write_report(args.workdirs, args.out, check=_check_stages, checkpoint_digest=_stage_digest)
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
 

@@ -351,7 +351,7 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
     writer = jax.process_index() == 0
     try:
         with signals, peers.PeerWatch() if several else contextlib.nullcontext(), \
-                provenance.job_lock(root, writer, log):
+                provenance.job_lock(root, writer, log, doing=f"fine-tuning {cfg.job_name} on stage {sm.stage}"):
             # under the lock: an earlier job is reused or resumed only while what made it still holds
             reuse = {seed: provenance.check_job(root / f"seed{seed}", dataclasses.replace(cfg, seed=seed), made_of,
                                                 log, writer=writer) for seed in seeds}

@@ -15,9 +15,10 @@ job resumed, only while all three still match (``check_job``):
   job runs anew: a resume never mixes two models or two versions of the data;
 - a damaged ``results.json``: refused in one line naming the file.
 
-One writer per job: ``job_lock`` holds ``finetune/<job>/stage<k>/.lock`` (the workdir
-lock of ``store.workdir``) for the whole call, and the checks run under it, so two
-concurrent calls never both pass them.
+One writer per job: ``job_lock`` holds ``finetune/<job>/stage<k>/.lock`` (the lock of
+``store.locks``) for the whole call, and the checks run under it, so two concurrent calls
+never both pass them; it also keeps ``loire-train --fresh`` from moving the job's folder
+aside while the job writes into it.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def check_job(directory: Path, cfg: FinetuneConfig, want: Mapping[str, Any], log
     file are refused (``FinetuneError``)."""
     from loire_jax.store import checkpoints
     from loire_jax.store.checkpoint_steps import latest_complete_step
-    from loire_jax.store.workdir import set_aside
+    from loire_jax.store.workdir import set_aside  # refused while a process holds a lock in the folder
 
     if (directory / RESULTS).is_file():
         saved, since = read_results(directory / RESULTS), "it was scored"
@@ -165,17 +166,21 @@ def check_job(directory: Path, cfg: FinetuneConfig, want: Mapping[str, Any], log
 
 # ----------------------------------------------------------------------------- one writer
 @contextlib.contextmanager
-def job_lock(root: Path, writer: bool, log: Callable[[str], None]) -> Iterator[None]:
+def job_lock(root: Path, writer: bool, log: Callable[[str], None], doing: str | None = None) -> Iterator[None]:
     """Hold ``root/.lock`` (``root``: ``finetune/<job>/stage<k>``) while the job checks, runs
     and writes; a second call on the same job, in any process on any host, is refused in
-    one line naming the holder. Only the writer (process 0) takes it."""
+    one line naming the holder, and so is ``loire-train --fresh`` on the run, which would
+    move the job's folder from under it (``store.locks``). The lock records ``doing`` for
+    such a refusal. Only the writer (process 0) takes it."""
     if not writer:
         yield
         return
-    from loire_jax.store.workdir import LOCK, WorkdirLock
+    from loire_jax.store.locks import LOCK, WorkdirLock
 
-    paths.as_path(root).mkdir(parents=True, exist_ok=True)
-    lock = WorkdirLock(root, what=f"fine-tuning job {root}", unlock=f"delete {root / LOCK}")
+    root = paths.as_path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    lock = WorkdirLock(root, what=f"fine-tuning job {root}", unlock=f"delete {root / LOCK}",
+                       doing=doing or f"fine-tuning {root.parent.name} on {root.name}")
     note = lock.acquire()
     if note:
         log(f"  {note}")

@@ -12,13 +12,12 @@ checkpoints, is left in place: a mistyped ``--workdir ~/thesis`` must not delete
 What other commands derived from the old checkpoints (``finetune/``) is moved aside, never
 deleted.
 
-The lock file holds the pid and host of the run using the directory and a lease it renews
-while it runs; a second run is refused. A lock is taken over with a message when its
-holder died on this host, or when its lease ran out (a preempted VM never releases its
-lock, and no other host can check its pid). The workdir may be a local path or any
-``etils.epath`` URI (``gs://``): every operation goes through :mod:`loire_jax.paths`, and the
-lock is created with :func:`paths.create_exclusive` (O_EXCL locally, Cloud Storage's
-create-if-absent precondition on ``gs://``).
+One run at a time: the workdir's lock (:mod:`loire_jax.store.locks`, whose names this module
+re-exports). Whatever moves or deletes a run's outputs (``--fresh``, a fine-tuning job set
+aside) is refused, naming the holder, while a live process holds a lock below what it would
+move (a fine-tuning job's, an export's, a report's: :func:`locks.refuse_if_held`). The
+workdir may be a local path or any ``etils.epath`` URI (``gs://``): every operation goes
+through :mod:`loire_jax.paths`.
 """
 
 from __future__ import annotations
@@ -29,22 +28,32 @@ import os
 import pathlib
 import re
 import socket
-import threading
 import time
-import uuid
 from typing import NamedTuple
 
 from loire_jax import outputs, paths
-from loire_jax.errors import LoireError
 from loire_jax.paths import Path
+from loire_jax.store.locks import (  # noqa: F401  (re-exported: the workdir's lock is used by this name)
+    JOB_VARIABLES,
+    LEASE_S,
+    LOCK,
+    SHARED_LOCK,
+    LockHolder,
+    WorkdirError,
+    WorkdirLock,
+    held_locks,
+    is_lock,
+    reading,
+    refuse_if_held,
+    scheduler_job,
+)
 
 MARKER = outputs.RUN
-LOCK = ".lock"
-LEASE_S = 600.0  # a lock not renewed for this long is stale: its holder is gone
 # The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py,
 # the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
 RUN_ENTRIES = re.compile(r"stage_\d+(_ligo)?|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
-                         r"|diverged\.json|init_from\.json|\.slurm")  # .slurm: launch/slurm.sbatch's exit codes
+                         r"|diverged\.json|init_from\.json|\.slurm"  # .slurm: launch/slurm.sbatch's exit codes
+                         r"|\.lock-[0-9a-f]{32}")  # a reader's lock left by a process that died (live ones refuse)
 # What other commands derive from a run's checkpoints (loire-finetune's results): --fresh
 # retrains those checkpoints, so it moves these aside as ``<name>.stale-<n>``, where they
 # can no longer pass for the new model's results; it never deletes them.
@@ -52,10 +61,6 @@ DERIVED = ("finetune",)
 # A killed ``paths.write_atomic`` leaves ``.<name>.<random>.tmp`` next to the file it wrote.
 _RUN_TEMPORARY = re.compile(r"\.(config\.json|init_from\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)"
                             r"\..+\.tmp")
-
-
-class WorkdirError(LoireError):
-    """The workdir cannot be used as asked; the message says why and what to do."""
 
 
 def default_workdir(name: str) -> str:
@@ -218,9 +223,12 @@ class Emptied(NamedTuple):
     moved: list[tuple[str, str]]
 
 
-def set_aside(path: Path, label: str = "stale") -> Path:
+def set_aside(path: Path, label: str = "stale", *, action: str | None = None) -> Path:
     """Rename ``path`` to the first free ``<name>.<label>-<n>`` beside it, and return that:
-    results that no longer hold are kept for the user, out of every reader's way."""
+    results that no longer hold are kept for the user, out of every reader's way. Refused
+    (:func:`refuse_if_held`) while a live process holds a lock below ``path``: it would go on
+    writing into the folder under its old name. ``action`` names the move in that refusal."""
+    refuse_if_held(path, action or f"moving {path} aside")
     n = 1
     while (target := path.with_name(f"{path.name}.{label}-{n}")).exists():
         n += 1
@@ -228,12 +236,16 @@ def set_aside(path: Path, label: str = "stale") -> Path:
     return target
 
 
-def fresh(workdir: Path) -> Emptied:
+def fresh(workdir: Path, own: WorkdirLock | None = None) -> Emptied:
     """Delete what runs wrote in a loire_jax run directory, for ``--fresh``; refuse any other
     directory. Only :data:`RUN_ENTRIES` are deleted: whatever else is there was not written
     by a run and stays. The results derived from the old checkpoints (:data:`DERIVED`) are
     moved aside, never deleted, nor left to pass for the new model's. Returns what was kept
     and moved, for the caller to say so.
+
+    Nothing is deleted or moved while another live process holds a lock anywhere below the
+    workdir (a fine-tuning job, an export, a report: :func:`refuse_if_held`); ``own`` is the
+    caller's lock on the workdir, which does not count.
 
     Call only after the new config and the environment have been validated: a run that
     then fails must not have destroyed the old one for nothing.
@@ -242,13 +254,14 @@ def fresh(workdir: Path) -> Emptied:
     if not workdir.exists():
         return Emptied([], [])
     check_usable(workdir)  # a foreign directory is refused here, whatever it holds
+    refuse_if_held(workdir, "--fresh", own=own)
     kept: list[str] = []
     moved: list[tuple[str, str]] = []
     for child in sorted(workdir.iterdir(), key=lambda p: p.name):
         if child.name in (LOCK, MARKER):
             continue  # the lock is the caller's; the marker stays, so a cut-off --fresh can be rerun
         if child.name in DERIVED:
-            moved.append((child.name, set_aside(child).name))
+            moved.append((child.name, set_aside(child, action="--fresh").name))
             continue
         if not is_run_entry(child.name):
             kept.append(child.name)
@@ -260,121 +273,3 @@ def fresh(workdir: Path) -> Emptied:
         else:
             child.unlink()
     return Emptied(kept, moved)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-# A batch scheduler's id for the job, which stays the same when the job is requeued (on
-# another node, perhaps): SLURM, PBS/Torque, LSF, Grid Engine, Flux; LOIRE_JOB_ID for any other.
-JOB_VARIABLES = ("LOIRE_JOB_ID", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "FLUX_JOB_ID")
-
-
-def scheduler_job() -> str | None:
-    """``SLURM 1234``: the scheduler and id of the batch job this process runs in, or None."""
-    for name in JOB_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return f"{name.split('_')[0]} {value}"
-    return None
-
-
-class WorkdirLock:
-    """One run per workdir: a lock file created atomically, renewed, removed on release.
-
-    A lock whose holder is gone is taken over: at once if it was this host's process (its pid
-    is not running) or an earlier attempt of this batch job (the same scheduler job id: a
-    job requeued onto another node after a node loss must not wait out the lease); after
-    ``lease_s`` without renewal otherwise. Any other holder is refused in one line."""
-
-    def __init__(self, workdir: Path, break_lock: bool = False, *, lease_s: float = LEASE_S,
-                 what: str | None = None, unlock: str | None = None) -> None:
-        self.path, self.break_lock, self.lease_s, self.held = paths.as_path(workdir) / LOCK, break_lock, lease_s, False
-        # how a refusal names the directory and the way to free it (a fine-tuning job has no --break-lock)
-        self.what = what or f"workdir {self.path.parent}"
-        self.unlock = unlock or f"add --break-lock (or delete {self.path})"
-        self.token = uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
-
-    def _info(self) -> dict:
-        now = time.time()
-        return {"pid": os.getpid(), "host": socket.gethostname(), "job": scheduler_job(), "token": self.token,
-                "started": now, "renewed": now}
-
-    def acquire(self) -> str | None:
-        """Take the lock; returns a note if a stale or broken lock was taken over."""
-        note = None
-        host = socket.gethostname()
-        for _ in range(2):
-            info = self._info()
-            if paths.create_exclusive(self.path, json.dumps(info)):
-                self.held = True
-                self._start_renewing(info)
-                return note
-            holder = self._holder()
-            age = time.time() - float(holder.get("renewed", holder.get("started", time.time())))
-            job = scheduler_job()
-            if self.break_lock:
-                note = f"broke the lock of pid {holder.get('pid')} on {holder.get('host')} (--break-lock)"
-            elif job is not None and holder.get("job") == job:
-                note = (f"took over the lock of an earlier attempt of this job ({job}: pid {holder.get('pid')} on "
-                        f"{holder.get('host')}); a requeued job resumes its own run")
-            elif holder.get("host") == host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]):
-                note = f"took over the stale lock of pid {holder['pid']} (no longer running on this host)"
-            elif age > self.lease_s:
-                note = (f"took over the lock of pid {holder.get('pid')} on {holder.get('host')}: not renewed for "
-                        f"{age:.0f} s (lease {self.lease_s:.0f} s), so its run is gone")
-            else:
-                raise WorkdirError(
-                    f"{self.what} is in use by pid {holder.get('pid')} on host {holder.get('host')} "
-                    f"(lock renewed {max(age, 0):.0f} s ago); wait for it to finish, or if no run is using it, "
-                    f"{self.unlock}; a lock not renewed for {self.lease_s:.0f} s is taken over by itself")
-            self.path.unlink(missing_ok=True)
-        raise WorkdirError(f"could not take the lock {self.path}: another run took it at the same time")
-
-    def _holder(self) -> dict:
-        try:
-            data = json.loads(self.path.read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def _start_renewing(self, info: dict) -> None:
-        def renew() -> None:
-            while not self._stop.wait(self.lease_s / 4):
-                try:
-                    if self._holder().get("token") != self.token:
-                        return  # broken by another run: never overwrite its lock
-                    paths.write_atomic(self.path, json.dumps({**info, "renewed": time.time()}))
-                except OSError:
-                    pass  # a missed renewal is retried; the lease is four periods long
-
-        self._stop.clear()
-        self._renewer = threading.Thread(target=renew, name="loire-lock-lease", daemon=True)
-        self._renewer.start()
-
-    def verify(self) -> None:
-        """Refuse to go on writing if another run took the lock (``--break-lock``, or a lease
-        that ran out while this host was cut off): its checkpoints must not be overwritten."""
-        holder = self._holder()
-        if self.held and holder.get("token") != self.token:
-            raise WorkdirError(
-                f"the lock of workdir {self.path.parent} was taken over by pid {holder.get('pid')} on host "
-                f"{holder.get('host')}; this run stops without saving, so as not to overwrite that run's work")
-
-    def release(self) -> None:
-        if self.held:
-            self._stop.set()
-            if self._renewer is not None:
-                self._renewer.join(timeout=5)
-            if self._holder().get("token") == self.token:
-                self.path.unlink(missing_ok=True)
-            self.held = False

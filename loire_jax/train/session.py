@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -213,13 +214,14 @@ class RunSession:
             self.sync("workdir checked")  # every process looked before process 0 changes anything
             if first:
                 self.workdir.mkdir(parents=True, exist_ok=True)
-                self.lock = rundir.WorkdirLock(self.workdir, break_lock)
+                self.lock = rundir.WorkdirLock(self.workdir, break_lock, doing=f"training run {self.run_config.name!r}"
+                                               + (" (--fresh)" if fresh else ""))
                 note = self.lock.acquire()
                 if note:
                     self.say(f"workdir {self.workdir}: {note}")
             if fresh and first:
                 self.close()
-                kept, moved = rundir.fresh(self.workdir)
+                kept, moved = rundir.fresh(self.workdir, own=self.lock)  # refused under a live fine-tuning, export, report
                 if kept or moved:
                     parts = [f"moved {a}/ aside to {b}/ (results of the old model)" for a, b in moved]
                     if kept:
@@ -288,6 +290,7 @@ def _check_inputs(session: RunSession, programs: "Programs", fresh: bool) -> Non
     validate(run, dict(programs.mesh.shape), known_domains={d.name for d in run.data.domains})
     for cfg in programs.models:  # validate() has checked every stage model against the mesh
         programs.exec(cfg)  # an attention kernel this platform cannot run is refused here
+    _check_state_fits(programs)
     first_dir = stage_dir(session.workdir, stage_number(0))
     if run.stages[0].init_from and (fresh or latest_complete_step(first_dir) is None):  # configs only
         source = session.init_source(fresh)  # a hub id: downloaded (at the workdir's pinned commit)
@@ -302,6 +305,42 @@ def _check_inputs(session: RunSession, programs: "Programs", fresh: bool) -> Non
     from loire_jax.data import check_sources  # a missing local file or TFDS dataset: one line, before any workdir
 
     check_sources(run.data)
+
+
+def _check_state_fits(programs: "Programs") -> None:
+    """Refuse a mesh whose devices cannot hold a stage's training state (its parameters and
+    optimizer moments, and its teachers' parameters), as sharded on it: no step of that stage
+    could ever run there. Checked for every stage and every run, a finished one included (a
+    rerun with another ``--mesh`` must not pass for a run that mesh could have trained), before
+    any array exists: shapes and shardings only. A lower bound of what a step needs; the
+    compiled step's own check (``memory.check_fits``) adds its activations. Backends that
+    report no memory limit (CPU) are not checked."""
+    from loire_jax.analysis.memory import GIB, device_memory
+    from loire_jax.model.params import abstract_params
+    from loire_jax.parallel.sharding import param_shardings
+
+    available = device_memory(list(programs.mesh.devices.flat))
+    if available is None:
+        return
+    limit = available[0]
+
+    def per_device(tree: Any, shardings: Any = None) -> int:
+        leaves = jax.tree.leaves(tree)
+        placed = jax.tree.leaves(shardings) if shardings is not None else [x.sharding for x in leaves]
+        return sum(math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize for x, s in zip(leaves, placed))
+
+    def size(n: int) -> str:
+        return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.2f} MiB"
+
+    for index in range(len(programs.models)):
+        need = per_device(programs.abstract(index))
+        need += sum(per_device(abstract_params(t), param_shardings(t, programs.mesh))
+                    for t in programs.teacher_models(index))
+        if need > limit:
+            raise RunError(f"mesh {dict(programs.mesh.shape)} cannot run {stage_label(programs.run_config, index)}: "
+                           f"its parameters, optimizer state and teachers alone take {size(need)} per device, "
+                           f"more than the {size(limit)} a device holds; give a mesh of more devices (--mesh), "
+                           "or a smaller model")
 
 
 def _check_checkpoints(session: RunSession, programs: "Programs") -> None:

@@ -105,9 +105,11 @@ def _write_report(workdir: Path) -> Path:
     in one line; a failure is one ``ReportError`` line naming the command that retries it."""
     from loire_jax.analysis.reports import ReportError, write_report
     from loire_jax.store.checkpoints import stage_digest
+    from loire_jax.store.locks import reading
 
     try:
-        out = write_report([workdir], checkpoint_digest=stage_digest)
+        with reading([workdir], doing="writing the report of the run"):  # the run's own lock is released by now
+            out = write_report([workdir], checkpoint_digest=stage_digest)
     except (ReportError, ValueError, OSError) as err:
         raise ReportError(f"the run is complete, but its report failed: {err}; rerun it with "
                           f"loire-report {workdir}") from None
