@@ -43,8 +43,8 @@ from loire_jax.config.growth_plan import (
 from loire_jax.config.model import ModelConfig
 from loire_jax.errors import GrowthError
 
-__all__ = ["DEFAULT", "GrowthMethod", "StagePhase", "growth_method", "method_names", "plan_growth", "register",
-           "resolve", "spec_problems", "stage_method", "stage_phase", "stage_problems"]
+__all__ = ["DEFAULT", "GrowthMethod", "StagePhase", "growth_method", "method_names", "plan_growth", "phase_names",
+           "register", "resolve", "spec_problems", "stage_method", "stage_phase", "stage_problems"]
 
 DEFAULT = "loire"  # GrowthSpec.init's default: LOIRE's exact constructions
 ELLE_NOISE = 0.01  # ELLE's std of the symmetry-breaking noise
@@ -211,6 +211,11 @@ def growth_method(name: str) -> GrowthMethod:
         return _METHODS[name]
     except (KeyError, TypeError):
         raise GrowthError(f"unknown init {name!r}; choose one of {method_names()}") from None
+
+
+def phase_names() -> tuple[str, ...]:
+    """The names of the phases the registered methods add (``stage_<n>_<name>`` folders)."""
+    return tuple(m.phase.name for m in _METHODS.values() if m.phase is not None)
 
 
 def _phase_fields() -> set[str]:

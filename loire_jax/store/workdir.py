@@ -32,6 +32,7 @@ import time
 from typing import NamedTuple
 
 from loire_jax import outputs, paths
+from loire_jax.config.growth_methods import phase_names
 from loire_jax.paths import Path
 from loire_jax.store.locks import (  # noqa: F401  (re-exported: the workdir's lock is used by this name)
     JOB_VARIABLES,
@@ -51,7 +52,9 @@ from loire_jax.store.locks import (  # noqa: F401  (re-exported: the workdir's l
 MARKER = outputs.RUN
 # The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py,
 # the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
-RUN_ENTRIES = re.compile(r"stage_\d+(_ligo)?|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
+# A stage's folder, and beside it that of a phase its growth method adds (``stage_<n>_<phase>``,
+# LiGO's operator: ``is_run_entry`` reads the phases from config.growth_methods).
+RUN_ENTRIES = re.compile(r"stage_\d+|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
                          r"|diverged\.json|init_from\.json|\.slurm"  # .slurm: launch/slurm.sbatch's exit codes
                          r"|\.lock-[0-9a-f]{32}")  # a reader's lock left by a process that died (live ones refuse)
 # What other commands derive from a run's checkpoints (loire-finetune's results): --fresh
@@ -212,6 +215,9 @@ def _earlier_experiment(root: Path) -> bool:
 
 def is_run_entry(name: str) -> bool:
     """Whether a top-level name of a workdir is one a run writes (so ``--fresh`` deletes it)."""
+    phase = re.fullmatch(r"stage_\d+_(\w+)", name)
+    if phase and phase.group(1) in phase_names():
+        return True
     return bool(RUN_ENTRIES.fullmatch(name) or _RUN_TEMPORARY.fullmatch(name))
 
 
