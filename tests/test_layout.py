@@ -412,3 +412,23 @@ def test_the_method_check_catches_a_name_comparison():
     assert method_name_comparisons("if plan.init == 'elle':\n    pass\n", "m.py") == ["m.py:1"]
     assert method_name_comparisons("x = init in ('elle', 'ligo')\n", "m.py") == ["m.py:1"]
     assert method_name_comparisons("x = growth_method(plan.init).eager\n", "m.py") == []
+
+
+# --------------------------------------------------------------------------- optimizers
+OPTIMIZER_BUILDER = "loire_jax/train/optimizer.py"
+_OPTAX_BUILDERS = {"adam", "adamw", "sgd", "lion", "adafactor", "clip_by_global_norm"}
+
+
+def optimizer_builds(source: str, where: str) -> list[str]:
+    """Calls that build an optax optimizer (``optax.adamw(...)``, the clipping it sits behind):
+    training, fine-tuning and LiGO's operator phase share ``make_optimizer``."""
+    return [f"{where}:{n.lineno}" for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _OPTAX_BUILDERS
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "optax"]
+
+
+def test_one_optimizer_builder_serves_training_fine_tuning_and_ligo():
+    problems = [p for path in sorted(PKG.rglob("*.py")) if path.relative_to(ROOT).as_posix() != OPTIMIZER_BUILDER
+                for p in optimizer_builds(path.read_text(), path.relative_to(ROOT).as_posix())]
+    assert not problems, f"optimizers built outside {OPTIMIZER_BUILDER}: {problems}"
+    assert optimizer_builds("core = optax.adamw(lr, weight_decay=0.1)\n", "m.py") == ["m.py:1"]

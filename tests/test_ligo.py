@@ -23,16 +23,17 @@ from loire_jax import ModelConfig, apply_model, grow, init_params, param_count
 from loire_jax.config.shapes import leaf_axes
 from loire_jax.errors import GrowthError
 from loire_jax.growth.ligo import (
+    OPERATOR_OPTIMIZER,
     apply_operator,
     init_operator,
     make_operator_step,
     operator_loss_and_grad,
-    operator_optimizer,
     operator_param_count,
     operator_shapes,
 )
 from loire_jax.model.params import count_leaves, validate_params
 from loire_jax.train.masking import MaskingSpec, row_keys
+from loire_jax.train.optimizer import make_optimizer
 from loire_jax.train.step import StepSpec, lm_and_kd
 
 pytestmark = pytest.mark.usefixtures("highest_precision")
@@ -253,7 +254,7 @@ def test_training_steps_change_the_operator_only_and_lower_the_loss():
     params = trained_like(old, 6)
     before = {p: np.array(x, copy=True) for p, x in flatten_dict(params, sep="/").items()}
     operator = init_operator(old, new, jax.random.key(7))
-    optimizer = operator_optimizer()  # AdamW 2e-4, weight decay 0.1, clip 1.0
+    optimizer = make_optimizer(**OPERATOR_OPTIMIZER)  # AdamW 2e-4, weight decay 0.1, clip 1.0
     step = jax.jit(make_operator_step(old, new, optimizer, lm_loss(new)))
     op, opt_state, losses = operator, optimizer.init(operator), []
     for _ in range(5):

@@ -38,7 +38,7 @@ from loire_jax.config.finetune import FinetuneConfig, TaskConfig
 from loire_jax.config.shapes import GATES
 from loire_jax.downstream import baselines, encoding, heads, provenance, scoring
 from loire_jax.downstream.errors import FinetuneError
-from loire_jax.downstream.programs import Programs, data_ways, host, make_optimizer
+from loire_jax.downstream.programs import Programs, data_ways, finetune_optimizer, host
 from loire_jax.downstream.progress import JobProgress, bar_wanted
 from loire_jax.downstream.settings import fit_max_len, given
 from loire_jax.downstream.stage_model import StageModel, stage_model  # noqa: F401  (public here too)
@@ -211,7 +211,7 @@ class _Job:
         from loire_jax.train.state import TrainState
 
         cfg = self.cfg
-        optimizer = make_optimizer(cfg, self.total)
+        optimizer = finetune_optimizer(cfg, self.total)
         ck_dir = self.directory / "checkpoints"
         every = cfg.save_every or self.steps_per_epoch
         with checkpoints.StageCheckpoints(ck_dir, save_every=every, keep=cfg.keep) as ck:

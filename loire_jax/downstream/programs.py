@@ -38,14 +38,17 @@ def _decay_mask(params: dict[str, Any]) -> dict[str, Any]:
     return {"backbone": decay_mask(params["backbone"]), "head": head}
 
 
-def make_optimizer(cfg: FinetuneConfig, total_steps: int) -> optax.GradientTransformation:
+def finetune_optimizer(cfg: FinetuneConfig, total_steps: int) -> optax.GradientTransformation:
     """AdamW with a linear warmup over ``warmup_ratio`` of the steps, then linear decay to 0
-    (Table 8), after global-norm clipping."""
+    (Table 8), after global-norm clipping: the run's builder (``train.optimizer.make_optimizer``)
+    with BERT's fine-tuning betas and eps."""
+    from loire_jax.train.optimizer import make_optimizer
+
     warm = int(round(cfg.warmup_ratio * total_steps))
     schedule = optax.join_schedules([optax.linear_schedule(0.0, cfg.lr, max(warm, 1)),
                                      optax.linear_schedule(cfg.lr, 0.0, max(total_steps - warm, 1))], [warm])
-    core = optax.adamw(schedule, b1=0.9, b2=0.98, eps=1e-6, weight_decay=cfg.weight_decay, mask=_decay_mask)
-    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), core) if cfg.clip_norm else core
+    return make_optimizer("adamw", learning_rate=schedule, b1=0.9, b2=0.98, eps=1e-6, weight_decay=cfg.weight_decay,
+                          clip_norm=cfg.clip_norm or None, decayed=_decay_mask)
 
 
 class Programs:

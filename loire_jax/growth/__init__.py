@@ -15,7 +15,7 @@ _EXPORTS = {
                      "method_transform"), "transforms"),
     **dict.fromkeys(("elle_grow", "grow_vocab"), "net2net"),
     **dict.fromkeys(("init_operator", "apply_operator", "operator_param_count", "make_operator_step",
-                     "operator_optimizer"), "ligo"),
+                     "OPERATOR_OPTIMIZER"), "ligo"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -65,6 +65,9 @@ from loire_jax.model.params import validate_params
 GROWN_FIELDS = ("hidden", "ffn", "heads", "kv_heads", "layers")
 FREE_FIELDS = GROWN_FIELDS + ("norm_eps",) + fields_with(ModelConfig, EXECUTION, PRECISION, INIT)
 DEPTH = "depth"
+# The optimizer of LiGO's operator phase (``train.optimizer.make_optimizer``'s arguments):
+# AdamW on every operator leaf after global-norm clipping, lr 2e-4, weight decay 0.1, clip 1.0.
+OPERATOR_OPTIMIZER = {"name": "adamw", "learning_rate": 2e-4, "weight_decay": 0.1, "clip_norm": 1.0, "decayed": None}
 _HIGHEST = jax.lax.Precision.HIGHEST  # small operator contractions: never round the old weights to bf16
 
 
@@ -283,14 +286,6 @@ def operator_loss_and_grad(old: ModelConfig, new: ModelConfig, params: Mapping[s
     the training layer, so the caller brings it)."""
     frozen = jax.tree_util.tree_map(jax.lax.stop_gradient, params)
     return jax.value_and_grad(lambda op: loss_fn(apply_operator(old, new, frozen, op), *batch))(operator)
-
-
-def operator_optimizer(learning_rate: float | optax.Schedule = 2e-4, *, weight_decay: float = 0.1,
-                       clip_norm: float | None = 1.0) -> optax.GradientTransformation:
-    """AdamW on every operator leaf after global-norm clipping: the LiGO settings of the issue
-    (lr 2e-4, weight decay 0.1, clip 1.0)."""
-    core = optax.adamw(learning_rate, weight_decay=weight_decay)
-    return optax.chain(optax.clip_by_global_norm(clip_norm), core) if clip_norm else core
 
 
 def make_operator_step(old: ModelConfig, new: ModelConfig, optimizer: optax.GradientTransformation,

@@ -30,13 +30,14 @@ from loire_jax.config.mesh import BATCH_AXES
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.stage import stage_number
 from loire_jax.data.sharding import to_global_batch
-from loire_jax.growth.ligo import apply_operator, init_operator, operator_optimizer
+from loire_jax.growth.ligo import OPERATOR_OPTIMIZER, apply_operator, init_operator
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.store import checkpoints
 from loire_jax.store.checkpoint_steps import stage_dir
 from loire_jax.train.checkpoint_policy import save_checked
 from loire_jax.train.loop import LateMetrics, StepRecord, seek
 from loire_jax.train.masking import row_keys
+from loire_jax.train.optimizer import make_optimizer
 from loire_jax.train.state import TrainState, state_from_params
 from loire_jax.train.step import StepSpec, lm_and_kd, objective
 
@@ -102,7 +103,7 @@ def run_operator_phase(stage: OperatorStage, meta: dict[str, Any], grown: StageP
     old, new, mesh = programs.models[index - 1], programs.models[index], programs.mesh
     phase = next(p for p in stage.phases if p.name == grown.name)
     spec = programs.specs(index, [phase])[phase.name]
-    optimizer = operator_optimizer()
+    optimizer = make_optimizer(**OPERATOR_OPTIMIZER)
     noise = programs.plans[index][0].noise
     key = jax.random.fold_in(jax.random.key(run.seed), 1000 * n + 999)
 

@@ -1,9 +1,11 @@
-"""The optimizer of a stage: Adam or AdamW after global-norm clipping (App. D.1), with a
-learning-rate schedule that restarts at every stage."""
+"""The optimizers: Adam or AdamW after global-norm clipping, built in one place
+(``make_optimizer``) for a stage (App. D.1, with a learning-rate schedule that restarts at
+every stage: ``optimizer_for``), a fine-tuning job (``downstream.programs.finetune_optimizer``)
+and LiGO's operator phase (``train.ligo_phase``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import optax
@@ -44,13 +46,15 @@ def decay_mask(params: Any) -> Any:
 
 
 def make_optimizer(name: str = "adamw", *, learning_rate: float | optax.Schedule = 3e-4, weight_decay: float = 0.0,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   clip_norm: float | None = 1.0) -> optax.GradientTransformation:
-    """Adam (the paper's choice, App. D.1) or AdamW, after global-norm clipping."""
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, clip_norm: float | None = 1.0,
+                   decayed: Callable[[Any], Any] | None = decay_mask) -> optax.GradientTransformation:
+    """Adam (the paper's choice, App. D.1) or AdamW, after global-norm clipping. ``decayed``:
+    which leaves AdamW decays (a mask function of the parameters, optax's ``mask``): by
+    default a model's matrices and embeddings (``decay_mask``); None decays every leaf."""
     if name == "adam":
         core = optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
     elif name == "adamw":
-        core = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
+        core = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decayed)
     else:
         raise ValueError(f"unknown optimizer {name!r}; choose 'adam' or 'adamw'")
     return optax.chain(optax.clip_by_global_norm(clip_norm), core) if clip_norm else core
