@@ -138,13 +138,19 @@ def test_a_kd_loss_that_rounds_to_zero_never_prints_minus_zero(capsys, kd):
     assert " kd 0.0000 alpha 0.00 " in out and "-0.0" not in out, out
 
 
+def test_the_learning_rate_shows_beside_the_loss_when_the_record_has_it():
+    assert " kd 0.0125 lr 3.00e-04 alpha " in train_figures(_record(1, lr=3e-4))
+    assert " lr " not in train_figures(_record(1))  # records of older runs have none
+
+
 def test_a_kd_loss_negative_beyond_rounding_keeps_its_sign():
     assert " kd -0.0123 " in train_figures(_record(1, kd_loss=-0.0123))  # a bug signal: shown as it is
     assert fixed(-1234.4, 0, grouping=True) == "-1,234" and fixed(-0.4, 0, grouping=True) == "0"
     assert fixed(float("nan"), 3) == "nan" and fixed(float("-inf"), 3) == "-inf"
 
 
-RUN = SimpleNamespace(stages=[SimpleNamespace(name=f"M{n}-{d}", steps=40, ligo_steps=10 if n == 3 else 0)
+RUN = SimpleNamespace(stages=[SimpleNamespace(name=f"M{n}-{d}", steps=40, ligo_steps=10 if n == 3 else 0,
+                                              growth=(SimpleNamespace(init="ligo"),) if n == 3 else ())
                               for n, d in ((1, "WB"), (2, "NEWS"), (3, "BIO"))])
 WORK = Path("/runs/tiny")
 

@@ -168,3 +168,24 @@ def test_a_step_outside_the_stage_is_an_error():
     assert phase_at(stage_phases, 9).name == "train"
     with pytest.raises(ValueError, match="outside the stage"):
         phase_at(stage_phases, 10)
+
+
+def test_each_step_reports_the_learning_rate_its_update_applied():
+    """The "lr" metric is the schedule at the optimizer's own count: a restarted schedule
+    (growth) starts over, and a step at lr 0 leaves the parameters as they were."""
+    from loire_jax.train.optimizer import restart_schedules
+
+    schedule = optax.linear_schedule(0.0, 1e-2, 4)
+    opt = make_optimizer("adam", learning_rate=schedule, clip_norm=None)
+    step = jax.jit(make_train_step(StepSpec(CFG), opt, schedule))
+    state = init_state(init_params(CFG, jax.random.key(0)), opt)
+    first, metrics = step(state, {"tokens": TOKENS})
+    chex.assert_trees_all_equal(trainable(first.params), trainable(state.params))  # lr 0: no change
+    lrs = [float(metrics["lr"])]
+    for _ in range(4):
+        first, metrics = step(first, {"tokens": TOKENS})
+        lrs.append(float(metrics["lr"]))
+    np.testing.assert_allclose(lrs, [0.0, 2.5e-3, 5e-3, 7.5e-3, 1e-2], rtol=1e-6)
+    restarted = first.replace(opt_state=restart_schedules(first.opt_state))
+    assert float(step(restarted, {"tokens": TOKENS})[1]["lr"]) == 0.0
+    assert "lr" not in jax.jit(make_train_step(StepSpec(CFG), opt))(state, {"tokens": TOKENS})[1]

@@ -37,7 +37,7 @@ from loire_jax.store.checkpoint_steps import stage_dir
 from loire_jax.train.checkpoint_policy import save_checked
 from loire_jax.train.loop import LateMetrics, StepRecord, seek
 from loire_jax.train.masking import row_keys
-from loire_jax.train.optimizer import make_optimizer
+from loire_jax.train.optimizer import current_lr, make_optimizer
 from loire_jax.train.state import TrainState, state_from_params
 from loire_jax.train.step import StepSpec, lm_and_kd, objective
 
@@ -86,7 +86,8 @@ def make_operator_step(spec: StepSpec, old: ModelConfig, optimizer: optax.Gradie
                                                                     objective(spec, tokens, keys=keys))
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         metrics = {"loss": value, "lm_loss": lm, "kd_loss": jnp.zeros_like(value),
-                   "grad_norm": optax.tree.norm(grads), "alpha": jnp.ones_like(value), "tokens": scored}
+                   "grad_norm": optax.tree.norm(grads), "alpha": jnp.ones_like(value), "tokens": scored,
+                   "lr": current_lr(OPERATOR_OPTIMIZER["learning_rate"], state.opt_state)}
         return TrainState(params=optax.apply_updates(state.params, updates), opt_state=opt_state,
                           step=state.step + 1), metrics
 
@@ -156,7 +157,7 @@ def run_operator_phase(stage: OperatorStage, meta: dict[str, Any], grown: StageP
     ck.wait()
     grown = jax.jit(lambda p, op: apply_operator(old, new, p, op),
                     out_shardings=param_shardings(new, mesh))(frozen, state.params)
-    opt, model_shardings, _ = programs.layout(index)
+    opt, model_shardings, *_ = programs.layout(index)
     model = state_from_params(grown, opt, model_shardings)
     model = model.replace(step=jax.device_put(jnp.asarray(steps, jnp.int32), model_shardings.step))
     stage.trainer.evaluator.evaluate(index, model.params, "init")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from loire_jax.config.optimizer import OptimizerConfig
@@ -15,7 +16,14 @@ from loire_jax.config.shapes import DECAYED_KINDS, leaf_kind
 
 
 def optimizer_for(cfg: OptimizerConfig, steps: int) -> optax.GradientTransformation:
-    """The stage's optimizer; its schedule spans this stage (restarted at every stage).
+    """The stage's optimizer; its schedule (``schedule_for``) spans this stage (restarted at
+    every stage)."""
+    return make_optimizer(cfg.name, learning_rate=schedule_for(cfg, steps), weight_decay=cfg.weight_decay, b1=cfg.b1,
+                          b2=cfg.b2, eps=cfg.eps, clip_norm=cfg.clip_norm)
+
+
+def schedule_for(cfg: OptimizerConfig, steps: int) -> optax.Schedule:
+    """The learning rate of a stage of ``steps`` steps, by the update's count within it.
 
     A warmup longer than the stage is refused (``RunConfig`` refuses it first, naming the
     stage), never shortened in silence; one as long as the stage peaks at its last step."""
@@ -31,8 +39,33 @@ def optimizer_for(cfg: OptimizerConfig, steps: int) -> optax.GradientTransformat
     else:
         sched = optax.join_schedules([optax.linear_schedule(0.0, peak, warm),
                                       optax.linear_schedule(peak, end, max(steps - warm, 1))], [warm])
-    return make_optimizer(cfg.name, learning_rate=sched, weight_decay=cfg.weight_decay, b1=cfg.b1, b2=cfg.b2,
-                          eps=cfg.eps, clip_norm=cfg.clip_norm)
+    return sched
+
+
+def _in_schedule_state(path: tuple, _: Any) -> bool:
+    return getattr(path[-1], "tuple_name", None) == optax.ScaleByScheduleState.__name__
+
+
+def schedule_count(opt_state: Any) -> jax.Array | None:
+    """The update count the schedule of ``opt_state`` reads next (optax's ``ScaleByScheduleState``,
+    wherever it sits in the chain); None for a constant learning rate, which keeps none."""
+    found = optax.tree_utils.tree_get_all_with_path(opt_state, "count", _in_schedule_state)
+    return found[0][1] if found else None
+
+
+def restart_schedules(opt_state: Any) -> Any:
+    """Zero the LR schedule's step counter, so a new stage's schedule starts over (it spans
+    that stage); Adam's bias-correction count is kept, since its moments carry over."""
+    if schedule_count(opt_state) is None:
+        return opt_state  # a constant learning rate has no counter
+    return optax.tree_utils.tree_set(opt_state, _in_schedule_state, count=jnp.zeros((), jnp.int32))
+
+
+def current_lr(learning_rate: float | optax.Schedule, opt_state: Any) -> jax.Array:
+    """The learning rate the next update of ``opt_state`` applies: the schedule at its count
+    (the value the optimizer itself computes), or the constant."""
+    count = schedule_count(opt_state) if callable(learning_rate) else None
+    return jnp.asarray(learning_rate(count) if count is not None else learning_rate, jnp.float32)
 
 
 def decay_mask(params: Any) -> Any:

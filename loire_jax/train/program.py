@@ -28,7 +28,7 @@ from loire_jax.model.kernels import execution, for_platform, run_execution
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.train.context import stage_label
 from loire_jax.train.masking import MaskingSpec
-from loire_jax.train.optimizer import optimizer_for
+from loire_jax.train.optimizer import optimizer_for, schedule_for
 from loire_jax.train.state import TrainState, abstract_state, state_shardings
 from loire_jax.train.step import StepSpec, frozen_teacher, make_eval_step, make_train_step
 
@@ -37,6 +37,7 @@ class StageLayout(NamedTuple):
     optimizer: Any
     shardings: TrainState
     abstract: TrainState
+    learning_rate: Any  # the optimizer's schedule (train.optimizer.schedule_for): the steps report it
 
 
 class Programs:
@@ -101,10 +102,12 @@ class Programs:
         """Stage ``index``'s optimizer, state shardings and abstract state: built once per session
         (verification, resume, growth, teachers and the step compilations all need them)."""
         if index not in self._layouts:
-            opt = optimizer_for(self.run_config.optimizer, self.run_config.stages[index].steps)
+            steps = self.run_config.stages[index].steps
+            opt = optimizer_for(self.run_config.optimizer, steps)
             cfg = self.models[index]
             shardings = state_shardings(cfg, self.mesh, opt)
-            self._layouts[index] = StageLayout(opt, shardings, abstract_state(cfg, self.mesh, opt, shardings))
+            self._layouts[index] = StageLayout(opt, shardings, abstract_state(cfg, self.mesh, opt, shardings),
+                                               schedule_for(self.run_config.optimizer, steps))
         return self._layouts[index]
 
     def abstract(self, index: int) -> TrainState:
@@ -142,10 +145,10 @@ class Programs:
     def step_fn(self, index: int, spec: StepSpec, phase: Phase, args: tuple):
         """The compiled step of ``spec``, compiled for ``args`` on first use."""
         if (index, spec) not in self._steps:
-            opt, shardings, _ = self.layout(index)
+            opt, shardings, _, learning_rate = self.layout(index)
             teacher_sh = tuple(param_shardings(t, self.mesh) for t in self.teacher_models(index)) \
                 if spec.teachers else ()
-            fn = jax.jit(make_train_step(spec, opt), donate_argnums=0,
+            fn = jax.jit(make_train_step(spec, opt, learning_rate), donate_argnums=0,
                          in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
                          out_shardings=(shardings, None))
             self._emit({"kind": "execution", "stage": stage_number(index), **self.execution(index)})

@@ -65,7 +65,7 @@ def duration(seconds: float) -> str:
 
 def train_figures(record: dict[str, Any], names: tuple[str, str] = ASCII) -> str:
     """A train record's figures as a progress display shows them: phase, loss, KD loss, the
-    gate α, the KD weight β while distilling, tokens/s and MFU (``names``: how α and β are
+    learning rate its update applied, the gate α, the KD weight β while distilling, tokens/s and MFU (``names``: how α and β are
     spelled, ``symbols``). Every number goes through ``fixed``."""
     alpha, beta = names
     if record["loss"] is None:
@@ -76,7 +76,9 @@ def train_figures(record: dict[str, Any], names: tuple[str, str] = ASCII) -> str
     if record.get("beta"):
         gates += f" {beta} {fixed(record['beta'], 2)}"
     mfu = mfu_text(record.get("mfu"), bool(record.get("mfu_approximate")))
-    return f"{record['phase']} {losses} {gates} {fixed(record['tokens_per_s'], 0, grouping=True)} tok/s MFU {mfu}"
+    lr = f" lr {record['lr']:.2e}" if isinstance(record.get("lr"), (int, float)) else ""
+    return (f"{record['phase']} {losses}{lr} {gates} {fixed(record['tokens_per_s'], 0, grouping=True)} tok/s "
+            f"MFU {mfu}")
 
 
 class StepRate:

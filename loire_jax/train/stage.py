@@ -187,7 +187,7 @@ def start_state(programs: "Programs", session: "RunSession", index: int) -> Trai
     """Stage 1: a fresh M1, or M1's weights from ``init_from``. Later: the previous stage's
     final state, grown into this stage's model (Algorithm 1 l.1-21)."""
     run = programs.run_config
-    opt, shardings, _ = programs.layout(index)
+    opt, shardings, *_ = programs.layout(index)
     key = jax.random.key(run.seed)
     if index == 0 and run.stages[0].init_from:
         params = pretrained.load(session.init_source(), programs.models[0], programs.abstract(0).params,

@@ -25,6 +25,7 @@ from loire_jax.growth.transforms import grow_like, grow_optimizer_state
 from loire_jax.model.params import abstract_params
 from loire_jax.model.transformer import init_params
 from loire_jax.parallel.sharding import opt_state_shardings, param_shardings
+from loire_jax.train.optimizer import restart_schedules
 
 
 @flax.struct.dataclass
@@ -80,18 +81,6 @@ def state_from_params(params: dict[str, Any], optimizer: optax.GradientTransform
     """Step 0 of a stage from given weights (fresh or pretrained), optimizer state born
     sharded beside them."""
     return jax.jit(lambda p: init_state(p, optimizer), out_shardings=shardings)(params)
-
-
-def _in_schedule_state(path: tuple, _: Any) -> bool:
-    return getattr(path[-1], "tuple_name", None) == optax.ScaleByScheduleState.__name__
-
-
-def restart_schedules(opt_state: Any) -> Any:
-    """Zero the LR schedule's step counter, so a new stage's schedule starts over (it spans
-    that stage); Adam's bias-correction count is kept, since its moments carry over."""
-    if not optax.tree_utils.tree_get_all_with_path(opt_state, "count", _in_schedule_state):
-        return opt_state  # a constant learning rate has no counter
-    return optax.tree_utils.tree_set(opt_state, _in_schedule_state, count=jnp.zeros((), jnp.int32))
 
 
 def grow_train_state(plans: Sequence[GrowthPlan], state: TrainState, key: jax.Array, shardings: TrainState, *,

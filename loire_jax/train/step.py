@@ -31,6 +31,7 @@ from loire_jax.model.kernels import cast_weights
 from loire_jax.model.transformer import final_hidden, head_matrix
 from loire_jax.train.losses import fused_losses
 from loire_jax.train.masking import EVAL_STREAM, MaskingSpec, Objective, mlm_objective, row_keys
+from loire_jax.train.optimizer import current_lr
 from loire_jax.train.state import TrainState, trainable
 
 
@@ -154,10 +155,13 @@ class StepSpec:
                                  f"student's ({self.model.vocab_size}, padded {self.model.padded_vocab})")
 
 
-def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> Callable:
+def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation,
+                    learning_rate: float | optax.Schedule | None = None) -> Callable:
     """``step(state, batch, teacher_params) -> (state, metrics)``; batch = {"tokens": int [B, S+1]}.
 
-    The gate ramp reads ``state.step``, the step within the stage.
+    The gate ramp reads ``state.step``, the step within the stage. ``learning_rate``: the
+    optimizer's (its schedule, ``train.optimizer.schedule_for``); given, the metrics hold the
+    rate this step's update applied ("lr", read at the optimizer's own count).
 
     With ``spec.microbatches = N`` the batch is split into N interleaved parts (rows i, i+N,
     ...), so every device holds an equal share of each part. Their gradients are summed in
@@ -212,6 +216,8 @@ def make_train_step(spec: StepSpec, optimizer: optax.GradientTransformation) -> 
         new_params = {**optax.apply_updates(trainable(params), updates), GATES: gates}
         metrics = {"loss": lm + kd, "lm_loss": lm, "kd_loss": kd, "grad_norm": optax.tree.norm(grads),
                    "alpha": jnp.min(gates), "tokens": scored}
+        if learning_rate is not None:
+            metrics["lr"] = current_lr(learning_rate, state.opt_state)
         return TrainState(params=new_params, opt_state=opt_state, step=state.step + 1), metrics
 
     return step
