@@ -545,6 +545,13 @@ def test_a_stage_default_that_every_stage_overrides_is_refused_naming_it():
     assert {s.recovery for s in tiny(*every, "stage_defaults.recovery=start").stages} == {"start"}
     assert "stage_defaults.steps: 7 applies to no stage" in refusal(*[f"stages.M{n}.steps=9" for n in range(1, 6)],
                                                                      "stage_defaults.steps=7")
+    # stages replaced on the command line: a YAML default they all set (tiny's steps: 40) was
+    # written for the YAML's stages and is dropped; given on the command line, it is refused
+    stages = ("stages=[{name: A, domains: [WB], steps: 20, teachers: none, replay_ratio: 0.0, beta: 0.0, "
+              "beta_steps: 0, warmup_steps: 0, gate_ramp_steps: 0}, {name: B, domains: [NEWS], steps: 20, "
+              "growth: {op: ffn, size: 512}}]")
+    assert [(s.steps, s.warmup_steps) for s in tiny(stages).stages] == [(20, 0), (20, 12)]
+    assert "stage_defaults.steps: 30 applies to no stage" in refusal("stage_defaults.steps=30", stages)
 
 
 def test_resuming_a_run_saved_before_the_recovery_option_with_another_recovery_is_refused_naming_it(tmp_path):

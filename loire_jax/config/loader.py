@@ -52,13 +52,31 @@ def load_run_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfi
 
     ``path`` may also name a shipped preset (``"tiny"``, ``"gpt_paper"``: loire_jax.config.presets).
     Relative paths in it (``data``, local sources) resolve against the YAML's folder.
+    Stages replaced on the command line (``stages=[...]``) take the YAML's ``stage_defaults``
+    where they leave a key out; a YAML default that none of them takes is dropped, not
+    refused (it was written for the YAML's stages), while one given on the command line is.
     """
     found = presets.find(path)
     if found == str(path) and not presets.looks_like_path(found) and not os.path.exists(os.path.expanduser(found)):
         raise ConfigError(f"run config {presets.unknown(path)}")
     cfg, base = _yaml_file(found, ConfigError, "run config")
+    written = cfg.get("stage_defaults")  # as the YAML wrote them, before the overrides change cfg
+    written = OmegaConf.to_container(written) if OmegaConf.is_dict(written) else None
     _apply_overrides(cfg, overrides, base)
-    return run_config_from_dict(_plain(cfg, ConfigError, str(path)), base_dir=base)
+    raw = _plain(cfg, ConfigError, str(path))
+    if any(o.partition("=")[0].strip() == "stages" for o in overrides) and isinstance(written, Mapping):
+        raw["stage_defaults"] = _taken_defaults(raw.get("stage_defaults"), written, raw.get("stages"))
+    return run_config_from_dict(raw, base_dir=base)
+
+
+def _taken_defaults(defaults: Any, written: Mapping[str, Any], stages: Any) -> Any:
+    """``defaults`` less the keys the YAML wrote (unchanged by the command line) that every
+    stage of ``stages`` sets itself."""
+    if not isinstance(defaults, Mapping) or not isinstance(stages, list):
+        return defaults  # validation names what is not a mapping or a list
+    own = [_listed(s) for s in stages if isinstance(s, Mapping)]
+    return {k: v for k, v in defaults.items()
+            if not (k in written and written[k] == v and own and all(k in s for s in own))}
 
 
 def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None, *,
