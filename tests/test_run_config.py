@@ -464,6 +464,26 @@ def test_dataclasses_validate_when_built():
     assert OptimizerConfig(lr=1e-3).lr == 1e-3
 
 
+def _data(**fields) -> DataConfig:
+    return DataConfig(domains=(DomainSpec("WB", SourceSpec("builtin", corpus="wb")),), **fields)
+
+
+@pytest.mark.parametrize("build,needle", [
+    (lambda: _data(split_seed=True), "split_seed must be"),
+    (lambda: _data(validation_docs=True), "validation_docs must be"),
+    (lambda: _data(min_doc_chars=True), "min_doc_chars must be"),
+    (lambda: _data(recovery_fraction=True), "recovery_fraction must be"),
+    (lambda: SourceSpec("builtin", corpus="wb", max_documents=True), "max_documents must be a positive integer"),
+    (lambda: TokenizerSpec(vocab_size=True), "vocab_size must be"),
+    (lambda: ModelConfig(position="rope", rope_scaling="llama3", rope_original_max_len=True),
+     "rope_original_max_len must be"),
+])
+def test_a_dataclass_built_by_hand_refuses_a_boolean_for_a_number(build, needle):
+    """What the loader refuses (tests/test_hostile_inputs.py), the dataclasses refuse too."""
+    with pytest.raises(ValueError, match=needle):
+        build()
+
+
 def test_exactness_is_enforced_unless_waived():
     with pytest.raises(ValueError, match="no exact hidden growth"):
         tiny("stages.M2.growth.0.method=paper")
