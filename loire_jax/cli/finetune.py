@@ -11,7 +11,8 @@ trains it on the task's training split, scoring the validation split after every
 (checkpoints, metrics.jsonl, results.json) and ``summary.json`` (mean and half-range over
 the seeds), and rewrites the run's report (``RUN_DIR/report``), whose Downstream table
 lists every fine-tuning of the run. Several ``--task`` run one after the other, each task's
-config and records checked (and two tasks of one name refused) before the first starts.
+config, settings against the model and records checked (and two tasks of one name refused)
+before the first starts.
 Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
 or its files (``task.files.train=my.jsonl``) of every task. A task's max_len longer than the
 model's max_seq_len is lowered to it, unless max_len is given here. ``--quick`` (epochs=2
