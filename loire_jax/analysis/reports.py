@@ -415,7 +415,7 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
         saved = json.loads(config.read_text())
     except ValueError as err:
         raise ReportError(f"{config} is not valid JSON ({err})") from None
-    run = run_config_from_dict(saved)
+    run = run_config_from_dict(saved, saved=True)
     records, bad = read_records(workdir)
     wrong = [p for p in map(record_problem, records) if p]
     if bad or wrong:

@@ -65,7 +65,7 @@ def _export(args) -> int:
     except ValueError as err:  # UnicodeDecodeError is one too
         raise hf.HFError(f"{workdir / 'config.json'} is not valid JSON ({err})") from None
     try:
-        run = run_config_from_dict(saved)
+        run = run_config_from_dict(saved, saved=True)
     except ValueError as err:
         raise hf.HFError(f"{workdir / 'config.json'}: {err}") from None
     if args.stage is not None and not 1 <= args.stage <= len(run.stages):
