@@ -147,6 +147,19 @@ def selected(text: str | None) -> list[str]:
     return variants.named(text, list(PARTS), "--parts")  # the plan's order: later parts read earlier ones' results
 
 
+# The flags that choose within one part: given while that part is not run, they would select
+# nothing, silently (a short slot spent on the whole plan, or on nothing of what was asked).
+PART_FLAGS = {"cases": "step", "variants": "variants"}
+
+
+def unused(args: argparse.Namespace, parts: list[str]) -> None:
+    """Refuse (ValueError, one line) a flag of ``PART_FLAGS`` whose part ``parts`` leaves out."""
+    for flag, part in PART_FLAGS.items():
+        if getattr(args, flag) is not None and part not in parts:
+            raise ValueError(f"--{flag} chooses within the {part} part, which --parts {','.join(parts)} does not run; "
+                             f"add {part} to --parts or drop --{flag}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="results.json, results.md and the runs' folders go here")
@@ -164,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (math.isfinite(args.budget_min) and args.budget_min > 0):
             raise ValueError(f"--budget-min must be a positive number of minutes, got {args.budget_min:g}")
         parts = selected(args.parts)
+        unused(args, parts)
         scale = dataclasses.replace(DRY if args.dry_run else REAL, only=args.cases, variants=args.variants)
         step_cases(scale)  # --cases checked
         variants.pick(scale.variants)  # --variants checked

@@ -197,8 +197,9 @@ def _peak(case, devs, platform) -> dict:
         return {"peak_flops": case["peak_tflops"] * 1e12 * len(devs), "peak_source": "given",
                 "peak_measured": False}
     peak = flops.peak_flops(devs)
-    return {"peak_flops": peak.flops, "peak_source": peak.source + (", this run" if peak.measured else ""),
-            "peak_measured": peak.measured}
+    # peak_measured: approximate (a CPU's peak, given or measured), as records have always said; peak_origin: which
+    return {"peak_flops": peak.flops, "peak_source": peak.source + (", this run" if peak.origin == flops.MEASURED else ""),
+            "peak_measured": peak.approximate, "peak_origin": peak.origin}
 
 
 # --------------------------------------------------------------------------- child processes
@@ -399,7 +400,7 @@ def _cases(args) -> list[dict]:
 
 
 def _table(records: list[dict]) -> str:
-    from loire_jax.analysis.flops import MEASURED_NOTE, mfu_text
+    from loire_jax.analysis.flops import GIVEN, MEASURED, approximate_note, mfu_text
     from loire_jax.analysis.tables import markdown_table
 
     head = ["shape (h, f, heads, L)", "dtype", "teachers", "batch x seq", "attention / remat", "tokens/s", "MFU",
@@ -428,8 +429,11 @@ def _table(records: list[dict]) -> str:
                      mfu_text(r.get("mfu"), bool(r.get("peak_measured"))), f(r.get("compiled_peak_gib"), ".2f"),
                      f(r.get("device_peak_gib"), ".2f"), f"{r['compile_s']:.1f}", *torch_cols])
     lines = markdown_table(head, rows, narrow_blanks=True)
-    if any(r.get("peak_measured") for r in records):
-        lines += ["", f"MFU {MEASURED_NOTE}; n/a: above 100% of it, a peak measured too low"]
+    approximate = [r for r in records if r.get("peak_measured")]
+    if approximate:  # where the CPU peak came from, as each record says (older ones: its source's words)
+        origins = {r.get("peak_origin") or (GIVEN if "given by" in r.get("peak_source", "") else MEASURED)
+                   for r in approximate}
+        lines += ["", f"MFU {approximate_note(origins)}; n/a: above 100% of it, a peak too low"]
     return "\n".join(lines)
 
 

@@ -80,11 +80,12 @@ PROBE = ("import json, sys, jax\nsys.path.insert(0, {here!r})\nimport variants\n
 
 def describe(devices: list[Any]) -> dict[str, Any]:
     """What the header says of ``devices``: count, kind, platform and the MFU peak (a CPU's
-    is measured per case, so none here)."""
+    is given by $LOIRE_CPU_PEAK_FLOPS, or else measured per case, so none here)."""
     from loire_jax.analysis import flops
 
     d = devices[0]
-    peak = flops.peak_flops(devices) if d.platform != "cpu" else None
+    given = d.platform == "cpu" and flops.given_cpu_peak() is not None
+    peak = flops.peak_flops(devices) if d.platform != "cpu" or given else None
     return {"devices": f"{len(devices)} {d.platform} device(s)", "kind": d.device_kind, "platform": d.platform,
             "peak_flops": peak.flops if peak else None,
             "peak_source": peak.source if peak else "measured per case on a CPU"}

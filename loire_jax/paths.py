@@ -105,6 +105,42 @@ def is_local(path: PathLike) -> bool:
     return scheme(path) is None
 
 
+# ---------------------------------------------------------------------- files a user names
+def file_problem(path: PathLike, what: str) -> str | None:
+    """Why ``path`` cannot be read as the ``what`` file a user named (a run config, a suite,
+    a data or task file), in words naming it, or None if it is a file: a directory is said
+    to be one, not reported as missing."""
+    path = as_path(path)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return f"{what} {path} is a directory, not a file; give the path of a file"
+    return f"{what} file not found: {path}"
+
+
+def read_user_text(path: PathLike, what: str, error: type[Exception] = PathError) -> str:
+    """The text of the ``what`` file a user named, decoded as UTF-8 (a byte-order mark
+    dropped), or ``error`` in one line naming the file: missing, a directory, not UTF-8, or
+    unreadable. Every reader of a user's config, suite or task file comes here, so each of
+    these faults reads alike wherever the file is named."""
+    try:
+        path = as_path(path)
+        problem = file_problem(path, what)
+    except PathError as err:
+        raise error(str(err)) from None
+    if problem:
+        raise error(problem)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise error(f"cannot read {what} file {path}: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise error(f"{what} file {path} is not UTF-8 text ({err.reason} at byte {err.start}); "
+                    "save it as UTF-8") from None
+
+
 def write_atomic(path: PathLike, data: str | bytes) -> None:
     """Write the whole file so that a reader sees the old content or the new, never a part.
 

@@ -85,6 +85,23 @@ def test_bad_arguments_are_one_line_and_create_nothing(check, capsys, tmp_path, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv,says", [
+    (["--parts", "growth,engine", "--cases", "m5-32x1024-t0"],
+     "--cases chooses within the step part, which --parts growth,engine does not run"),
+    (["--parts", "step", "--variants", "unrolled"], "--variants chooses within the variants part, which --parts step "
+                                                    "does not run"),
+    (["--parts", "data", "--cases", "bogus", "--variants", "bogus"], "--cases chooses within the step part"),
+])
+def test_a_flag_that_selects_nothing_in_the_parts_chosen_is_refused(check, capsys, tmp_path, argv, says):
+    """``--cases`` and ``--variants`` choose within one part each; without that part they were
+    silently ignored (a short slot then spent on what was not asked). --list: nothing runs
+    either way."""
+    out = tmp_path / "out"
+    line = one_line(capsys, check.main, ["--out", str(out), "--list", *argv])
+    assert says in line and line.endswith(f"or drop --{line.split()[1][2:]}"), line
+    assert not out.exists()
+
+
 # --------------------------------------------------------------------------- the accelerator's plan
 PAPER_SHAPES = [(384, 1024, 6, 6), (768, 1024, 6, 6), (768, 2048, 6, 6), (768, 2048, 12, 6), (768, 2048, 12, 12)]
 

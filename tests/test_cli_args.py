@@ -93,6 +93,35 @@ def test_a_stage_by_number_is_refused_in_one_line(capsys, tmp_path, monkeypatch)
     assert list(tmp_path.iterdir()) == []
 
 
+# The environment JAX and XLA read (issue 59): each command that starts JAX refuses, in one line
+# naming the variable and with exit 2, a $XLA_FLAGS that XLA would end the process on and a
+# $JAX_PLATFORMS naming a backend this machine lacks, before anything is created. The arguments
+# each needs to get that far (loire-data starts no JAX).
+REACHES_JAX = {"loire-train": [], "loire-experiment": ["--suite", "paper-gpu-probe"], "loire-report": ["{tmp}/run"],
+               "loire-grow-demo": [], "loire-export-hf": ["{tmp}/run", "{tmp}/out"],
+               "loire-finetune": ["{tmp}/run", "--task", "boolq"]}
+BAD_ENVIRONMENT = {
+    "XLA_FLAGS": ("{own} --xla_cpu_use_fusion_emiters=false", "error: XLA_FLAGS holds what this XLA refuses (Unknown "
+                                                             "flag in XLA_FLAGS: --xla_cpu_use_fusion_emiters=false)"),
+    "JAX_PLATFORMS": ("cpu,rocm", "error: JAX_PLATFORMS='cpu,rocm' names 'rocm', for which JAX has no backend here"),
+}
+
+
+@pytest.mark.parametrize("variable", sorted(BAD_ENVIRONMENT))
+@pytest.mark.parametrize("script", sorted(REACHES_JAX))
+def test_an_environment_jax_would_read_badly_is_one_line_naming_it(script, variable, capsys, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    value, says = BAD_ENVIRONMENT[variable]
+    monkeypatch.setenv(variable, value.format(own=os.environ.get("XLA_FLAGS", "")))
+    main = importlib.import_module(SCRIPTS[script]).main
+    code = main([a.format(tmp=tmp_path) for a in REACHES_JAX[script]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.splitlines() == [err] and err.startswith(says), err
+    assert list(tmp_path.iterdir()) == []  # nothing created: the workdir, the suite's root, OUT
+
+
 # ----------------------------------------------------------------------------- --help
 # Libraries a command must not load before it has parsed its arguments: --help and a usage
 # error answer at once, without starting JAX or the training and data stacks.

@@ -274,7 +274,9 @@ def test_two_processes_fine_tune_as_one_process_does(decoder_run, tmp_path):
 
 def test_several_tasks_run_in_turn_after_every_task_is_checked(decoder_run, tmp_path):
     """Two --task: a bad record in the second task's file fails before the first computes
-    (nothing written); fixed, both run and the report lists both."""
+    (nothing written); fixed, both run and the report lists both. Every task is checked
+    before any job's folder is read: a task invalid on this model is refused as such, even
+    where an earlier task's stored job holds other settings."""
     tasks = []
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
@@ -295,6 +297,16 @@ def test_several_tasks_run_in_turn_after_every_task_is_checked(decoder_run, tmp_
     for name in ("first", "second"):
         assert (decoder_run / "finetune" / f"marker-{name}" / "stage2" / "seed1" / "results.json").is_file()
         assert f"marker-{name} on stage 2: accuracy" in result.stdout
+    # both files changed: the first's settings (its stored job holds others), the second's
+    # invalid on this model; the second task's own error comes first, not "holds a job with
+    # other settings", and nothing is written
+    for name, change in (("first", {"lr": 3.0e-3}), ("second", {"pooling": "first"})):
+        path = tmp_path / name / "marker.yaml"
+        path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **change}))
+    before = {str(p) for p in decoder_run.rglob("*")}
+    result = finetune_cli(decoder_run, Path(tasks[1]), *tasks[2:])
+    assert "pooling 'first' cannot work on a decoder" in one_line_error(result)
+    _nothing_written(decoder_run, before)
 
 
 def _nothing_written(run_dir: Path, before: set) -> None:

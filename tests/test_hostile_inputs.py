@@ -244,3 +244,73 @@ def test_the_experiment_refuses_bad_arguments_before_devices_or_workdir(capsys, 
 
     assert says in one_line(capsys, main, ["--workdir", str(tmp_path / "w"), *argv])
     assert not (tmp_path / "w").exists()
+
+
+# --------------------------------------------------------------------------- 9. booleans, empty values, files
+@pytest.mark.parametrize("override,key", [
+    ("model.scan_unroll=true", "model.scan_unroll"),  # was read as 1 (false was refused as "got 0")
+    ("model.scan_unroll=false", "model.scan_unroll"),
+    ("optimizer.lr=true", "optimizer.lr"),
+    ("seed=true", "seed"),
+    ("loss_chunk=true", "loss_chunk"),
+    ("eval.every=true", "eval.every"),
+    ("checkpoint.keep=true", "checkpoint.keep"),
+    ("data.split_seed=true", "data.split_seed"),
+    ("stage_defaults.beta=true", "stage_defaults.beta"),
+    ("stages.M2.growth.0.size=true", "stages.M2.growth.0.size"),
+])
+def test_a_boolean_where_a_number_is_meant_is_refused_naming_the_key(override, key):
+    value = override.split("=")[1]
+    assert refusal(override).startswith(f"{key}: {value} is a boolean, not a number")
+
+
+@pytest.mark.parametrize("override", ["lr=true", "epochs=true", "doc_stride=false", "max_len=true"])
+def test_a_fine_tuning_setting_refuses_a_boolean_for_a_number(override):
+    from loire_jax.config.loader import load_finetune_config
+
+    with pytest.raises(ValueError) as err:
+        load_finetune_config("boolq", [override])
+    assert str(err.value).startswith(f"{override.split('=')[0]}: {override.split('=')[1]} is a boolean, not a number")
+
+
+def test_an_empty_value_is_named_as_empty():
+    from loire_jax.config.loader import load_finetune_config
+
+    with pytest.raises(ValueError) as err:
+        load_finetune_config("boolq", ["tag="])
+    assert str(err.value) == "tag: empty; give it a value, or leave it out for its default ''"
+    assert refusal("name=") == "name: empty; give it a value"
+    assert refusal("model.hidden=") == "model.hidden: empty; give it a value, or leave it out for its default 64"
+
+
+def test_a_directory_or_a_file_that_is_not_utf8_is_named_wherever_a_file_is_read(tmp_path, capsys):
+    """Run configs, data configs, suites, task files and local sources are read by one
+    function (``paths.read_user_text``): a directory is said to be one (not "does not
+    exist"), and bytes that are not UTF-8 name the file."""
+    from loire_jax.cli.experiment import main
+    from loire_jax.config.data import DataConfig, DomainSpec, SourceSpec
+    from loire_jax.data import check_sources
+    from loire_jax.downstream.task_files import read_task_file
+    from loire_jax.errors import LoireError
+
+    folder = tmp_path / "suite.yaml"
+    folder.mkdir()
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes("name: café\nbase: tiny\n".encode("latin-1"))
+    assert one_line(capsys, main, ["--suite", str(folder), "--list"]) == \
+        f"error: suite {folder} is a directory, not a file; give the path of a file"
+    assert one_line(capsys, main, ["--suite", str(tmp_path), "--list"]).startswith(f"error: suite {tmp_path} is a "
+                                                                                  "directory")
+    assert one_line(capsys, main, ["--suite", str(latin), "--list"]).startswith(f"error: suite file {latin} is not "
+                                                                               "UTF-8 text")
+    assert refusal(f"data={folder}") == f"data config {folder} is a directory, not a file; give the path of a file"
+    for bad, says in ((folder, "is a directory, not a file"), (latin, "is not UTF-8 text")):
+        with pytest.raises(LoireError) as err:
+            load_run_config(bad)
+        assert str(bad) in str(err.value) and says in str(err.value)
+        with pytest.raises(LoireError) as err:
+            read_task_file(str(bad))
+        assert str(bad) in str(err.value) and says in str(err.value)
+    data = DataConfig(domains=(DomainSpec("SCI", SourceSpec(kind="local", paths=(str(tmp_path),))),))
+    with pytest.raises(LoireError, match=f"local source {tmp_path} is a directory, not a file"):
+        check_sources(data)

@@ -1,5 +1,7 @@
 """Specification (issue 43): MFU is never shown above 100%, and an MFU over a peak measured on
-a CPU says it is approximate.
+a CPU says it is approximate. Issue 59: where the CPU peak came from (measured, or given by
+$LOIRE_CPU_PEAK_FLOPS) is said once and truly, by the run's first line, its records and the
+report rendered from them.
 
 A CPU has no datasheet peak, so the run measures one at its start; under load that figure
 came out low and MFUs of 118-160% reached the report and the progress lines. The peak is now
@@ -24,6 +26,7 @@ from loire_jax.train.hooks import ProgressBar
 from loire_jax.train.loop import LateMetrics
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+GIVEN, MEASURED, PUBLISHED = "given", "measured", "published"  # where a peak came from, as records spell it
 
 
 def test_an_mfu_above_the_peak_is_no_figure():
@@ -72,16 +75,19 @@ def test_a_given_cpu_peak_replaces_the_measurement_and_stays_approximate(monkeyp
 
     monkeypatch.setattr(flops, "measured_matmul_flops", measure)
     monkeypatch.setenv(flops.PEAK_ENV, " 1.5e11 ")
-    assert flops.peak_flops(CPU) == Peak(1.5e11, "given by $LOIRE_CPU_PEAK_FLOPS", True)
+    given = flops.peak_flops(CPU)
+    assert given == Peak(1.5e11, "given by $LOIRE_CPU_PEAK_FLOPS", GIVEN) and given.approximate
     monkeypatch.setattr(flops, "measured_matmul_flops", lambda: 7e10)
     for unset in ("", "  "):
         monkeypatch.setenv(flops.PEAK_ENV, unset)
         assert flops.peak_flops(CPU).flops == 7e10
     monkeypatch.delenv(flops.PEAK_ENV)
-    assert flops.peak_flops(CPU) == Peak(7e10, "measured: the fastest of a few 2048^2 fp32 matmuls", True)
+    measured = flops.peak_flops(CPU)
+    assert measured == Peak(7e10, "measured: the fastest of a few 2048^2 fp32 matmuls", MEASURED) and measured.approximate
     gpu = [SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")]
     monkeypatch.setenv(flops.PEAK_ENV, "1.5e11")  # a CPU figure: a GPU keeps its datasheet peak
-    assert flops.peak_flops(gpu) == Peak(989e12, "published H100 bf16 x 1", False)
+    published = flops.peak_flops(gpu)
+    assert published == Peak(989e12, "published H100 bf16 x 1", PUBLISHED) and not published.approximate
 
 
 @pytest.mark.parametrize("value", ["fast", "0", "-3e9", "nan", "inf", "1e11 FLOP/s"])
@@ -111,16 +117,17 @@ def _mfus(monkeypatch, peak: Peak | None) -> list[tuple]:
     metrics = _late(emitted, peak)
     metrics.hold(1, {"loss": np.float32(5.0), "tokens": np.float32(8.0)}, SimpleNamespace(name="train", distill=False))
     metrics.flush()
-    return [(r["mfu"], r["mfu_approximate"]) for r in emitted]
+    return [(r["mfu"], r["mfu_approximate"], r["mfu_peak"]) for r in emitted]
 
 
-def test_a_train_record_never_holds_an_mfu_above_one_and_says_when_its_peak_was_measured(monkeypatch):
+def test_a_train_record_never_holds_an_mfu_above_one_and_says_where_its_peak_came_from(monkeypatch):
     run = load_run_config(TINY)
     achieved = run.batch_size * run.seq_len * flops.train_flops_per_token(run.model, run.seq_len)  # per 1 s
-    assert _mfus(monkeypatch, Peak(4 * achieved, "published", False)) == [(pytest.approx(0.25), False)]
-    assert _mfus(monkeypatch, Peak(4 * achieved, "measured", True)) == [(pytest.approx(0.25), True)]
-    assert _mfus(monkeypatch, Peak(achieved / 1.6, "measured", True)) == [(None, True)]  # was 160%
-    assert _mfus(monkeypatch, None) == [(None, False)]
+    assert _mfus(monkeypatch, Peak(4 * achieved, "published", PUBLISHED)) == [(pytest.approx(0.25), False, PUBLISHED)]
+    assert _mfus(monkeypatch, Peak(4 * achieved, "measured", MEASURED)) == [(pytest.approx(0.25), True, MEASURED)]
+    assert _mfus(monkeypatch, Peak(4 * achieved, "given", GIVEN)) == [(pytest.approx(0.25), True, GIVEN)]
+    assert _mfus(monkeypatch, Peak(achieved / 1.6, "measured", MEASURED)) == [(None, True, MEASURED)]  # was 160%
+    assert _mfus(monkeypatch, None) == [(None, False, "none")]
 
 
 def test_progress_lines_mark_an_approximate_mfu_and_never_show_one_above_100(capsys):
@@ -153,8 +160,63 @@ def test_the_report_shows_no_mfu_above_100_and_footnotes_a_measured_peak():
     assert "118" not in row and "138" not in row and "| n/a |" in row, row
     stage, md = _report([0.5, 0.03, 0.031, 0.032], approximate=True)  # the first step compiles: not timed
     assert stage["mfu"] == pytest.approx(0.031)
-    assert "| ~3.1% |" in md and f"MFU {MEASURED_NOTE}" in md
+    assert "| ~3.1% |" in md and "MFU ~: CPU peak measured or given" in md  # these records do not say which
     stage, md = _report([0.5, 0.03, 0.031, 0.032], approximate=False)  # a published peak: no marker, no note
     assert "| 3.1% |" in md and MEASURED_NOTE not in md
     stage, md = _report([0.5, 0.03, 0.031, 0.032], approximate=None)  # records that do not say: measured
-    assert stage["mfu_approximate"] and "| ~3.1% |" in md
+    assert stage["mfu_approximate"] and "| ~3.1% |" in md and "MFU ~: CPU peak measured or given" in md
+
+
+def _steps(mfu_peak: str | None, approximate: bool | None = True) -> list[dict]:
+    """Train records of stage 1 with a ~3.1% MFU whose peak came from ``mfu_peak`` (None: the
+    records do not say, as before issue 59; ``approximate`` None: nor that, as before issue 43)."""
+    said = {} if mfu_peak is None else {"mfu_peak": mfu_peak}
+    said.update({} if approximate is None else {"mfu_approximate": approximate})
+    return [{"kind": "train", "stage": 1, "step": i + 1, "phase": "train", "loss": 5.0, "lm_loss": 5.0, "kd_loss": 0.0,
+             "alpha": 1.0, "tokens_per_s": 100.0, "mfu": m, **said} for i, m in enumerate([0.5, 0.031, 0.031])]
+
+
+def _footnote(*runs: tuple[str, list[dict]]) -> str:
+    run = load_run_config(TINY)
+    md = markdown([summarize(run, steps, name=name) for name, steps in runs])
+    notes = [line for line in md.splitlines() if line.startswith("MFU ~:")]
+    assert len(notes) == 1 and "| ~3.1% |" in md, notes
+    return notes[0]
+
+
+def test_the_reports_footnote_says_where_the_cpu_peak_came_from_as_the_records_say():
+    """With $LOIRE_CPU_PEAK_FLOPS set, the report said the peak was measured. The records say
+    where it came from, so a report rendered later, by another process, says it truly."""
+    given = _footnote(("a", _steps(GIVEN)))
+    assert given.startswith("MFU ~: CPU peak given by $LOIRE_CPU_PEAK_FLOPS, approximate.") and "measured" not in given
+    measured = _footnote(("a", _steps(MEASURED)))
+    assert measured.startswith("MFU ~: CPU peak measured at the start") and "given" not in measured
+    unsaid = _footnote(("a", _steps(None)))  # issue 43's records: approximate, the source unsaid
+    assert "CPU peak measured or given (the records do not say which), approximate." in unsaid
+    assert _footnote(("a", _steps(None, approximate=None))) == unsaid  # older still: they say nothing either
+    both = _footnote(("a", _steps(MEASURED)), ("b", _steps(GIVEN)), ("c", _steps(GIVEN)))
+    assert "CPU peak measured at the start (the fastest of a few large matmuls) for `a`; CPU peak given by " \
+           "$LOIRE_CPU_PEAK_FLOPS for `b`, `c`, approximate." in both
+
+
+def test_the_runs_first_line_names_the_peaks_source_once(monkeypatch):
+    """It said "given by $LOIRE_CPU_PEAK_FLOPS; ~: CPU peak measured, approximate"."""
+    import jax
+
+    from loire_jax.config.schedule import stage_models
+    from loire_jax.train.trainer import Trainer
+
+    run, said = load_run_config(TINY), []
+    fake = SimpleNamespace(run_config=run, session=SimpleNamespace(say=said.append), platform="cpu", workdir="w",
+                           mesh=SimpleNamespace(devices=np.array(jax.devices()[:1]), shape={"fsdp": 1}),
+                           programs=SimpleNamespace(models=stage_models(run)))
+    monkeypatch.setenv(flops.PEAK_ENV, "1.5e11")
+    Trainer.summary(fake)
+    assert said[0].endswith("peak for MFU 150.0 GFLOP/s (given by $LOIRE_CPU_PEAK_FLOPS; MFUs over it approximate, "
+                            "shown ~x%)"), said[0]
+    monkeypatch.delenv(flops.PEAK_ENV)
+    monkeypatch.setattr(flops, "measured_matmul_flops", lambda: 7e10)
+    said.clear()
+    Trainer.summary(fake)
+    assert said[0].endswith("(measured: the fastest of a few 2048^2 fp32 matmuls; MFUs over it approximate, shown "
+                            "~x%)"), said[0]

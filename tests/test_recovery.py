@@ -70,17 +70,19 @@ def test_a_stage_built_by_hand_refuses_another_place(mini):
 
 def test_a_config_saved_before_the_option_reads_as_start_and_a_new_one_round_trips(mini):
     saved = mini.to_dict()
-    assert run_config_from_dict(saved) == mini  # recovery: end written and read back
+    assert run_config_from_dict(saved, saved=True) == mini  # recovery: end written and read back
     for stage in saved["stages"]:
         del stage["recovery"]  # what to_dict wrote before the option existed
-    assert {s.recovery for s in run_config_from_dict(saved).stages} == {"start"}
+    assert {s.recovery for s in run_config_from_dict(saved, saved=True).stages} == {"start"}
+    # the same mapping as a user's config (not read from a run's workdir) gets today's default
+    assert {s.recovery for s in run_config_from_dict(saved).stages} == {"end"}
     # a hand-written stage that leaves it out gets the default
     assert load_run_config(MINI).stages[2].recovery == "end"
     # the first release saved fewer fields still: its stages, too, ran their warmup at the start
     import json
 
     release = json.loads((ROOT / "tests" / "fixtures" / "release-0.1.0" / "run" / "config.json").read_text())
-    assert {s.recovery for s in run_config_from_dict(release).stages} == {"start"}
+    assert {s.recovery for s in run_config_from_dict(release, saved=True).stages} == {"start"}
 
 
 @pytest.mark.parametrize("reading", ["start", "end"])

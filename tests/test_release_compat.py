@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runs import final_losses, records
+from runs import final_losses, in_process, records, snapshot
 from test_faults import config, reference, resumes_to_reference, shared_reference  # noqa: F401
 
 from loire_jax.store import checkpoint_damage
@@ -51,3 +51,36 @@ def test_a_run_the_previous_release_stopped_resumes_to_the_undisturbed_result(co
     assert steps[:6] == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
     assert steps[-1] == (2, 4)
     assert json.loads((run / "config.json").read_text())["name"] == "faults"
+
+
+@pytest.mark.parametrize("overrides", [[], ["stage_defaults.recovery=end"]])
+def test_resuming_the_release_run_with_another_recovery_is_refused_naming_it(tmp_path, overrides):
+    """The release ran each stage's recovery window at its start; its stages, saved before
+    the option existed, read back so. Its own config.json given as the config is a user's
+    file: today's default (end) or an explicit stage_defaults.recovery=end is refused in one
+    line naming recovery and how to resume, before anything in the workdir changes."""
+    from loire_jax.errors import RunError
+
+    run = _release_run(tmp_path)
+    own = tmp_path / "release.yaml"
+    own.write_text((run / "config.json").read_text())
+    before = snapshot(run)
+    with pytest.raises(RunError) as refused:
+        in_process(own, run, f"data.data_dir={tmp_path / 'data'}", *overrides)
+    message = str(refused.value)
+    assert "holds a different run" in message and "stages.M1.recovery: 'start' -> 'end'" in message, message
+    assert "stages.M2.recovery: 'start' -> 'end'" in message and "stage_defaults.recovery=start" in message, message
+    assert "\n" not in message
+    assert snapshot(run) == before
+
+
+def test_a_stage_default_the_stages_override_is_refused_not_ignored(config, tmp_path):  # noqa: F811
+    """test_faults' config sets recovery: start in each stage (the release's recipe); a
+    stage_defaults.recovery=end given on the command line would change nothing, so it is
+    refused naming it, before any workdir exists."""
+    from loire_jax.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^stage_defaults.recovery: 'end' applies to no stage, since every stage "
+                                          r"sets its own recovery \(M1 'start', M2 'start'\)"):
+        in_process(config, tmp_path / "run", "stage_defaults.recovery=end")
+    assert not (tmp_path / "run").exists()

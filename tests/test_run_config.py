@@ -465,6 +465,26 @@ def test_dataclasses_validate_when_built():
     assert OptimizerConfig(lr=1e-3).lr == 1e-3
 
 
+def _data(**fields) -> DataConfig:
+    return DataConfig(domains=(DomainSpec("WB", SourceSpec("builtin", corpus="wb")),), **fields)
+
+
+@pytest.mark.parametrize("build,needle", [
+    (lambda: _data(split_seed=True), "split_seed must be"),
+    (lambda: _data(validation_docs=True), "validation_docs must be"),
+    (lambda: _data(min_doc_chars=True), "min_doc_chars must be"),
+    (lambda: _data(recovery_fraction=True), "recovery_fraction must be"),
+    (lambda: SourceSpec("builtin", corpus="wb", max_documents=True), "max_documents must be a positive integer"),
+    (lambda: TokenizerSpec(vocab_size=True), "vocab_size must be"),
+    (lambda: ModelConfig(position="rope", rope_scaling="llama3", rope_original_max_len=True),
+     "rope_original_max_len must be"),
+])
+def test_a_dataclass_built_by_hand_refuses_a_boolean_for_a_number(build, needle):
+    """What the loader refuses (tests/test_hostile_inputs.py), the dataclasses refuse too."""
+    with pytest.raises(ValueError, match=needle):
+        build()
+
+
 def test_exactness_is_enforced_unless_waived():
     with pytest.raises(ValueError, match="no exact hidden growth"):
         tiny("stages.M2.growth.0.method=paper")
@@ -494,6 +514,84 @@ def test_history_compatible_allows_layout_bookkeeping_and_future_stages():
     fewer = run_config_from_dict({**saved.to_dict(), "stages": saved.to_dict()["stages"][:2]})
     assert "cannot be removed" in history_compatible(saved, fewer, completed_stages=3)
     assert history_compatible(saved, fewer, completed_stages=2) is None
+
+
+RELEASE = ROOT / "tests" / "fixtures" / "release-0.1.0" / "run" / "config.json"
+
+
+def _spelled_out(tmp_path: Path, **document) -> Path:
+    """tiny as a user's YAML whose stages spell every field a run saves, as a run's
+    ``config.json`` before the ``recovery`` option did (its ``recovery`` left out)."""
+    import yaml
+
+    raw = tiny().to_dict()
+    for stage in raw["stages"]:
+        del stage["recovery"]
+    path = tmp_path / "spelled.yaml"
+    path.write_text(yaml.safe_dump({**raw, **document}))
+    return path
+
+
+def test_a_users_yaml_that_spells_every_stage_field_gets_its_stage_defaults_and_todays_default(tmp_path):
+    """The rule that reads a stage saved before ``recovery`` existed as ``start`` is for
+    configs a run saved (``saved=True``: its workdir's config.json, a checkpoint's meta);
+    a user's YAML, however fully its stages are spelled, gets its own stage_defaults, the
+    command line's, or today's default."""
+    assert {s.recovery for s in load_run_config(_spelled_out(tmp_path, stage_defaults={"recovery": "end"})).stages} \
+        == {"end"}
+    assert {s.recovery for s in load_run_config(_spelled_out(tmp_path)).stages} == {"end"}
+    assert {s.recovery for s in load_run_config(_spelled_out(tmp_path), ["stage_defaults.recovery=start"]).stages} \
+        == {"start"}
+    assert {s.recovery for s in load_run_config(_spelled_out(tmp_path), ["stage_defaults.recovery=end"]).stages} \
+        == {"end"}
+    raw = yaml_of(_spelled_out(tmp_path))
+    assert {s.recovery for s in run_config_from_dict(raw, saved=True).stages} == {"start"}  # a run's saved config
+
+
+def yaml_of(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def test_a_stage_default_that_every_stage_overrides_is_refused_naming_it():
+    """``stage_defaults.recovery=end`` over stages that each set ``recovery: start`` would
+    change nothing: refused in one line; a default some stage takes, or one every stage
+    repeats, is kept."""
+    every = [f"stages.M{n}.recovery=start" for n in range(1, 6)]
+    message = refusal(*every, "stage_defaults.recovery=end")
+    assert message.startswith("stage_defaults.recovery: 'end' applies to no stage, since every stage sets its own "
+                              "recovery (M1 'start', M2 'start', M3 'start', M4 'start', M5 'start')"), message
+    assert [s.recovery for s in tiny(*every[1:], "stage_defaults.recovery=end").stages] == ["end"] + ["start"] * 4
+    assert {s.recovery for s in tiny(*every, "stage_defaults.recovery=start").stages} == {"start"}
+    assert "stage_defaults.steps: 7 applies to no stage" in refusal(*[f"stages.M{n}.steps=9" for n in range(1, 6)],
+                                                                     "stage_defaults.steps=7")
+    # stages replaced on the command line: a YAML default they all set (tiny's steps: 40) was
+    # written for the YAML's stages and is dropped; given on the command line, it is refused
+    stages = ("stages=[{name: A, domains: [WB], steps: 20, teachers: none, replay_ratio: 0.0, beta: 0.0, "
+              "beta_steps: 0, warmup_steps: 0, gate_ramp_steps: 0}, {name: B, domains: [NEWS], steps: 20, "
+              "growth: {op: ffn, size: 512}}]")
+    assert [(s.steps, s.warmup_steps) for s in tiny(stages).stages] == [(20, 0), (20, 12)]
+    assert "stage_defaults.steps: 30 applies to no stage" in refusal("stage_defaults.steps=30", stages)
+
+
+def test_resuming_a_run_saved_before_the_recovery_option_with_another_recovery_is_refused_naming_it(tmp_path):
+    """The release-0.1.0 run ran each stage's recovery window at its start. Resumed from its
+    own config.json given as the config (a user's file: today's default, end) or with
+    stage_defaults.recovery=end, the resume is refused naming recovery and how to resume;
+    with stage_defaults.recovery=start it is the same run."""
+    text = RELEASE.read_text().replace("{FIXTURES}", str(tmp_path))
+    saved = run_config_from_dict(json.loads(text), saved=True)  # as the trainer reads its checkpoints' meta
+    assert {s.recovery for s in saved.stages} == {"start"}
+    config = tmp_path / "config.json"
+    config.write_text(text)
+    for overrides in ([], ["stage_defaults.recovery=end"]):
+        reason = history_compatible(saved, load_run_config(config, overrides), 1, stage_started=True)
+        assert reason is not None and "stages.M1.recovery: 'start' -> 'end'" in reason, reason
+        assert "stages.M2.recovery: 'start' -> 'end'" in reason and "stage_defaults.recovery=start" in reason, reason
+        assert "\n" not in reason
+    assert history_compatible(saved, load_run_config(config, ["stage_defaults.recovery=start"]), 1,
+                              stage_started=True) is None
 
 
 def test_loss_chunk_is_auto_or_a_positive_integer():

@@ -153,6 +153,113 @@ def test_a_signal_recorded_at_start_up_is_taken_over_by_the_run(monkeypatch):
         signal.signal(signal.SIGTERM, previous)
 
 
+# --------------------------------------------------------------------------- the environment JAX and XLA read
+@pytest.fixture
+def configurable(monkeypatch):
+    """``devices.configure`` run through in this process, whose CPU backend has started: the
+    device count, which only a new process can set, is left as it is; x64 and $XLA_FLAGS are
+    restored afterwards."""
+    import jax
+
+    update = jax.config.update
+    monkeypatch.setattr(jax.config, "update", lambda name, value: None if name == "jax_num_cpu_devices"
+                        else update(name, value))
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    monkeypatch.setenv("NPROC", os.environ.get("NPROC", "32"))
+    before = jax.config.jax_enable_x64
+    yield jax
+    update("jax_enable_x64", before)
+
+
+@pytest.mark.parametrize("shell, precision", [(True, "float32"), (False, "float64")])
+def test_x64_follows_the_run_not_the_shell(configurable, shell, precision):
+    """$JAX_ENABLE_X64=1 in the user's shell turned x64 on for a float32 run (its perplexities
+    moved by about 7.6e-6 relative: a resume from that shell was no longer bitwise), since
+    ``configure`` only ever turned x64 on. Set from the run, both ways."""
+    from loire_jax.cli import devices
+
+    configurable.config.update("jax_enable_x64", shell)  # what the shell's variable does at import
+    sizes, devs, _ = devices.configure("1", enable_x64=precision == "float64")
+    assert configurable.config.jax_enable_x64 is (precision == "float64")
+    import jax.numpy as jnp
+
+    assert jnp.zeros(1).dtype == jnp.dtype(precision) and len(devs) == 1
+
+
+FLAG_TYPO = "--xla_cpu_use_fusion_emiters=false"  # a letter short of --xla_cpu_use_fusion_emitters
+
+
+@pytest.mark.parametrize("flags, says", [
+    (f"--xla_force_host_platform_device_count=2 {FLAG_TYPO}", f"Unknown flag in XLA_FLAGS: {FLAG_TYPO}"),
+    ("--xla_cpu_enable_fast_math=maybe", "Couldn't interpret value maybe for flag xla_cpu_enable_fast_math"),
+    ("xla_no_dashes", 'Could not open file "xla_no_dashes"'),
+], ids=["unknown-flag", "bad-value", "no-dashes"])
+def test_xla_flags_xla_would_die_on_are_one_line_naming_the_variable(configurable, monkeypatch, flags, says):
+    """XLA parses $XLA_FLAGS when the backend starts and ends the process on what it cannot
+    read (its fatal line and exit 1, the code of a bug). A child process has XLA parse them
+    first; its complaint becomes the run's one line."""
+    from loire_jax.cli import devices
+
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    with pytest.raises(ConfigError) as err:
+        devices.configure("1")
+    line = str(err.value)
+    assert line.startswith("XLA_FLAGS holds what this XLA refuses (") and says in line and "\n" not in line, line
+    assert "unset XLA_FLAGS" in line
+
+
+def test_the_flags_loire_jax_sets_itself_pass_xla_and_a_probe_that_cannot_tell_refuses_nothing(monkeypatch):
+    """$XLA_FLAGS made only of the flags loire_jax sets (every CLI the tests start) is not
+    probed, so this jaxlib must take each of them; a probe that fails for another reason
+    than a flag (here: no Python to run it) refuses nothing and leaves the backend to speak."""
+    from loire_jax.cli import environment
+    from loire_jax.config.xla_flags import GPU_FLAG_SETS
+
+    own = sorted(environment.OWN_XLA_FLAGS | {f for flags in GPU_FLAG_SETS.values() for f in flags})
+    assert environment.xla_flags_problem(" ".join([*own, "--xla_force_host_platform_device_count=3"])) is None
+    assert environment.xla_flags_problem(FLAG_TYPO) == f"Unknown flag in XLA_FLAGS: {FLAG_TYPO}"
+    monkeypatch.setattr(environment.sys, "executable", "/nonexistent/python")
+    assert environment.xla_flags_problem.__wrapped__(FLAG_TYPO) is None
+
+
+@pytest.mark.parametrize("platforms, missing", [("gpu", "'gpu'"), ("cuda", "'cuda'"), ("cpu,gpu", "'gpu'"),
+                                                 ("CPU", "'CPU'")])
+def test_jax_platforms_naming_a_missing_backend_is_one_line_naming_the_variable(configurable, monkeypatch,
+                                                                                platforms, missing):
+    """JAX_PLATFORMS=gpu on a machine without one used to end a one-process run with "joining
+    the other processes failed ... rocm" (JAX names the last backend it tried; cuda alone: a
+    bare AssertionError). Refused before any device exists, naming the variable."""
+    import importlib.util
+
+    from loire_jax.cli import devices
+
+    if "gpu" in platforms.lower() or "cuda" in platforms.lower():  # JAX's GPU backends come as plugins
+        if any(importlib.util.find_spec(name) for name in ("jax_plugins", "jax_cuda12_plugin", "jax_cuda13_plugin")):
+            pytest.skip("a JAX GPU plugin is installed here")
+    monkeypatch.setenv("JAX_PLATFORMS", platforms)
+    with pytest.raises(ConfigError) as err:
+        devices.configure("1")
+    line = str(err.value)
+    assert line.startswith(f"JAX_PLATFORMS={platforms!r} names {missing}, for which JAX has no backend here (it "
+                           "knows: cpu") and "unset it" in line and "\n" not in line, line
+
+
+def test_a_backend_jax_platforms_names_that_fails_to_start_is_one_line_naming_the_variable(configurable, monkeypatch):
+    """JAX knows ``tpu`` on every machine, but without libtpu its backend fails to start: the
+    line names the variable and keeps JAX's reason (here injected, as this machine's would read)."""
+    from loire_jax.cli import devices
+
+    def no_tpu(*args):
+        raise RuntimeError("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so (set "
+                           "JAX_PLATFORMS='' to automatically choose an available backend)")
+
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    monkeypatch.setattr(configurable, "devices", no_tpu)
+    with pytest.raises(ConfigError) as err:
+        devices.configure("1")
+    assert str(err.value).startswith("JAX_PLATFORMS='tpu'") and "Failed to open libtpu.so" in str(err.value)
+
+
 # --------------------------------------------------------------------------- the CLIs, in subprocesses
 def _env() -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}, "JAX_PLATFORMS": "cpu",
@@ -214,3 +321,17 @@ def test_a_sigterm_during_start_up_is_one_line_and_exit_75(after, tmp_path):
     said = [line for line in (out + err).splitlines() if "SIGTERM" in line]
     assert len(said) == 1 and "stopped" in said[0] and ("rerun" in said[0] or "run again" in said[0]), out + err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_typo_in_xla_flags_is_one_line_and_exit_2_not_xlas_abort(tmp_path):
+    """In a fresh process, where XLA has not parsed the flags yet: it used to end the run with
+    its fatal "Unknown flag" line and exit 1, the code of a bug."""
+    env = {**_env(), "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {FLAG_TYPO}"}
+    done = subprocess.run([sys.executable, str(ROOT / "launch" / "train.py"), "--config", "tiny", "--workdir",
+                           str(tmp_path / "w"), "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [f"error: XLA_FLAGS holds what this XLA refuses (Unknown flag in "
+                                                f"XLA_FLAGS: {FLAG_TYPO}); fix or remove that flag, or unset XLA_FLAGS"]
+    assert not (tmp_path / "w").exists()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.run import RunConfig
@@ -68,23 +68,75 @@ def train_flops_per_token(cfg: ModelConfig, seq_len: int, teachers: Sequence[Mod
 # Dense bf16 peaks (FLOP/s) per device, from the vendors' datasheets, for MFU on accelerators.
 PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12,
                    "TPU v5 lite": 197e12, "TPU v6 lite": 918e12}
-# What "~" before an MFU means, wherever one is shown (progress lines, the report, benchmarks).
-MEASURED_NOTE = "~: CPU peak measured, approximate"
-
-
-class Peak(NamedTuple):
-    """The peak FLOP/s an MFU divides by, where it comes from, and whether it was measured
-    here (a CPU: no datasheet), which makes every MFU over it approximate."""
-
-    flops: float | None
-    source: str
-    measured: bool = False
-
-
+# Where a peak comes from: a datasheet, or on a CPU (which has none) $LOIRE_CPU_PEAK_FLOPS or a
+# measurement at the start; the last two make every MFU over it approximate, shown "~3.1%".
+# A train record says which in "mfu_peak", so that a report rendered later, by another
+# process, says it truly; UNRECORDED is an approximate MFU of a run that did not record it.
+PUBLISHED, GIVEN, MEASURED, NO_PEAK, UNRECORDED = "published", "given", "measured", "none", "unrecorded"
+APPROXIMATE = (MEASURED, GIVEN, UNRECORDED)
 # A CPU peak given instead of measured: a process that starts many runs, or a job array on
 # one machine type, measures once and hands the figure on (every run then shares one MFU
 # denominator, and none spends its start on the matmuls). The test suite does so.
 PEAK_ENV = "LOIRE_CPU_PEAK_FLOPS"
+# What "~" before an MFU means, by where the CPU peak came from.
+PEAK_NOTES = {MEASURED: "CPU peak measured at the start (the fastest of a few large matmuls)",
+              GIVEN: f"CPU peak given by ${PEAK_ENV}",
+              UNRECORDED: "CPU peak measured or given (the records do not say which)"}
+MEASURED_NOTE = f"~: {PEAK_NOTES[MEASURED]}, approximate"
+
+
+class Peak(NamedTuple):
+    """The peak FLOP/s an MFU divides by, how the run's first line names it (``source``), and
+    where it came from (``origin``: PUBLISHED, GIVEN, MEASURED or NO_PEAK)."""
+
+    flops: float | None
+    source: str
+    origin: str = PUBLISHED
+
+    @property
+    def approximate(self) -> bool:
+        """A CPU's peak, given or measured: every MFU over it is approximate."""
+        return self.origin in APPROXIMATE
+
+
+def approximate_note(origins: Iterable[str]) -> str:
+    """What "~" means for MFUs over CPU peaks of these ``origins``: "~: CPU peak given by
+    $LOIRE_CPU_PEAK_FLOPS, approximate" (several origins: each, in a fixed order)."""
+    found = set(origins)
+    named = [PEAK_NOTES[o] for o in APPROXIMATE if o in found] or [PEAK_NOTES[UNRECORDED]]
+    return f"~: {'; '.join(named)}, approximate"
+
+
+def record_peak_origin(record: Mapping[str, Any]) -> str:
+    """Where the peak of a train record's MFU came from: its ``mfu_peak``; a record without
+    one (written before runs said) is UNRECORDED where its MFU is approximate, as such a
+    record says or, saying nothing, as the oldest count."""
+    if "mfu_peak" in record:
+        return record["mfu_peak"]
+    return UNRECORDED if record.get("mfu_approximate", True) else PUBLISHED
+
+
+def recorded_peaks(steps: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """A report stage's ``{"mfu_peak": [...]}``: the origins of its approximate MFUs' peaks,
+    where its train records say (runs since issue 59); ``{}`` for older records, which do not."""
+    steps = list(steps)
+    if not any("mfu_peak" in r for r in steps):
+        return {}
+    return {"mfu_peak": sorted({record_peak_origin(r) for r in steps} & set(APPROXIMATE))}
+
+
+def mfu_footnote(origins_by_run: Mapping[str, Iterable[str]]) -> str:
+    """The report's MFU footnote, saying once and truly where the CPU peaks came from:
+    ``origins_by_run`` maps each run to the origins of its MFUs; where the runs' approximate
+    ones differ, each origin names its runs."""
+    by_run = {run: {o for o in origins if o in APPROXIMATE} for run, origins in origins_by_run.items()}
+    present = [o for o in APPROXIMATE if any(o in found for found in by_run.values())]
+    if len(present) > 1:
+        where = "; ".join(f"{PEAK_NOTES[o]} for " + ", ".join(f"`{run}`" for run, found in by_run.items() if o in found)
+                          for o in present)
+    else:
+        where = PEAK_NOTES[present[0] if present else UNRECORDED]
+    return f"MFU ~: {where}, approximate. n/a: no peak, or a step above 100% of it, which says the peak was too low."
 
 
 def given_cpu_peak() -> float | None:
@@ -111,12 +163,12 @@ def peak_flops(devices: "list[jax.Device]") -> Peak:
     if devices[0].platform == "cpu":
         given = given_cpu_peak()
         if given is not None:
-            return Peak(given, f"given by ${PEAK_ENV}", True)
-        return Peak(measured_matmul_flops(), "measured: the fastest of a few 2048^2 fp32 matmuls", True)
+            return Peak(given, f"given by ${PEAK_ENV}", GIVEN)
+        return Peak(measured_matmul_flops(), "measured: the fastest of a few 2048^2 fp32 matmuls", MEASURED)
     for name, peak in PUBLISHED_PEAKS.items():
         if name.lower() in kind.lower():
-            return Peak(peak * len(devices), f"published {name} bf16 x {len(devices)}")
-    return Peak(None, f"unknown peak for {kind!r}")
+            return Peak(peak * len(devices), f"published {name} bf16 x {len(devices)}", PUBLISHED)
+    return Peak(None, f"unknown peak for {kind!r}", NO_PEAK)
 
 
 @functools.cache
@@ -152,7 +204,7 @@ def fastest_run(run: Callable[[], object], repeats: int, budget_s: float, clock:
 def mfu(flops_per_s: float, peak: float | None) -> float | None:
     """Model FLOPs utilisation, or None where there is no honest figure: no peak, or a rate
     above it. Analytic FLOPs count a subset of the work the hardware does, so a ratio above 1
-    says the peak was measured too low (a loaded CPU), not that the model beat the hardware."""
+    says the peak was too low (measured on a loaded CPU, or given), not that the model beat the hardware."""
     if not peak or not math.isfinite(flops_per_s):
         return None
     value = flops_per_s / peak
@@ -160,7 +212,7 @@ def mfu(flops_per_s: float, peak: float | None) -> float | None:
 
 
 def mfu_text(value: float | None, approximate: bool = False, digits: int = 1) -> str:
-    """An MFU as shown: "3.1%", "~3.1%" over a measured (approximate) peak, "n/a" without an
+    """An MFU as shown: "3.1%", "~3.1%" over a CPU's (approximate) peak, "n/a" without an
     honest figure; never a number above 100% (an older record's is shown as n/a)."""
     if value is None or not math.isfinite(value) or not 0.0 <= value <= 1.0:
         return "n/a"

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from loire_jax import outputs, paths
 from loire_jax.analysis import downstream
-from loire_jax.analysis.flops import MEASURED_NOTE, mfu_text, stage_flops
+from loire_jax.analysis.flops import UNRECORDED, mfu_footnote, mfu_text, recorded_peaks, stage_flops
 from loire_jax.analysis.metrics import lifelong_metrics, preservation
 from loire_jax.analysis.records import METRICS_FILE, read_records
 from loire_jax.analysis.tables import markdown_table
@@ -95,8 +95,9 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
             "wall_s": wall.get(number), "eval_s": eval_s.get(number),
             "tokens_per_s": statistics.median(rates) if rates else None,
             "mfu": statistics.median(mfus) if honest else None,
-            # over a peak measured on a CPU; an older run's records do not say, and count as measured
+            # over a CPU's peak (given or measured); an older run's records do not say, and count as such
             "mfu_approximate": any(r.get("mfu_approximate", True) for r in steps),
+            **recorded_peaks(steps),  # "mfu_peak": where the CPU peak came from, for the footnote
         })
     finished_wall = [s["wall_s"] for s in stages if s["finished"] and s["wall_s"] is not None]
     curves = [{"stage": s, "step": i, "global_step": global_step(run, s - 1, i),
@@ -153,11 +154,6 @@ def _f(x: float | None, digits: int = 2) -> str:
 def _sci(x: float | None) -> str:
     return "-" if x is None else f"{x:.3e}"
 
-
-
-_MFU_NOTE = (f"MFU {MEASURED_NOTE} (the fastest of a few large matmuls at the run's start; an older run's records "
-             "do not say, and count as measured). n/a: no peak, or a step above 100% of it, which says the peak was "
-             "measured too low.")
 
 
 def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
@@ -222,8 +218,9 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
         rows.append([s["name"], "MFU"] + pad([mfu_text(st["mfu"], st.get("mfu_approximate", False))
                                               for st in s["stages"]]) + ["", ""])
     lines += markdown_table(header, rows) + [""]
-    if any(st.get("mfu_approximate") for s in summaries for st in s["stages"]):
-        lines += [_MFU_NOTE, ""]
+    if any(st.get("mfu_approximate") for s in summaries for st in s["stages"]):  # where each run's CPU peak came from
+        lines += [mfu_footnote({s["name"]: [o for st in s["stages"] if st.get("mfu_approximate")
+                                            for o in st.get("mfu_peak", [UNRECORDED])] for s in summaries}), ""]
 
     if comparisons:
         lines += ["## Cost ratios (Table 4), in %", "",
@@ -418,7 +415,7 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
         saved = json.loads(config.read_text())
     except ValueError as err:
         raise ReportError(f"{config} is not valid JSON ({err})") from None
-    run = run_config_from_dict(saved)
+    run = run_config_from_dict(saved, saved=True)
     records, bad = read_records(workdir)
     wrong = [p for p in map(record_problem, records) if p]
     if bad or wrong:

@@ -19,7 +19,12 @@ import threading
 from typing import TYPE_CHECKING
 
 from loire_jax.cli import startup
-from loire_jax.errors import INTERRUPTED, PEER_LOST, ConfigError, fail
+from loire_jax.cli.environment import (  # noqa: F401  (FAST_COMPILE_CPU_FLAGS: the tests and benchmarks import it here)
+    COLLECTIVE_TIMEOUT_FLAG,
+    FAST_COMPILE_CPU_FLAGS,
+    check_environment,
+)
+from loire_jax.errors import INTERRUPTED, PEER_LOST, ConfigError, fail, first_line
 
 if TYPE_CHECKING:  # JAX loads in the functions that use it: --help and argument errors answer without it
     import jax
@@ -43,17 +48,9 @@ def simulated_cpu_env(n_devices: int) -> None:
     loaded machine: the stuck-collective watchdog aborts at 300 s instead of 40 s.
     """
     os.environ.setdefault("NPROC", str(max(os.cpu_count() or 1, 4 * n_devices)))
-    flag = "--xla_cpu_collective_call_terminate_timeout_seconds"
+    flag = COLLECTIVE_TIMEOUT_FLAG
     if flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}=300".strip()
-
-
-# XLA:CPU flags under which toy programs compile fastest on a few cores, for runs whose time is
-# mostly compiling (the test session, the accelerator check's dry run; users' runs keep XLA's
-# defaults): the older fusion code generator (about twice as fast to compile) and one piece of
-# code per program instead of pieces compiled in parallel (about a tenth faster on 2 cores).
-# Both choose how code is generated, not what it computes.
-FAST_COMPILE_CPU_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 
 INIT_TIMEOUT_S = 120.0
@@ -134,7 +131,10 @@ def init_timeout(text: str) -> float:
 
 
 def processes_from_args(args: argparse.Namespace) -> Processes | None:
-    """``processes_from`` for the flags of ``add_process_flags``; ConfigError on bad ones."""
+    """``processes_from`` for the flags of ``add_process_flags``; ConfigError on bad ones, and
+    on a ``$XLA_FLAGS`` or ``$JAX_PLATFORMS`` JAX would read badly (``check_environment``):
+    the commands that take these flags check the process's environment with them, first."""
+    check_environment()
     if args.heartbeat_s < 1:
         raise ConfigError(f"--heartbeat-s must be a positive number of seconds, got {args.heartbeat_s}")
     timeout = init_timeout(args.init_timeout)
@@ -277,6 +277,11 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     sending heartbeats for ``heartbeat_s`` seconds is declared dead and the others exit.
     ``xla_gpu_flags`` names a set of XLA GPU flags (``config.xla_flags``), added to
     $XLA_FLAGS here because XLA reads them once, when the backend starts.
+
+    The process's numerics follow the run, whatever the shell says: x64 is on for a float64
+    run and off otherwise, ``$JAX_ENABLE_X64`` notwithstanding (it moved a float32 run's
+    perplexities by about 7.6e-6 relative, so a resume from such a shell was not bitwise).
+    ``$XLA_FLAGS`` and ``$JAX_PLATFORMS`` are checked first (``check_environment``).
     """
     import jax
 
@@ -285,7 +290,9 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     from loire_jax.config.xla_flags import with_flags
 
     sizes = parse_mesh(mesh_spec)
+    check_environment()
     given_cpu_peak()  # a malformed $LOIRE_CPU_PEAK_FLOPS is refused here, before any device exists
+    jax.config.update("jax_enable_x64", bool(enable_x64))  # both ways: $JAX_ENABLE_X64 may have set it
     os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""), xla_gpu_flags)
     need = math.prod(sizes.values())
     # simulated CPU devices are per process, so their count follows the expected process count
@@ -295,8 +302,6 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
         local = 1
     jax.config.update("jax_num_cpu_devices", local)  # only affects the CPU backend
     simulated_cpu_env(local)
-    if enable_x64:
-        jax.config.update("jax_enable_x64", True)
     if processes is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         try:
@@ -311,7 +316,7 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
             if need % count:
                 raise ConfigError(f"--mesh {need} does not split over {count} processes; pick a multiple")
             sizes = {"data": count, "fsdp": need // count, "tensor": 1}
-    devices = jax.devices()
+    devices = _backend_devices()
     per = f" over {jax.process_count()} processes ({jax.local_device_count()} local each)" \
         if jax.process_count() > 1 else ""
     if len(devices) >= need:
@@ -328,6 +333,20 @@ def configure(mesh_spec: str, *, enable_x64: bool = False, processes: Processes 
     note = (f"{len(devices)} {devices[0].platform} device(s) available, mesh needs {need}: "
             f"simulating {need} CPU devices")
     return sizes, cpus[:need], note
+
+
+def _backend_devices() -> list[jax.Device]:
+    """``jax.devices()``, starting the backends; a backend ``$JAX_PLATFORMS`` names that fails
+    to start (``tpu`` without libtpu) is the user's setting: ConfigError, one line naming it."""
+    import jax
+
+    try:
+        return jax.devices()
+    except RuntimeError as err:
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        if platforms and str(err).startswith("Unable to initialize backend"):
+            raise ConfigError(f"JAX_PLATFORMS={platforms!r}: {first_line(err)}") from None
+        raise
 
 
 CACHE_LIMIT_BYTES = 8 << 30

@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             except BrokenPipeError:  # piped into head: the reader has what it wanted
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
+        devices.check_environment()  # $XLA_FLAGS, $JAX_PLATFORMS: before the suite's root is taken
         base = suites.base_config(suite)
         mesh_spec = args.mesh or base.mesh
         # every system shares the base's batch: a mesh that cannot split it creates no device
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             root = rundir.take_experiment_root(suites.workdir_for(suite, args.workdir))
         except (rundir.WorkdirError, OSError) as err:
             return fail(err)
-        sizes, devs, note = devices.configure(mesh_spec, enable_x64=False)
+        sizes, devs, note = devices.configure(mesh_spec, enable_x64=base.precision == "float64")
     except (ValueError, FileNotFoundError) as err:
         return fail(err)
     try:

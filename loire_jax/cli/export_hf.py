@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage", type=int, default=None, help="the stage to export (1-based; default: the last "
                                                                "stage with a checkpoint)")
     args = parser.parse_args(argv)
+    from loire_jax.cli.environment import check_environment
     from loire_jax.store.locks import reading
+
+    check_environment()  # $XLA_FLAGS, $JAX_PLATFORMS: refused in one line (not XLA's abort), before any lock
 
     # a reader's lock on the run while it is read: loire-train --fresh cannot delete it meanwhile
     with reading([Path(args.workdir).expanduser()], doing=f"exporting to {Path(args.out).expanduser()}"):
@@ -62,7 +65,7 @@ def _export(args) -> int:
     except ValueError as err:  # UnicodeDecodeError is one too
         raise hf.HFError(f"{workdir / 'config.json'} is not valid JSON ({err})") from None
     try:
-        run = run_config_from_dict(saved)
+        run = run_config_from_dict(saved, saved=True)
     except ValueError as err:
         raise hf.HFError(f"{workdir / 'config.json'}: {err}") from None
     if args.stage is not None and not 1 <= args.stage <= len(run.stages):

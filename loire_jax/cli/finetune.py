@@ -11,7 +11,8 @@ trains it on the task's training split, scoring the validation split after every
 (checkpoints, metrics.jsonl, results.json) and ``summary.json`` (mean and half-range over
 the seeds), and rewrites the run's report (``RUN_DIR/report``), whose Downstream table
 lists every fine-tuning of the run. Several ``--task`` run one after the other, each task's
-config and records checked (and two tasks of one name refused) before the first starts.
+config, settings against the model and records checked (and two tasks of one name refused)
+before the first starts.
 Overrides set the task's hyper-parameters (``lr=1e-4 epochs=3 batch_size=16``)
 or its files (``task.files.train=my.jsonl``) of every task. A task's max_len longer than the
 model's max_seq_len is lowered to it, unless max_len is given here. ``--quick`` (epochs=2
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = _seeds(args.seeds) if args.seeds else None
     run_dir = Path(args.run_dir).expanduser()
     try:
-        run = run_config_from_dict(json.loads((run_dir / "config.json").read_text()))
+        run = run_config_from_dict(json.loads((run_dir / "config.json").read_text()), saved=True)
     except FileNotFoundError:
         raise ConfigError(f"{run_dir} is not a loire_jax run directory (no config.json)") from None
     except ValueError as err:
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"devices: {note}", flush=True)
     options = {"progress": not args.no_progress and jax.process_index() == 0,
                "max_len_given": given(args.overrides, "max_len")}  # --quick's max_len yields to the model's
-    results = _fine_tune(run_dir, run, [cfg for _, cfg in cfgs], lambda: make_mesh(sizes, devs), args.stage, seeds,
+    results = _fine_tune(run_dir, [cfg for _, cfg in cfgs], lambda: make_mesh(sizes, devs), args.stage, seeds,
                          say, options)
     if isinstance(results, int):
         return results
@@ -161,25 +162,23 @@ def _report(run_dir: Path, results: list[Any], say: Callable[..., None]) -> None
             f"{[s.seed for s in result.seeds]}{versus} ({run_dir / 'finetune' / result.task / f'stage{result.stage}'})")
 
 
-def _fine_tune(run_dir: Path, run: Any, cfgs: list[Any], mesh: Callable[[], Any], stage: int | None,
+def _fine_tune(run_dir: Path, cfgs: list[Any], mesh: Callable[[], Any], stage: int | None,
                seeds: list[int] | None, say: Callable[..., None], options: dict[str, Any]) -> list[Any] | int:
     """Each task's fine-tuning in turn: their results, or the exit code of the first that
-    stopped or failed. With several tasks every task's records are read and checked first,
-    so a bad file of the last task fails before the first task's compute."""
-    from loire_jax.downstream.finetune import finetune
+    stopped or failed. Every task is checked first (its settings against the model and the
+    mesh, its records), before any job's folder is read or any compute: a bad file of the
+    last task fails before the first task's job, and a task's own error comes before "holds
+    a job with other settings"."""
+    from loire_jax.downstream.finetune import finetune, prepare
     from loire_jax.train.signals import Stopped, stop_within
 
     results = []
     try:
         on = mesh()
-        if len(cfgs) > 1:
-            from loire_jax.downstream.tasks import load_examples
-
-            for cfg in cfgs:
-                load_examples(cfg.task, run.data.root / "downloads")
-        for cfg in cfgs:
+        jobs = [prepare(run_dir, cfg, stage, on, options["max_len_given"]) for cfg in cfgs]
+        for cfg, job in zip(cfgs, jobs):
             result = finetune(run_dir, cfg, stage=stage, seeds=seeds, mesh=on, log=lambda line: say(line, flush=True),
-                              **options)
+                              prepared=job, **options)
             if not result.complete:
                 say(f"stopped by signal {result.stopped} after a save; rerun the same command to resume",
                     file=sys.stderr)

@@ -26,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="a local path or a gs:// (any etils.epath) URI")
     args = parser.parse_args(argv)
     from loire_jax.analysis.reports import PLOTS, write_report
+    from loire_jax.cli.environment import check_environment
     from loire_jax.store.locks import reading
+
+    check_environment()  # $XLA_FLAGS, $JAX_PLATFORMS, before any lock: a checkpoint's check starts JAX's backend
 
     # a workdir that is none: ReportError; another run's checkpoint in it: CheckpointError; an unwritable --out: OSError
     with reading(args.workdirs, doing="writing a report"):  # no --fresh deletes a run while it is read

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from loire_jax.config.checks import is_int, is_num
 from loire_jax.errors import ConfigError
 
 DEFAULT_DATA_DIR = "~/.cache/loire_jax"
@@ -70,7 +71,8 @@ class SourceSpec:
         else:
             _require(bool(self.name), "tfds source needs 'name' (e.g. 'scientific_papers')")
         if self.max_documents is not None:
-            _require(self.max_documents > 0, "max_documents must be positive")
+            _require(is_int(self.max_documents) and self.max_documents > 0,
+                     f"max_documents must be a positive integer, got {self.max_documents!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +104,7 @@ class TokenizerSpec:
     def __post_init__(self) -> None:
         _require(self.kind in TOKENIZER_KINDS, f"tokenizer kind {self.kind!r} not in {TOKENIZER_KINDS}")
         if self.kind == "trained_bpe":
-            _require(256 < self.vocab_size <= 65535,
+            _require(is_int(self.vocab_size) and 256 < self.vocab_size <= 65535,
                      f"trained_bpe vocab_size must be in (256, 65535], got {self.vocab_size}")
         if self.kind in ("sentencepiece", "tokenizer_json"):
             _require(bool(self.path), f"tokenizer kind {self.kind} needs 'path'")
@@ -136,9 +138,14 @@ class DataConfig:
         _require(len(set(names)) == len(names), f"domain names must be unique: {names}")
         _require(all(isinstance(d, DomainSpec) for d in self.domains), "domains must be DomainSpec")
         _require(isinstance(self.tokenizer, TokenizerSpec), "tokenizer must be a TokenizerSpec")
-        _require(self.validation_docs >= 1, "validation_docs must be >= 1")
-        _require(0.0 < self.recovery_fraction < 1.0, "recovery_fraction must be in (0, 1)")
-        _require(self.min_doc_chars >= 1, "min_doc_chars must be >= 1")
+        _require(is_int(self.validation_docs) and self.validation_docs >= 1,
+                 f"validation_docs must be an integer >= 1, got {self.validation_docs!r}")
+        _require(is_int(self.split_seed) and self.split_seed >= 0,
+                 f"split_seed must be a non-negative integer, got {self.split_seed!r}")
+        _require(is_num(self.recovery_fraction) and 0.0 < self.recovery_fraction < 1.0,
+                 f"recovery_fraction must be in (0, 1), got {self.recovery_fraction!r}")
+        _require(is_int(self.min_doc_chars) and self.min_doc_chars >= 1,
+                 f"min_doc_chars must be an integer >= 1, got {self.min_doc_chars!r}")
         object.__setattr__(self, "data_dir", os.path.expanduser(str(self.data_dir)))
         object.__setattr__(self, "cache_dir", os.path.expanduser(str(self.cache_dir)))
         _require("://" not in self.cache_dir, f"cache_dir must be a local path, got {self.cache_dir!r}")

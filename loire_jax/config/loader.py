@@ -6,7 +6,9 @@ that a typo or a wrong type fails at start-up with one line naming the key, wher
 and what is valid there. OmegaConf reads the YAML (``1e-3`` is a float) and applies
 MaxText-style overrides (``optimizer.lr=1e-3``, ``stages.M2.growth.0.size=256``); pydantic
 checks and coerces every section against the dataclasses' annotations and refuses
-unknown keys; each dataclass's ``__post_init__`` then checks the values.
+unknown keys (``validation``); each dataclass's ``__post_init__`` then checks the values.
+Every file is read by ``paths.read_user_text``: a missing file, a directory or bytes that
+are not UTF-8 are one line naming the file.
 
 The YAML document differs from ``RunConfig`` in three places: M1's preset is written in
 ``model`` (``model: {preset: paper, hidden: 64}``), ``stage_defaults`` fills every stage,
@@ -15,11 +17,8 @@ and ``data`` may be the path of a domains YAML.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
 import re
-import types
 import typing
 from typing import Any, Mapping, Sequence
 
@@ -35,25 +34,15 @@ from loire_jax.config.finetune import FinetuneConfig
 from loire_jax.config.model import preset
 from loire_jax.config.run import DERIVED_MODEL_FIELDS, PRECISIONS, RunConfig
 from loire_jax.config.stage import StageConfig, model_name, stage_number
+from loire_jax.config.validation import STRICT, unknown_message, validate
 from loire_jax.errors import ConfigError
 from loire_jax.paths import Path
 
 __all__ = ["apply_overrides", "data_config_from_dict", "finetune_config_from_dict", "load_data_config",
            "load_finetune_config", "load_run_config", "run_config_from_dict"]
 
-# Every section: unknown keys are errors; numbers coerce to the annotated type (a YAML
-# ``mesh: 8`` is the string "8", ``lr: 1`` the float 1.0). Nested stdlib dataclasses take
-# this config from the model that holds them.
-_STRICT = pydantic.ConfigDict(extra="forbid", coerce_numbers_to_str=True)
-
-# Keys the YAML document has (+) or lacks (-) next to the dataclass at that place.
-_DOCUMENT_KEYS: dict[tuple[type, tuple[str, ...]], tuple[set[str], set[str]]] = {
-    (RunConfig, ()): ({"stage_defaults"}, {"model_preset"}),
-    (RunConfig, ("model",)): ({"preset"}, set()),
-}
-
 # Any subset of a stage's fields, with their types: what stage_defaults may hold.
-_StageDefaults = pydantic.create_model("StageDefaults", __config__=_STRICT, **{
+_StageDefaults = pydantic.create_model("StageDefaults", __config__=STRICT, **{
     name: (hint, None) for name, hint in typing.get_type_hints(StageConfig).items()})
 
 
@@ -63,57 +52,104 @@ def load_run_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfi
 
     ``path`` may also name a shipped preset (``"tiny"``, ``"gpt_paper"``: loire_jax.config.presets).
     Relative paths in it (``data``, local sources) resolve against the YAML's folder.
+    Stages replaced on the command line (``stages=[...]``) take the YAML's ``stage_defaults``
+    where they leave a key out; a YAML default that none of them takes is dropped, not
+    refused (it was written for the YAML's stages), while one given on the command line is.
     """
     found = presets.find(path)
     if found == str(path) and not presets.looks_like_path(found) and not os.path.exists(os.path.expanduser(found)):
         raise ConfigError(f"run config {presets.unknown(path)}")
     cfg, base = _yaml_file(found, ConfigError, "run config")
+    written = cfg.get("stage_defaults")  # as the YAML wrote them, before the overrides change cfg
+    written = OmegaConf.to_container(written) if OmegaConf.is_dict(written) else None
     _apply_overrides(cfg, overrides, base)
-    return run_config_from_dict(_plain(cfg, ConfigError, str(path)), base_dir=base)
+    raw = _plain(cfg, ConfigError, str(path))
+    if any(o.partition("=")[0].strip() == "stages" for o in overrides) and isinstance(written, Mapping):
+        raw["stage_defaults"] = _taken_defaults(raw.get("stage_defaults"), written, raw.get("stages"))
+    return run_config_from_dict(raw, base_dir=base)
 
 
-def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None) -> RunConfig:
+def _taken_defaults(defaults: Any, written: Mapping[str, Any], stages: Any) -> Any:
+    """``defaults`` less the keys the YAML wrote (unchanged by the command line) that every
+    stage of ``stages`` sets itself."""
+    if not isinstance(defaults, Mapping) or not isinstance(stages, list):
+        return defaults  # validation names what is not a mapping or a list
+    own = [_listed(s) for s in stages if isinstance(s, Mapping)]
+    return {k: v for k, v in defaults.items()
+            if not (k in written and written[k] == v and own and all(k in s for s in own))}
+
+
+def run_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | None = None, *,
+                         saved: bool = False) -> RunConfig:
     """A run config from a mapping in the YAML's shape (a parsed file, or ``RunConfig.to_dict``).
 
     ``data`` may be a path to a domains YAML (relative to ``base_dir``) or inline;
-    ``stage_defaults`` fills every stage; stage names default to M1, M2, ...
+    ``stage_defaults`` fills every stage that does not set the key itself (one that no stage
+    takes, because every stage sets it otherwise, is refused: it would change nothing);
+    stage names default to M1, M2, ...
+
+    ``saved``: the mapping is a config a run saved, read back from the run's workdir (its
+    ``config.json``, or the ``run`` of a checkpoint's meta), never a file a user wrote. Only
+    then are fields that later releases added read as the run that saved it ran them
+    (``_saved_before_recovery``); a user's YAML always gets today's defaults and its own
+    ``stage_defaults``.
     """
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"run config must be a mapping, got {type(mapping).__name__}")
     base = paths.as_path(base_dir) if base_dir is not None else None
     raw = dict(mapping)
     if "model_preset" in raw:  # RunConfig's field, spelled model.preset in the document
-        raise ConfigError(_unknown_message(RunConfig, (), ["model_preset"], "the top level"))
+        raise ConfigError(unknown_message(RunConfig, (), ["model_preset"], "the top level"))
     for section in ("optimizer", "checkpoint", "eval", "mlm", "stage_defaults"):
         if section in raw and raw[section] is None:  # an empty YAML section: the defaults
             del raw[section]
 
-    if isinstance(raw.get("stages"), list):
+    if saved and isinstance(raw.get("stages"), list):
         raw["stages"] = [_saved_before_recovery(s) for s in raw["stages"]]
     defaults = _listed(raw.pop("stage_defaults", {}))
-    _validate(_StageDefaults, defaults, ConfigError, prefix=("stage_defaults",), schema=StageConfig)
+    validate(_StageDefaults, defaults, ConfigError, prefix=("stage_defaults",), schema=StageConfig)
     if isinstance(raw.get("stages"), list):  # stage names default to M1, M2, ...
-        raw["stages"] = [_listed({"name": model_name(i), **defaults, **s}) if isinstance(s, Mapping) else s
-                         for i, s in enumerate(raw["stages"])]
+        stages = [_listed(s) for s in raw["stages"]]
+        _refuse_unused_defaults(defaults, stages)
+        raw["stages"] = [{"name": model_name(i), **defaults, **s} if isinstance(s, Mapping) else s
+                         for i, s in enumerate(stages)]
     if isinstance(raw.get("model"), Mapping):
         raw["model_preset"], raw["model"] = _model(raw["model"], raw.get("precision", "float32"))
     if isinstance(raw.get("data"), str):
         raw["data"] = _data_file(raw["data"], base, ConfigError)
     elif isinstance(raw.get("data"), Mapping):
         raw["data"] = _with_data_paths(raw["data"], base)
-    return _validate(RunConfig, raw, ConfigError)
+    return validate(RunConfig, raw, ConfigError)
+
+
+def _refuse_unused_defaults(defaults: Mapping[str, Any], stages: Sequence[Any]) -> None:
+    """A ``stage_defaults`` key that every stage sets itself, to another value somewhere,
+    would be silently ignored (``stage_defaults.recovery=end`` over stages that each say
+    ``recovery: start``): refused in one line naming it and the stages' own values."""
+    own = [s for s in stages if isinstance(s, Mapping)]
+    if not own or len(own) != len(stages):
+        return  # validation names what is not a stage
+    for key, value in defaults.items():
+        if all(key in s for s in own) and any(s[key] != value for s in own):
+            values = ", ".join(f"{model_name(i)} {s[key]!r}" for i, s in enumerate(own))
+            raise ConfigError(f"stage_defaults.{key}: {value!r} applies to no stage, since every stage sets its own "
+                              f"{key} ({values}); set it per stage (e.g. stages.{model_name(len(own) - 1)}.{key}="
+                              f"...) or drop {key} from the stages")
 
 
 # The fields every saved stage (``RunConfig.to_dict``) has held since the first release
 # (tests/fixtures/release-0.1.0); later releases add more, so a stage saved by any of them
-# holds these, while a hand-written stage names only what it changes.
+# holds these.
 _SAVED_STAGE_KEYS = frozenset({"name", "domains", "steps", "growth", "warmup_steps", "gate_ramp_steps", "teachers",
                                "replay_ratio", "replay_from", "beta", "beta_steps", "reset_optimizer", "init_from"})
 
 
 def _saved_before_recovery(stage: Any) -> Any:
-    """A stage saved before ``recovery`` existed (every other field written, as ``to_dict``
-    writes them) ran its warmup at the stage start: read it so, not with today's default."""
+    """A stage of a saved config (``run_config_from_dict(..., saved=True)``) that holds every
+    field a save writes but ``recovery`` was saved before the option existed, and ran its
+    warmup at the stage start: read it so, not with today's default. Never applied to a
+    user's YAML, where a stage that spells those fields is still the user's, and
+    ``stage_defaults`` and today's default hold."""
     if isinstance(stage, Mapping) and "recovery" not in stage and _SAVED_STAGE_KEYS <= set(stage):
         return {**stage, "recovery": "start"}
     return stage
@@ -143,7 +179,7 @@ def data_config_from_dict(mapping: Mapping[str, Any], base_dir: str | Path | Non
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"data config must be a mapping, got {type(mapping).__name__}")
     base = paths.as_path(base_dir) if base_dir is not None else None
-    return _validate(DataConfig, _with_data_paths(mapping, base), ConfigError, top="the data config")
+    return validate(DataConfig, _with_data_paths(mapping, base), ConfigError, top="the data config")
 
 
 def load_data_config(path: str | Path) -> DataConfig:
@@ -181,7 +217,7 @@ def finetune_config_from_dict(mapping: Mapping[str, Any]) -> FinetuneConfig:
     checked and unknown keys refused like a run config's."""
     if not isinstance(mapping, Mapping) or not isinstance(mapping.get("task"), Mapping):
         raise ConfigError("a fine-tuning config must be a mapping with a task: section")
-    return _validate(FinetuneConfig, dict(mapping), ConfigError, top="the fine-tuning config")
+    return validate(FinetuneConfig, dict(mapping), ConfigError, top="the fine-tuning config")
 
 
 # --------------------------------------------------------------------------- the document
@@ -264,26 +300,24 @@ def _first_line(err: BaseException) -> str:
 
 def _yaml_file(path: str | os.PathLike, error: type[Exception], what: str) -> tuple[DictConfig, Path]:
     """A YAML file, local or a ``gs://`` (any epath) URI, and the folder its relative paths
-    resolve against."""
+    resolve against. The file is read by ``paths.read_user_text``, so a missing file, a
+    directory or a file that is not UTF-8 is one line naming it, as for every file a user names."""
     try:
         p = paths.as_path(path)
     except paths.PathError as err:
         raise error(str(err)) from None
-    if not p.is_file():
-        raise error(f"{what} file not found: {p}")
-    return _load_yaml(p, error), (p.resolve() if paths.is_local(p) else p).parent
+    return _parse_yaml(paths.read_user_text(p, what, error), p, error), (p.resolve() if paths.is_local(p) else p).parent
 
 
-def _load_yaml(path: Path, error: type[Exception]) -> DictConfig:
-    """A YAML file as an OmegaConf mapping; a syntax error names the line."""
+def _parse_yaml(text: str, path: Path, error: type[Exception]) -> DictConfig:
+    """A YAML file's text as an OmegaConf mapping; a syntax error names the file and the line."""
     try:
-        with path.open() as f:
-            cfg = OmegaConf.load(f)
+        cfg = OmegaConf.create(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise error(f"{path}:{where} is not valid YAML ({getattr(err, 'problem', None) or _first_line(err)})") from None
-    except (OSError, UnicodeDecodeError, OmegaConfBaseException) as err:
+    except OmegaConfBaseException as err:
         raise error(f"cannot read {path}: {_first_line(err)}") from None
     if not isinstance(cfg, DictConfig):
         raise error(f"{path}: top level must be a mapping")
@@ -358,96 +392,3 @@ def _stage_position(here: str, name: str, n: int) -> int:
         raise ConfigError(f"{here} is ambiguous: overrides name a stage as the logs do (this run has {valid}), not "
                           f"by a number, which once counted from 0; write {hint or 'one of those'}")
     raise ConfigError(f"{here} is not a stage of this run, which has {valid} (counted from 1, as in the logs)")
-
-
-# --------------------------------------------------------------------------- pydantic
-@functools.cache
-def _envelope(tp: Any) -> type[pydantic.BaseModel]:
-    """A one-field model around ``tp``: the stdlib dataclasses inside take its strict config."""
-    return pydantic.create_model(f"{getattr(tp, '__name__', 'Config')}Envelope", __config__=_STRICT, value=(tp, ...))
-
-
-def _validate(tp: Any, raw: Any, error: type[Exception], *, prefix: tuple[str, ...] = (),
-              schema: Any = None, top: str = "the top level") -> Any:
-    """``raw`` as an instance of ``tp``, or ``error`` with every problem on one line."""
-    try:
-        return _envelope(tp).model_validate({"value": raw}).value
-    except pydantic.ValidationError as err:
-        raise error(_describe(err, schema or tp, prefix, top)) from None
-
-
-def _walk(root: Any, loc: Sequence[str | int]) -> tuple[tuple[str | int, ...], Any]:
-    """(field path, type there) of a pydantic error location: union member tags dropped, and
-    the dataclass reached, whose fields are the keys valid there (None past the schema)."""
-    path: list[str | int] = []
-    tp = root
-    for part in loc:
-        tp = _non_optional(tp)
-        if isinstance(part, str) and dataclasses.is_dataclass(tp):
-            tp = typing.get_type_hints(tp).get(part)
-        elif tp is not None and isinstance(part, int) and typing.get_origin(tp) in (tuple, list):
-            tp = typing.get_args(tp)[0]
-        elif _is_union(tp):
-            continue  # "int" in ("loss_chunk", "int"): which member of the union failed
-        else:
-            tp = None
-        path.append(part)
-    return tuple(path), _non_optional(tp)
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (typing.Union, types.UnionType)
-
-
-def _non_optional(tp: Any) -> Any:
-    if _is_union(tp):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0] if len(args) == 1 else tp
-    return tp
-
-
-def _keys(schema: Any, path: tuple[str | int, ...]) -> list[str]:
-    """Keys valid at ``path``, as the document spells them."""
-    _, tp = _walk(schema, path)
-    keys = set(typing.get_type_hints(tp)) if dataclasses.is_dataclass(tp) else set()
-    plus, minus = _DOCUMENT_KEYS.get((schema, tuple(path)), (set(), set()))
-    return sorted((keys | plus) - minus)
-
-
-def _unknown_message(schema: Any, path: tuple[str | int, ...], names: Sequence[str], where: str) -> str:
-    listed = ", ".join(repr(n) for n in names)
-    return f"unknown key{'s' if len(names) > 1 else ''} {listed} in {where}; valid keys are {_keys(schema, path)}"
-
-
-def _dotted(path: Sequence[str | int]) -> str:
-    """A field path as an override writes it: a stage by its name in the logs (``stages.M2``)."""
-    if len(path) > 1 and path[0] == "stages" and isinstance(path[1], int):
-        path = ["stages", model_name(path[1]), *path[2:]]
-    return ".".join(str(p) for p in path)
-
-
-def _describe(err: pydantic.ValidationError, schema: Any, prefix: tuple[str, ...], top: str) -> str:
-    """One line for all of ``err``: unknown keys with the valid ones, missing keys, and each
-    wrong value with its field path."""
-    unknown: dict[tuple[str | int, ...], list[str]] = {}
-    missing: list[str] = []
-    problems: dict[str, list[str]] = {}  # several for one field: the members of a union
-    got: dict[str, str] = {}
-    for e in err.errors(include_url=False):
-        path, _ = _walk(schema, e["loc"][1:])  # [0] is the envelope's field
-        if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-            unknown.setdefault(path[:-1], []).append(str(path[-1]))
-            continue
-        if e["type"] == "missing":
-            missing.append(f"missing required key {str(path[-1])!r} in {_dotted(prefix + path[:-1]) or top}")
-            continue
-        cause = (e.get("ctx") or {}).get("error")  # a __post_init__'s ValueError: its message says it all
-        where = _dotted(prefix + path)
-        problems.setdefault(where, []).append(str(cause) if isinstance(cause, Exception) else e["msg"])
-        if not isinstance(cause, Exception):
-            got[where] = f" (got {e['input']!r:.60})"
-    parts = [_unknown_message(schema, path, names, _dotted(prefix + path) or top) for path, names in unknown.items()]
-    parts += missing
-    parts += [(f"{where}: " if where else "") + " or ".join(msgs) + got.get(where, "")
-              for where, msgs in problems.items()]
-    return re.sub(r"\s*\n\s*", " ", "; ".join(parts))

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
+from loire_jax.config.checks import is_int
 from loire_jax.config.roles import EXECUTION, INIT, PRECISION, role
 from loire_jax.errors import ConfigError
 
@@ -149,7 +150,7 @@ class ModelConfig:
                 problems.append("llama3 rope scaling needs rope_factor > 0 and 0 < rope_low_freq_factor < "
                                 f"rope_high_freq_factor, got {self.rope_factor}, {self.rope_low_freq_factor}, "
                                 f"{self.rope_high_freq_factor}")
-            if not isinstance(self.rope_original_max_len, int) or self.rope_original_max_len < 1:
+            if not is_int(self.rope_original_max_len) or self.rope_original_max_len < 1:
                 problems.append(f"rope_original_max_len must be a positive integer, got {self.rope_original_max_len!r}")
         if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
             problems.append(f"rope needs an even head_dim, got {self.head_dim}")

@@ -18,6 +18,7 @@ from loire_jax.config.data import SourceSpec, fingerprint
 from loire_jax.data import builtin
 from loire_jax.data.errors import SourceError
 from loire_jax.data.fetch import sha256_file
+from loire_jax.paths import file_problem
 
 HASHES = "source_hashes.json"  # in the data dir: size, mtime and SHA-256 of each local source file read
 _HASHED: dict[str, list] = {}  # the same, for this process (before the data dir exists)
@@ -34,10 +35,10 @@ def _expand(paths: tuple[str, ...]) -> list[Path]:
             out.extend(Path(h) for h in hits)
         else:
             path = Path(p)
-            if not path.is_file():
-                raise SourceError(f"local source file not found: {path} "
-                                  "(check 'paths' in the domain config; relative paths are "
-                                  "relative to the YAML file)")
+            problem = file_problem(path, "local source")  # a directory is said to be one
+            if problem:
+                raise SourceError(f"{problem} (check 'paths' in the domain config; relative paths are "
+                                  "relative to the YAML file; a glob such as dir/*.txt reads a directory's files)")
             out.append(path)
     return out
 

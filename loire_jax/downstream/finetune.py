@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -310,7 +310,7 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
              stage: int | None = None, seeds: Sequence[int] | None = None, overrides: Sequence[str] = (),
              mesh: Mesh | str | None = None, log: Callable[[str], None] = print,
              on_step: Callable[[int], None] | None = None, progress: bool = False,
-             max_len_given: bool | None = None) -> FinetuneResult:
+             max_len_given: bool | None = None, prepared: Prepared | None = None) -> FinetuneResult:
     """Fine-tune stage ``stage`` (default: the last) of the run in ``run_dir`` on ``task`` at
     each seed (default: ``cfg.seed``), and write each seed's metrics and results, and a
     summary, under ``<run_dir>/finetune/<task>/stage<k>/``.
@@ -328,6 +328,9 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
     line) where it is the task's default, and refused where the user set it
     (``max_len_given``; default: ``max_len`` is among ``overrides``, or ``cfg`` or a whole
     ``FinetuneConfig`` was given).
+
+    ``prepared``: this job's ``prepare`` made earlier (a command with several tasks checks
+    them all before the first job runs); it carries the config as the model allows it.
     """
     from loire_jax.config.loader import load_finetune_config
     from loire_jax.train.signals import RunSignals, Stopped, stop_within
@@ -340,8 +343,9 @@ def finetune(run_dir: paths.PathLike, task: str | TaskConfig | FinetuneConfig, c
         cfg = dataclasses.replace(cfg, task=task) if cfg is not None else FinetuneConfig(task=task)
     elif cfg is None:
         cfg = load_finetune_config(task, overrides)
-    cfg, sm, mesh, (train, train_records), (valid, valid_records), data, note = _prepare(run_dir, cfg, stage, mesh,
-                                                                                        max_len_given)
+    if prepared is None:  # every check of the task, its records and the model, before the job's folder is read
+        prepared = prepare(run_dir, cfg, stage, mesh, max_len_given)
+    cfg, sm, mesh, (train, train_records), (valid, valid_records), data, note = prepared
     made_of = provenance.record(sm.directory, sm.stage, sm.run.stages[sm.stage - 1].steps, data)  # once per call
     seeds = list(seeds) if seeds is not None else [cfg.seed]
     root = paths.as_path(run_dir) / FINETUNE_DIR / cfg.job_name / f"stage{sm.stage}"
@@ -405,12 +409,23 @@ def _run_seeds(cfg: FinetuneConfig, sm: Any, mesh: Mesh, train: Any, valid: Any,
     return None
 
 
-def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, mesh: Mesh | str | None,
-             max_len_given: bool) -> tuple:
-    """(the config as the model allows it, stage model, mesh, (train arrays, records),
-    (validation arrays, records), the data's record for provenance, a note on what was
-    changed), every check made: the model against the task's settings and the mesh, the
-    task's records."""
+class Prepared(NamedTuple):
+    """A job checked and its data encoded, before any of its stored state is read."""
+
+    cfg: FinetuneConfig  # as the model allows it (``fit_max_len``)
+    sm: StageModel
+    mesh: Mesh
+    train: tuple[encoding.Encoded, list[dict[str, Any]]]  # (arrays, records)
+    valid: tuple[encoding.Encoded, list[dict[str, Any]]]
+    data: dict[str, Any]  # each split's record for provenance
+    note: str  # what was changed, for the job's first line
+
+
+def prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None = None, mesh: Mesh | str | None = None,
+            max_len_given: bool = True) -> Prepared:
+    """Every check of one job, made before its folder is read (a stored job of other settings
+    is refused only once the task itself holds): the run and the stage, the task's settings
+    against the model and the mesh, the task's records; and the records encoded."""
     from loire_jax.config.mesh import parse_mesh
     from loire_jax.parallel.sharding import check_divisible, make_mesh
 
@@ -441,7 +456,7 @@ def _prepare(run_dir: paths.PathLike, cfg: FinetuneConfig, stage: int | None, me
         train, valid = (encode(cfg, r, sm.tokenizer, layout) for r in (train_records, valid_records))
     except ValueError as err:
         raise TaskError(f"task {cfg.task.name!r}: {str(err).splitlines()[0]}") from None
-    return cfg, sm, mesh, (train, train_records), (valid, valid_records), data, note
+    return Prepared(cfg, sm, mesh, (train, train_records), (valid, valid_records), data, note)
 
 
 def _write_summary(root: Path, result: FinetuneResult, made_of: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ def stage_model(run_dir: paths.PathLike, stage: int | None = None) -> StageModel
     if not (run_dir / "config.json").is_file():
         raise FinetuneError(f"{run_dir} is not a loire_jax run directory (no config.json)")
     try:
-        run = run_config_from_dict(json.loads((run_dir / "config.json").read_text()))
+        run = run_config_from_dict(json.loads((run_dir / "config.json").read_text()), saved=True)
     except ValueError as err:
         raise FinetuneError(f"{run_dir / 'config.json'}: {str(err).splitlines()[0]}") from None
     n = len(run.stages)

@@ -36,12 +36,7 @@ class TaskError(LoireError):
 def read_task_file(path: str) -> list[Located]:
     """Every record of a local task file, in file order, each with where it starts."""
     p = paths.as_path(path)
-    if not p.is_file():
-        raise TaskError(f"task file not found: {p}")
-    try:
-        text = p.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise TaskError(f"{p} is not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
+    text = paths.read_user_text(p, "task", TaskError)  # missing, a directory, not UTF-8: one line naming it
     name = p.name.lower()
     if name.endswith((".csv", ".tsv")):
         return _delimited(text, str(p), "excel-tab" if name.endswith(".tsv") else "excel")

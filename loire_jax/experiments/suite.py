@@ -173,9 +173,10 @@ def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
 
 
 def suite_path(name_or_path: str) -> Path:
-    """A suite by name (``configs/suites/<name>.yaml``) or by file path."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml"):
+    """A suite by name (``configs/suites/<name>.yaml``) or by path: a YAML name, a path with a
+    folder in it, or anything that exists here (a directory is then refused as one)."""
+    p = Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml") or len(p.parts) > 1 or p.exists():
         return p
     return SUITES_DIR / f"{name_or_path}.yaml"
 
@@ -188,10 +189,11 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
     """The suite YAML, with ``seeds`` replacing its own if given. ``base`` resolves against
     the YAML's folder."""
     path = suite_path(name_or_path)
-    if not path.is_file():
+    if not path.exists() and path.parent == SUITES_DIR:
         raise ConfigError(f"no suite {name_or_path!r}: {path} does not exist (suites: {', '.join(suite_names())})")
+    text = paths.read_user_text(path, "suite", ConfigError)  # a directory, a missing file, not UTF-8: named
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
     known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about", "downstream",

@@ -73,7 +73,7 @@ def stage_mismatch(run: RunConfig, stage: int, meta: Mapping[str, Any]) -> str |
     if meta.get("run") is None:
         return None  # nothing more recorded to hold against the run
     try:
-        saved = run_config_from_dict(meta["run"])
+        saved = run_config_from_dict(meta["run"], saved=True)
     except (ValueError, TypeError, AttributeError) as err:
         return f"the run config it records is not one this version reads ({str(err).splitlines()[0][:160]})"
     changes = history_changes(saved, run, stage)

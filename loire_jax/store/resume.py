@@ -79,6 +79,17 @@ def history_compatible(saved: RunConfig, new: RunConfig, completed_stages: int,
     if not changes:
         return None
     return ("the new config changes settings that already shaped the saved run: " + "; ".join(changes[:6])
-            + (" ..." if len(changes) > 6 else "")
+            + (" ..." if len(changes) > 6 else "") + _recovery_hint(saved, new, frozen)
             + f". Only {', '.join(RESUME_MUTABLE)} and stages not yet started may change; "
               "use --fresh to start over")
+
+
+def _recovery_hint(saved: RunConfig, new: RunConfig, frozen: int) -> str:
+    """How to resume as the run ran when ``recovery`` is what changed: a run saved before the
+    option existed reads back as ``start`` (``config.loader``, ``saved=True``), while a
+    user's YAML gets today's default, ``end``."""
+    was = {s.recovery for s, t in zip(saved.stages[:frozen], new.stages) if s.recovery != t.recovery}
+    if len(was) != 1:
+        return ""
+    return (f" (the saved run ran its recovery window at each stage's {next(iter(was))}: resume it with "
+            f"stage_defaults.recovery={next(iter(was))}, or set recovery in those stages)")

@@ -145,8 +145,8 @@ class TensorBoard(Hook):
 class ProgressBar(Hook):
     """A tqdm bar per stage with loss, KD loss, the gate α, the KD weight β (while
     distilling), tokens/s and MFU, on a terminal (α and β in Greek where the terminal's
-    encoding has them). MFU is "~x%" over a CPU peak measured at the start (approximate)
-    and "n/a" where it has no honest figure (``analysis.flops.mfu``), never above 100%.
+    encoding has them). MFU is "~x%" over a CPU peak, measured at the start or given by
+    $LOIRE_CPU_PEAK_FLOPS (approximate), and "n/a" where it has no honest figure (``analysis.flops.mfu``), never above 100%.
 
     Where stdout is not a terminal (a batch job's log file, a pipe) a bar's every refresh
     would be written out, so the same figures come as plain lines instead, with the stage's

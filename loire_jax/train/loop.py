@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import jax
 
-from loire_jax.analysis.flops import Peak, mfu, train_flops_per_token
+from loire_jax.analysis.flops import NO_PEAK, Peak, mfu, train_flops_per_token
 from loire_jax.config.mesh import BATCH_AXES
 from loire_jax.config.schedule import Phase, phase_at
 from loire_jax.config.stage import stage_number
@@ -112,12 +112,12 @@ class LateMetrics:
         done_at = time.perf_counter()
         run = self._run
         rate = run.batch_size * run.seq_len / max(done_at - self._since, 1e-9)
-        peak = self._peak or Peak(None, "none")
+        peak = self._peak or Peak(None, "none", NO_PEAK)
         self._since = done_at
         self._emit({"kind": "train", "stage": stage_number(self._index), "step": step, "phase": phase.name,
                     **values, "beta": run.stages[self._index].beta if phase.distill else 0.0,
                     "tokens_per_s": rate, "mfu": mfu(rate * self._flops[phase.distill], peak.flops),
-                    "mfu_approximate": peak.measured})
+                    "mfu_approximate": peak.approximate, "mfu_peak": peak.origin})  # the report says where it came from
 
     def restart(self) -> None:
         """The next interval starts now (after a compilation, which is not step time)."""

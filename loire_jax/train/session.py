@@ -202,7 +202,7 @@ class RunSession:
         trained nothing that a corrected config could contradict."""
         for index in reversed(range(len(self.run_config.stages))):
             if self.ckpt(index).latest_step() is not None:
-                return run_config_from_dict(self.ckpt(index).read_meta()["run"])
+                return run_config_from_dict(self.ckpt(index).read_meta()["run"], saved=True)
         return None
 
     def take_workdir(self, fresh: bool, break_lock: bool) -> None:

@@ -37,7 +37,7 @@ from jax.sharding import Mesh
 
 from loire_jax import paths
 from loire_jax.analysis import memory
-from loire_jax.analysis.flops import MEASURED_NOTE, Peak, peak_flops
+from loire_jax.analysis.flops import Peak, peak_flops
 from loire_jax.analysis.records import read_records
 from loire_jax.config.mesh import parse_mesh
 from loire_jax.config.run import RunConfig
@@ -182,7 +182,7 @@ class Trainer:
         run, say = self.run_config, self.session.say
         self.peak = peak_flops(list(self.mesh.devices.flat))
         peak = f"{self.peak.flops / 1e9:,.1f} GFLOP/s" if self.peak.flops else "n/a"
-        note = f"; {MEASURED_NOTE}" if self.peak.measured else ""
+        note = "; MFUs over it approximate, shown ~x%" if self.peak.approximate else ""  # the source said once
         say(f"mesh {dict(self.mesh.shape)} of {self.mesh.devices.size} {self.platform} device(s); peak for MFU "
             f"{peak} ({self.peak.source}{note})")
         say(f"run {run.name!r}: {len(run.stages)} stages, batch {run.batch_size} x seq {run.seq_len}, "
