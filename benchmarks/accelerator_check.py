@@ -58,6 +58,7 @@ import sys
 import time
 from pathlib import Path
 
+from loire_jax.cli.scripts import neighbour
 from loire_jax.errors import fail
 
 MARKER = ".accelerator_check"  # in --out: this tool made the directory
@@ -65,11 +66,7 @@ MARKER = ".accelerator_check"  # in --out: this tool made the directory
 
 def _script(name: str):
     """A neighbour script (bench_step.py), loaded from its file: benchmarks is no package."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return neighbour(__file__, name)
 
 
 # Its pieces, by what each owns, in the order they import each other (each finds the ones

@@ -28,8 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import bench_step as bench  # noqa: E402  (benchmarks is no package)
+from loire_jax.cli.scripts import neighbour
+
+bench = neighbour(__file__, "bench_step")  # benchmarks is no package
 
 # (label, bench_step arguments beyond the shape's, extra XLA flags, seconds allowed), by round
 LOSS = ["--loss-softmax", "online", "--loss-logits", "compute"]

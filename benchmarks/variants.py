@@ -74,7 +74,7 @@ def select(cases: list[dict[str, Any]], text: str | None) -> list[dict[str, Any]
 
 
 # --------------------------------------------------------------------------- header: device, commit
-PROBE = ("import json, sys, jax\nsys.path.insert(0, {here!r})\nimport variants\n"
+PROBE = ("import json, jax\nfrom loire_jax.cli.scripts import script\nvariants = script({here!r})\n"
          "print('DEVICE ' + json.dumps(variants.describe(jax.devices())))")
 
 
@@ -95,7 +95,7 @@ def probe_device(run_child: Callable, env: dict[str, str], timeout: float = 120)
     """The device the children see, asked of a child (this process stays on the CPU), so
     the results name it whichever parts run; where the child could not say, its last error
     line under ``error``."""
-    child = run_child([sys.executable, "-c", PROBE.format(here=str(Path(__file__).parent))], timeout, env, ROOT)
+    child = run_child([sys.executable, "-c", PROBE.format(here=str(Path(__file__).resolve()))], timeout, env, ROOT)
     found = [ln[7:] for ln in child.stdout.splitlines() if ln.startswith("DEVICE ")]
     if found:
         return json.loads(found[-1])

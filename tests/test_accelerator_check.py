@@ -8,7 +8,6 @@ part is recorded and the plan goes on, the results rewritten after every part.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -22,17 +21,10 @@ from pathlib import Path
 import pytest
 from runs import own_devices_env
 
+from loire_jax.cli.scripts import script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "accelerator_check.py"
-
-
-def script(path: Path):
-    """A script that is no package module (benchmarks/*.py), loaded from its file."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = mod  # its dataclasses look their module up while they are made
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -328,10 +320,7 @@ def test_the_readme_renders_a_recorded_check_s_step_table_with_its_date_device_a
     """README's Performance section shows the GPU table of the check copied to
     benchmarks/results/accelerator: here the dry run's results, relabelled as a real check's
     (the renderer refuses a dry run's, whose toy figures are no GPU's)."""
-    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "tools" / "docs_figures.py")
-    figures = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = figures
-    spec.loader.exec_module(figures)
+    figures = script(ROOT / "tools" / "docs_figures.py")
     out, _ = dry_run
     data = json.loads((out / "results.json").read_text())
     monkeypatch.setattr(figures.accelerator, "ACCELERATOR", tmp_path)
@@ -394,15 +383,19 @@ def test_the_results_name_the_device_and_commit_without_the_step_part(check, tmp
     assert "- device: NVIDIA H100 80GB HBM3 (1 gpu device(s))" in md and "commit abc123" in md
 
 
-def test_the_probe_names_an_accelerator_and_its_published_peak(check):
+def test_the_probe_names_an_accelerator_and_its_published_peak(check, monkeypatch):
     """The header's device comes from a child's ``describe``; an H100 there (an H100 check of
-    2026-11-27 said "unknown" when the probe failed on a GPU's peak)."""
+    2026-11-27 said "unknown" when the probe failed on a GPU's peak). A CPU's peak is the one
+    given by $LOIRE_CPU_PEAK_FLOPS, else measured per case (none in the header)."""
     gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
     got = check.variants.describe([gpu, gpu])
     assert got["devices"] == "2 gpu device(s)" and got["kind"] == "NVIDIA H100 80GB HBM3"
     assert got["peak_flops"] == 2 * 989e12 and "H100" in got["peak_source"]
     cpu = types.SimpleNamespace(platform="cpu", device_kind="cpu")
+    monkeypatch.delenv("LOIRE_CPU_PEAK_FLOPS", raising=False)  # a parallel test session hands its workers one
     assert check.variants.describe([cpu])["peak_flops"] is None
+    monkeypatch.setenv("LOIRE_CPU_PEAK_FLOPS", "2.5e11")
+    assert check.variants.describe([cpu])["peak_flops"] == 2.5e11
 
 
 def test_the_results_name_the_device_from_the_variants_part_when_the_probe_failed(check, tmp_path):
@@ -432,9 +425,7 @@ def test_variants_selects_by_name_and_always_keeps_the_plain_step(check, capsys,
 
 
 def test_the_unroll_sweep_runs_bench_steps_own_cases_at_every_setting_it_names():
-    spec = importlib.util.spec_from_file_location("unroll_sweep", ROOT / "benchmarks" / "unroll_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = script(ROOT / "benchmarks" / "unroll_sweep.py")
     for dry in (True, False):
         cases = sweep.cases(dry)
         assert [c["argv"][-len(extra):] for c, (_, extra) in zip(cases, sweep.CASES)] == [e for _, e in sweep.CASES]

@@ -26,6 +26,8 @@ import yaml
 from data_helpers import tiny_config_dict
 from runs import ROOT, cli, one_line_error, run_numerics, tiny_run
 
+from loire_jax.cli.scripts import script
+
 # The documents whose code blocks are run (python) or classified in SHELL (bash).
 DOCS = {name: ROOT / name for name in ("README.md", "CONTRIBUTING.md", "docs/library.md", "docs/interop.md",
                                        "docs/operations.md", "docs/results.md", "docs/encoders.md",
@@ -41,15 +43,7 @@ README_LINKS = ("docs/operations.md", "docs/results.md", "docs/library.md", "doc
 FENCE = re.compile(r"^([ \t]*)```(\w*)\n(.*?)^\1```", re.S | re.M)  # at the margin or indented in a list
 
 
-def _figures_tool():
-    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "tools" / "docs_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-figures = _figures_tool()
+figures = script(ROOT / "tools" / "docs_figures.py")
 
 
 def blocks(language: str) -> list[tuple[str, int, str]]:

@@ -9,7 +9,6 @@ commands the tool would start replaced: nothing here trains."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -23,17 +22,9 @@ from data_helpers import tiny_config_dict
 from runs import ROOT
 
 from loire_jax import outputs
+from loire_jax.cli.scripts import script
 
-
-def _figures_tool():
-    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "tools" / "docs_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-figures = _figures_tool()
+figures = script(ROOT / "tools" / "docs_figures.py")
 records = figures.records
 
 BUILT = ("[loire_jax.data] WB: 120 documents (0 too short dropped) written as ArrayRecord in 1.2s\n"

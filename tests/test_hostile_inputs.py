@@ -9,7 +9,6 @@ running the command in the test. Subprocesses only where the time matters."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 from data_helpers import tiny_config_dict
 from runs import tiny_run
 
+from loire_jax.cli.scripts import script
 from loire_jax.config.loader import load_run_config, run_config_from_dict
 from loire_jax.config.mesh import parse_mesh
 from loire_jax.config.optimizer import OptimizerConfig
@@ -56,10 +56,7 @@ def one_line(capsys, main, argv: list[str], code: int = 2, prefix: str = "error:
 
 def module(path: str):
     """A script that is no package module (benchmarks/*.py), loaded from its file."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script(ROOT / path)
 
 
 def cli(script: str, *args: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess, float]:

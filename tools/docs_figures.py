@@ -31,12 +31,12 @@ default runs must agree on them (``--check`` says so if they do not).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from loire_jax.cli.scripts import neighbour
 from loire_jax.errors import LoireError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,12 +46,9 @@ MARKER = re.compile(r"<!-- figures:([\w-]+) -->(.*?)<!-- /figures -->", re.S)
 
 def _script(name: str):
     """A neighbour module (figures_records.py), loaded from its file: tools is no package, and
-    this script runs from any directory and is loaded from its file by the tests."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # the later ones import it by name; dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    this script runs from any directory and is loaded from its file by the tests; the later
+    ones import the earlier ones by name."""
+    return neighbour(__file__, name)
 
 
 # Its pieces, by what each owns, in the order they import each other:

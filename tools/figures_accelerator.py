@@ -8,9 +8,7 @@ figures_compile.py (tools is no package: the imports below find them by name).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from figures_compile import compile_ratios
 from figures_text import Got, prose, thousands
 
 from loire_jax.analysis.tables import markdown_table
+from loire_jax.cli.scripts import script
 
 ROOT = Path(__file__).resolve().parents[1]
 # an accelerator_check.py --out folder's results.json and results.md, copied here
@@ -31,11 +30,7 @@ FOLLOWUP = "followup-h100.jsonl"  # benchmarks/gpu_followup.py's rounds: the 1.1
 def _accelerator_script():
     """benchmarks/accelerator_check.py, loaded from its file (benchmarks is no package): its
     markdown is the GPU table's, so the README and the check's own results.md agree."""
-    spec = importlib.util.spec_from_file_location("accelerator_check", CHECK_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["accelerator_check"] = module
-    spec.loader.exec_module(module)
-    return module
+    return script(CHECK_SCRIPT)
 
 
 def fig_readme_performance(got: Got) -> str:
