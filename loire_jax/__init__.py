@@ -17,23 +17,33 @@ transform never pulls in Orbax or grain. The subpackages (``config``, ``parallel
 ``cli``) are layered; CONTRIBUTING.md maps them.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("ModelConfig", "preset"), "config.model"),
-    "RunConfig": "config.run",
-    "DataConfig": "config.data",
-    "load_run_config": "config.loader",
-    "GrowthPlan": "config.growth_plan",
-    "plan_growth": "config.growth_methods",
-    "param_count": "config.shapes",
-    **dict.fromkeys(("init_params", "apply_model"), "model.transformer"),
-    **dict.fromkeys(("grow", "grow_like", "grow_optimizer_state"), "growth.transforms"),
-    **dict.fromkeys(("TrainState", "grow_train_state"), "train.state"),
-    **dict.fromkeys(("run", "RunResult"), "train.trainer"),
-    **dict.fromkeys(("Hook", "default_hooks"), "train.hooks"),
-    **dict.fromkeys(("LoireError", "ConfigError", "GrowthError", "RunError"), "errors"),
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.config.data import DataConfig as DataConfig
+    from loire_jax.config.growth_methods import plan_growth as plan_growth
+    from loire_jax.config.growth_plan import GrowthPlan as GrowthPlan
+    from loire_jax.config.loader import load_run_config as load_run_config
+    from loire_jax.config.model import ModelConfig as ModelConfig
+    from loire_jax.config.model import preset as preset
+    from loire_jax.config.run import RunConfig as RunConfig
+    from loire_jax.config.shapes import param_count as param_count
+    from loire_jax.errors import ConfigError as ConfigError
+    from loire_jax.errors import GrowthError as GrowthError
+    from loire_jax.errors import LoireError as LoireError
+    from loire_jax.errors import RunError as RunError
+    from loire_jax.growth.transforms import grow as grow
+    from loire_jax.growth.transforms import grow_like as grow_like
+    from loire_jax.growth.transforms import grow_optimizer_state as grow_optimizer_state
+    from loire_jax.model.transformer import apply_model as apply_model
+    from loire_jax.model.transformer import init_params as init_params
+    from loire_jax.train.hooks import Hook as Hook
+    from loire_jax.train.hooks import default_hooks as default_hooks
+    from loire_jax.train.state import TrainState as TrainState
+    from loire_jax.train.state import grow_train_state as grow_train_state
+    from loire_jax.train.trainer import RunResult as RunResult
+    from loire_jax.train.trainer import run as run
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

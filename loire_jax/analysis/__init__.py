@@ -9,15 +9,20 @@ the report (``comparison``).
 May import: ``config``, ``errors``, ``paths``, jax (device queries), matplotlib.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("average_perplexity", "average_increased_perplexity", "lifelong_metrics"), "metrics"),
-    **dict.fromkeys(("train_flops_per_token", "stage_flops"), "flops"),
-    **dict.fromkeys(("METRICS_FILE", "read_records"), "records"),
-    **dict.fromkeys(("write_report", "ReportError"), "reports"),
-    "OutOfMemory": "memory",
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.analysis.flops import stage_flops as stage_flops
+    from loire_jax.analysis.flops import train_flops_per_token as train_flops_per_token
+    from loire_jax.analysis.memory import OutOfMemory as OutOfMemory
+    from loire_jax.analysis.metrics import average_increased_perplexity as average_increased_perplexity
+    from loire_jax.analysis.metrics import average_perplexity as average_perplexity
+    from loire_jax.analysis.metrics import lifelong_metrics as lifelong_metrics
+    from loire_jax.analysis.records import METRICS_FILE as METRICS_FILE
+    from loire_jax.analysis.records import read_records as read_records
+    from loire_jax.analysis.reports import ReportError as ReportError
+    from loire_jax.analysis.reports import write_report as write_report
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

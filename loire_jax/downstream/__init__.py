@@ -12,13 +12,19 @@ May import: ``config``, ``parallel``, ``model``, ``data``, ``analysis``, ``store
 (its state, optimizer mask and signals), ``errors``, ``paths``; never ``growth`` or ``cli``.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("finetune", "FinetuneResult", "FinetuneError", "stage_model"), "finetune"),
-    **dict.fromkeys(("load_examples", "TaskError"), "tasks"),
-    **dict.fromkeys(("squad_scores", "accuracy", "mean_half_range"), "scoring"),
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.downstream.finetune import FinetuneError as FinetuneError
+    from loire_jax.downstream.finetune import FinetuneResult as FinetuneResult
+    from loire_jax.downstream.finetune import finetune as finetune
+    from loire_jax.downstream.scoring import accuracy as accuracy
+    from loire_jax.downstream.scoring import mean_half_range as mean_half_range
+    from loire_jax.downstream.scoring import squad_scores as squad_scores
+    from loire_jax.downstream.stage_model import stage_model as stage_model
+    from loire_jax.downstream.tasks import TaskError as TaskError
+    from loire_jax.downstream.tasks import load_examples as load_examples
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -4,12 +4,15 @@ the comparison suites that run them and write verdicts (``suite``).
 May import every layer below, ``train`` included. Never ``cli``.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("System", "derive"), "systems"),
-    **dict.fromkeys(("Suite", "load_suite", "suite_names"), "suite"),
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.experiments.suite import Suite as Suite
+    from loire_jax.experiments.suite import load_suite as load_suite
+    from loire_jax.experiments.suite import suite_names as suite_names
+    from loire_jax.experiments.systems import System as System
+    from loire_jax.experiments.systems import derive as derive
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -8,15 +8,24 @@ The rivals' growth lives beside LOIRE's: ELLE's expansion and vocabulary growth
 May import: ``config``, ``parallel``, ``model``, jax, flax, optax. Never the training loop.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("grow", "grow_like", "grow_optimizer_state", "ramp_layers", "GrowthPlan", "plan_growth",
-                     "method_transform"), "transforms"),
-    **dict.fromkeys(("elle_grow", "grow_vocab"), "net2net"),
-    **dict.fromkeys(("init_operator", "apply_operator", "operator_param_count", "make_operator_step",
-                     "OPERATOR_OPTIMIZER"), "ligo"),
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.growth.ligo import OPERATOR_OPTIMIZER as OPERATOR_OPTIMIZER
+    from loire_jax.growth.ligo import apply_operator as apply_operator
+    from loire_jax.growth.ligo import init_operator as init_operator
+    from loire_jax.growth.ligo import make_operator_step as make_operator_step
+    from loire_jax.growth.ligo import operator_param_count as operator_param_count
+    from loire_jax.growth.net2net import elle_grow as elle_grow
+    from loire_jax.growth.net2net import grow_vocab as grow_vocab
+    from loire_jax.growth.transforms import GrowthPlan as GrowthPlan
+    from loire_jax.growth.transforms import grow as grow
+    from loire_jax.growth.transforms import grow_like as grow_like
+    from loire_jax.growth.transforms import grow_optimizer_state as grow_optimizer_state
+    from loire_jax.growth.transforms import method_transform as method_transform
+    from loire_jax.growth.transforms import plan_growth as plan_growth
+    from loire_jax.growth.transforms import ramp_layers as ramp_layers
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

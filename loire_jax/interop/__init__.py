@@ -7,13 +7,15 @@ commit), and the pretrained model a run's M1 may start from (``pretrained``).
 May import: ``config``, ``parallel``, ``model``, ``data``, ``store``, ``errors``, ``paths``.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("HFError", "config_from_hf", "config_to_hf"), "hf_format"),
-    "load": "hf_read",
-    "save": "hf_write",
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.interop.hf_format import HFError as HFError
+    from loire_jax.interop.hf_format import config_from_hf as config_from_hf
+    from loire_jax.interop.hf_format import config_to_hf as config_to_hf
+    from loire_jax.interop.hf_read import load as load
+    from loire_jax.interop.hf_write import save as save
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -12,14 +12,16 @@ move or delete must respect (``locks``), whether a saved run can be resumed unde
 May import: ``config``, ``errors``, ``paths``, jax, orbax, grain.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("StageCheckpoints", "restore_params"), "checkpoints"),
-    "CheckpointError": "checkpoint_errors",
-    **dict.fromkeys(("WorkdirError", "WorkdirLock"), "locks"),
-    "history_compatible": "resume",
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.store.checkpoint_errors import CheckpointError as CheckpointError
+    from loire_jax.store.checkpoints import StageCheckpoints as StageCheckpoints
+    from loire_jax.store.checkpoints import restore_params as restore_params
+    from loire_jax.store.locks import WorkdirError as WorkdirError
+    from loire_jax.store.locks import WorkdirLock as WorkdirLock
+    from loire_jax.store.resume import history_compatible as history_compatible
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

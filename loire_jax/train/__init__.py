@@ -14,17 +14,25 @@ May import every layer below: ``config``, ``parallel``, ``model``, ``growth``, `
 ``analysis``, ``store``, ``interop``. Never ``experiments`` or ``cli``.
 """
 
+from typing import TYPE_CHECKING
+
 from loire_jax._lazy import lazy_exports
 
-_EXPORTS = {
-    **dict.fromkeys(("run", "RunResult"), "trainer"),
-    **dict.fromkeys(("Hook", "default_hooks", "say"), "hooks"),
-    "RunContext": "context",
-    "StepRecord": "loop",
-    **dict.fromkeys(("TrainState", "grow_train_state", "init_state"), "state"),
-    **dict.fromkeys(("StepSpec", "make_train_step", "make_eval_step"), "step"),
-    **dict.fromkeys(("make_optimizer", "optimizer_for"), "optimizer"),
-}
+if TYPE_CHECKING:  # the public names, declared once: type checkers read them here, ``_lazy`` at run time
+    from loire_jax.train.context import RunContext as RunContext
+    from loire_jax.train.hooks import Hook as Hook
+    from loire_jax.train.hooks import default_hooks as default_hooks
+    from loire_jax.train.hooks import say as say
+    from loire_jax.train.loop import StepRecord as StepRecord
+    from loire_jax.train.optimizer import make_optimizer as make_optimizer
+    from loire_jax.train.optimizer import optimizer_for as optimizer_for
+    from loire_jax.train.state import TrainState as TrainState
+    from loire_jax.train.state import grow_train_state as grow_train_state
+    from loire_jax.train.state import init_state as init_state
+    from loire_jax.train.step import StepSpec as StepSpec
+    from loire_jax.train.step import make_eval_step as make_eval_step
+    from loire_jax.train.step import make_train_step as make_train_step
+    from loire_jax.train.trainer import RunResult as RunResult
+    from loire_jax.train.trainer import run as run
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)
