@@ -136,3 +136,21 @@ def test_a_dose_variant_never_replays_more_than_its_documented_share(mini):
     with pytest.raises(ValueError, match=r"at most 50% old data in each batch, but stage 'M2-NEWS' has 8 steps"):
         derive("LOIRE-ELLE-replay", short)  # its 6 memory-only steps alone are more than half of 8
     assert f"at most {DOSE_SHARE_CAP:.0%} of each batch" in SYSTEMS["LOIRE-ELLE-replay"].what
+
+
+@pytest.mark.parametrize("reading", ["start", "end"])
+def test_a_stages_data_stream_is_decided_once_from_its_config(mini, reading):
+    """``config.stream.stage_stream``: the window the schedule plans, the memory of the domains
+    the stage replays, and its own memory beside them only where the window closes the stage."""
+    from loire_jax.config.stream import stage_stream
+
+    run = mini.replace(stages=(mini.stages[0], *(dataclasses.replace(s, recovery=reading) for s in mini.stages[1:])))
+    names = [d.name for d in run.data.domains]
+    for k, stage in enumerate(run.stages):
+        stream = stage_stream(run, k)
+        assert (stream.replay_start, stream.replay_end) == recovery_window(phases(stage, k > 0))
+        assert [names[j] for j in stream.memory_domains] == list(run.stages[j].domains[0] for j in range(k))
+        assert stream.own_memory == (stage.recovery == "end") and stream.steps == stage.steps
+        assert (names[stream.domain], stream.seed) == (stage.domains[0], run.data_seed(k))
+    elle = derive("ELLE", run)
+    assert stage_stream(elle, 2).prompts and stage_stream(elle, 2).recover_steps == elle.stages[2].recover_steps
