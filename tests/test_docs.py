@@ -457,7 +457,7 @@ def test_a_report_that_fails_after_a_complete_run_is_one_line_naming_the_retry(l
 CHAINED = "chained"
 SHELL = {
     # README.md and docs/finetune.md
-    "python launch/finetune.py runs/tiny --task amazon_sentiment --seeds 1,2,3 --quick": CHAINED,
+    "python launch/finetune.py runs/tiny --task amazon_sentiment --quick": CHAINED,
     "python launch/finetune.py runs/tiny --task boolq": CHAINED,
     "python launch/finetune.py runs/tiny --task boolq --stage 3 --seeds 1,2,3 lr=1e-4 epochs=3": CHAINED,
     "python launch/finetune.py runs/tiny --task boolq --task imdb": CHAINED,
