@@ -369,7 +369,7 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None,
 
 def plots_section() -> list[str]:
     """report.md's links to the plots written beside it, each shown where markdown shows images."""
-    return ["", "## Plots", "", *(f"![{title}]({stem}.png)" for stem, title in PLOTS.items()), ""]
+    return ["", "## Plots", "", *(line for stem, title in PLOTS.items() for line in (f"![{title}]({stem}.png)", ""))]
 
 
 def report_folder(out: paths.PathLike, files: set[str], keys: set[str]) -> Path:
