@@ -357,6 +357,10 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None,
             paths.as_path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
     out = report_folder(out, {"report.md", "report.json", *(f"{p}.png" for p in PLOTS)}, {"runs", "comparisons"})
     comparisons = compare(summaries) if len(summaries) > 1 else []
+    if not run_origin.comparable(summaries):  # refusing would lose the cost comparison, which holds
+        print("warning: these runs tokenize differently (" + "; ".join(
+            f"{s['name']}: {s['tokenizer']['text']}" for s in summaries) + "), so their perplexities are not "
+            "comparable across runs; report.md marks each run's tokenizer", file=sys.stderr)
     md = "\n".join([markdown(summaries, comparisons), *downstream.runs_section(summaries), *plots_section()])
     paths.write_atomic(out / "report.md", md)
     paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons,

@@ -12,12 +12,11 @@ several. ``launch/train.py`` calls this at the end of every completed run. repor
 the plots. Runs that tokenize differently (a BPE of 8,192 pieces against one of 1,024) are
 reported side by side for their cost, but their perplexities are per token of different
 tokenizers and do not compare: report.md marks each run's tokenizer and says so, and a
-warning line says it here.
+warning line says it (``reports.write_report``).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
 from loire_jax.cli import usage
@@ -39,11 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     # a workdir that is none: ReportError; another run's checkpoint in it: CheckpointError; an unwritable --out: OSError
     with reading(args.workdirs, doing="writing a report"):  # no --fresh deletes a run while it is read
         out = write_report(args.workdirs, args.out, check=_check_stages, checkpoint_digest=_stage_digest)
-    saved = json.loads((out / "report.json").read_text())
-    if not saved["perplexities_comparable"]:  # refusing would lose the cost comparison, which holds
-        print("warning: these runs tokenize differently (" + "; ".join(
-            f"{r['name']}: {r['tokenizer']['text']}" for r in saved["runs"]) + "), so their perplexities are not "
-            "comparable across runs; report.md marks each run's tokenizer", file=sys.stderr)
     print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
     return 0
 

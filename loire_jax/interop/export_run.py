@@ -24,10 +24,9 @@ from loire_jax.config.model import ModelConfig
 from loire_jax.interop import export_folder, hf_format, hf_write
 from loire_jax.interop.hf_format import HFError
 from loire_jax.model.params import abstract_params
-from loire_jax.store import checkpoints
+from loire_jax.store import checkpoints, provenance
 from loire_jax.store.checkpoint_steps import latest_complete_step, stage_dir
 from loire_jax.store.locks import reading
-from loire_jax.store.provenance import check_stage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +75,7 @@ def _export(workdir: Path, out: str | os.PathLike, stage: int | None) -> Exporte
     stage = stage if stage is not None else (stages[-1] if stages else None)
     if stage not in stages:
         raise HFError(f"{workdir}: stage {stage} has no complete checkpoint (stages with one: {stages})")
-    meta = check_stage(run, stage, workdir)  # another run's checkpoint put in stage_<k>: refused, one line
+    meta = provenance.check_stage(run, stage, workdir)  # another run's checkpoint put in stage_<k>: refused, one line
     cfg = ModelConfig.from_dict(meta["model"])
     arch = hf_format.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
