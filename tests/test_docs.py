@@ -767,3 +767,8 @@ def test_a_record_names_the_tree_as_it_was_when_its_command_started(monkeypatch)
     assert records.tree_changes() == "M loire_jax/train/step.py"
     status["now"] = "unknown"
     assert records.tree_changes() == "unknown"
+
+
+def test_the_readme_stays_a_front_page():
+    """What it is, the two commands and links: at most 220 lines; the rest belongs in docs/."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 220
