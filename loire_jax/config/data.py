@@ -150,7 +150,8 @@ class DataConfig:
                  f"recovery_fraction must be in (0, 1), got {self.recovery_fraction!r}")
         _require(is_int(self.min_doc_chars) and self.min_doc_chars >= 1,
                  f"min_doc_chars must be an integer >= 1, got {self.min_doc_chars!r}")
-        _require(is_int(self.max_doc_chars) and self.max_doc_chars >= max(1000, 2 * self.min_doc_chars),
+        _require(is_int(self.max_doc_chars) and self.max_doc_chars >= max(1000, 2 * self.min_doc_chars
+                                                                       if is_int(self.min_doc_chars) else 0),
                  f"max_doc_chars must be an integer >= 1000 and >= 2 x min_doc_chars, got {self.max_doc_chars!r}")
         object.__setattr__(self, "data_dir", os.path.expanduser(str(self.data_dir)))
         object.__setattr__(self, "cache_dir", os.path.expanduser(str(self.cache_dir)))
