@@ -41,10 +41,15 @@ OPTIONS = {
     "unrolled": dict(scan_unroll=LAYERS),
     "weights cast once": dict(weight_cast="step"),
     "remat dots_names": dict(remat="dots_names"),
-    "all": dict(scan_unroll=LAYERS, weight_cast="step", remat="dots_names"),
+    "fused kernels": dict(fused="all"),  # Pallas interpret mode on the CPU
+    "all": dict(scan_unroll=LAYERS, weight_cast="step", remat="dots_names", fused="all"),
 }
 BF16_LOSS_RTOL = 1e-3  # |loss - plain| <= this x |plain| in bf16 (measured: 0 on the CPU)
 BF16_GRAD_TOL = 2e-2  # max |grad - plain| <= this x max(1, max |plain grad|) in bf16 (measured: 6e-3, remat's)
+# The fused kernels round each norm and activation once, from float32, where the plain bf16 ops
+# round at other points: their gradients differ from the plain step's by more (measured 3.1e-2
+# here), though no further from float32's than the plain step's are (tests/test_fused.py).
+BF16_GRAD_TOL_FUSED = 5e-2
 
 
 def _model(dtype: str, **options):
@@ -226,7 +231,8 @@ def test_the_combined_candidates_take_the_plain_training_step_in_float64():
 def test_each_candidate_stays_within_its_bf16_bound(name, plain_bf16):
     cfg, inputs, plain = plain_bf16
     loss_gap, grad_gap = _gaps(plain, _loss_and_grads(cfg.replace(**OPTIONS[name]), *inputs))
-    assert loss_gap <= BF16_LOSS_RTOL and grad_gap <= BF16_GRAD_TOL, (loss_gap, grad_gap)
+    bound = BF16_GRAD_TOL_FUSED if "fused" in OPTIONS[name] else BF16_GRAD_TOL
+    assert loss_gap <= BF16_LOSS_RTOL and grad_gap <= bound, (loss_gap, grad_gap)
 
 
 def _cast_everything(cfg, params):

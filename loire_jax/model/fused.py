@@ -81,18 +81,18 @@ def _per_row(kernel: Any, out_shape: list, width: int, interpret: bool, name: st
 
 # --------------------------------------------------------------------------- LayerNorm (+ residual)
 def _ln_forward_kernel(*refs: Any, n_in: int, width: int, eps: float, keep_sum: bool) -> None:
-    """y = (s - mean) * (rsqrt(var + eps) * scale) + bias over s, the sum of the inputs (added
-    in their own dtype, rounded as the plain residual add rounds), in Flax's order."""
+    """y = (s - mean) * (rsqrt(var + eps) * scale) + bias over s, the sum of the inputs, in
+    Flax's order. The sum is taken in float32 (or wider) and normalised unrounded, as XLA
+    computes a bf16 add feeding a float32 norm; the sum kept (``keep_sum``) is rounded."""
     ins, (scale_ref, bias_ref), outs = refs[:n_in], refs[n_in:n_in + 2], refs[n_in + 2:]
     y_ref, mean_ref, rstd_ref = outs[:3]
     idx, mask = _row(width)
-    s = _load(ins[0], idx, mask)
-    for ref in ins[1:]:
-        s = s + _load(ref, idx, mask)
-    if keep_sum:
-        _store(outs[3], idx, mask, s)
     dt = mean_ref.dtype
-    sf = s.astype(dt)
+    sf = _load(ins[0], idx, mask).astype(dt)
+    for ref in ins[1:]:
+        sf = sf + _load(ref, idx, mask).astype(dt)
+    if keep_sum:
+        _store(outs[3], idx, mask, sf)
     mean = jnp.sum(sf) / width  # the masked columns load as 0
     centred = jnp.where(mask, sf - mean, 0)
     rstd = lax.rsqrt(jnp.sum(centred * centred) / width + eps)
@@ -195,19 +195,23 @@ def _gelu_and_slope(z: jax.Array, approximate: bool, slope: bool) -> jax.Array:
     return z * cdf if not slope else cdf + z * _INV_SQRT_2PI * jnp.exp(-0.5 * z * z)
 
 
+def _biased(h_ref: Any, b_ref: Any, idx: jax.Array, mask: jax.Array) -> jax.Array:
+    """h + b in float32 or wider: one rounding, at the output, as XLA fuses a bf16 bias add into
+    the activation that reads it."""
+    dt = _math_dtype(h_ref.dtype)
+    return _load(h_ref, idx, mask).astype(dt) + _load(b_ref, idx, mask).astype(dt)
+
+
 def _gelu_forward_kernel(h_ref: Any, b_ref: Any, y_ref: Any, *, width: int, approximate: bool) -> None:
-    """y = gelu(h + b): the bias added in the compute dtype (as the plain dense layer adds it),
-    the activation in float32 or wider."""
+    """y = gelu(h + b), computed in float32 or wider and rounded once."""
     idx, mask = _row(width)
-    z = _load(h_ref, idx, mask) + _load(b_ref, idx, mask)
-    _store(y_ref, idx, mask, _gelu_and_slope(z.astype(_math_dtype(z.dtype)), approximate, False))
+    _store(y_ref, idx, mask, _gelu_and_slope(_biased(h_ref, b_ref, idx, mask), approximate, False))
 
 
 def _gelu_backward_kernel(h_ref: Any, dy_ref: Any, b_ref: Any, dz_ref: Any, *, width: int, approximate: bool) -> None:
     idx, mask = _row(width)
-    z = _load(h_ref, idx, mask) + _load(b_ref, idx, mask)
-    dt = _math_dtype(z.dtype)
-    _store(dz_ref, idx, mask, _load(dy_ref, idx, mask).astype(dt) * _gelu_and_slope(z.astype(dt), approximate, True))
+    z = _biased(h_ref, b_ref, idx, mask)
+    _store(dz_ref, idx, mask, _load(dy_ref, idx, mask).astype(z.dtype) * _gelu_and_slope(z, approximate, True))
 
 
 def _gelu_call(kernel: Any, h: jax.Array, rowwise: tuple, b: jax.Array, approximate: bool, interpret: bool,
