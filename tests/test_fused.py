@@ -327,8 +327,8 @@ def test_a_model_with_the_kernels_computes_the_plain_model_s_logits(name, dtype)
 GROWTH = [("post", "gelu", "all"), ("pre", "gelu_tanh", "all"), ("post", "gelu", "norm"), ("pre", "gelu", "gelu")]
 
 
-@pytest.mark.parametrize("position, activation, choice", GROWTH[:1] + [pytest.param(*c, marks=pytest.mark.slow)
-                                                                        for c in GROWTH[1:]])
+@pytest.mark.slow  # interpret-mode kernels in every grown model: seconds a cell; the fast tier checks each kernel
+@pytest.mark.parametrize("position, activation, choice", GROWTH)
 @pytest.mark.float64
 @pytest.mark.usefixtures("highest_precision")
 def test_growth_stays_exact_with_the_kernels(position, activation, choice):
