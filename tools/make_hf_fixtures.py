@@ -9,6 +9,10 @@ Run by hand, where transformers and torch are installed (CPU wheels suffice):
     python tools/make_hf_fixtures.py unsupported     # only the config-only refusal cases
     python tools/make_hf_fixtures.py --check OUT     # transformers loads OUT; logits vs OUT/logits.npy
 
+and, in loire_jax's own environment (no torch), the exports that ``--check`` holds to transformers:
+
+    python tools/make_hf_fixtures.py --export OUT    # every fixture grown, exported to OUT/<name>, with its logits
+
 It builds tiny randomly initialised models with transformers itself, saves each as a
 checkpoint directory (``config.json`` + safetensors, some sharded with an index), and saves
 transformers' float32 logits on fixed tokens next to it. The tests read these without torch:
@@ -24,6 +28,12 @@ built alone since (with its seed, and the attention implementation where it is n
 ``unsupported/<case>/config.json`` are real config.json files, without weights, of families and
 features loire_jax refuses (Gemma 2's soft-capping and local/global layers, rope scalings it
 lacks, mixtures of experts, quantized checkpoints): the refusal tests read them.
+
+``--export`` grows each fixture by every operator (ffn, hidden, heads to the fewest its family
+can export, then a layer whose gate is set to 1, as after its ramp),
+exports it with loire_jax and saves loire_jax's float32 logits (and an encoder's inputs) beside
+it; ``--check OUT/*`` then holds each to transformers, and ``--record`` keeps the results
+(``tests/fixtures/hf/export_check.json``, read by tests/test_hf_families.py and docs/interop.md).
 
 ``--check`` is the other direction: a directory loire_jax exported is loaded by transformers
 (refused if any tensor is missing, unexpected or misshapen: transformers would initialise it
@@ -369,7 +379,7 @@ def check_one(folder: Path, reference: Path | None = None, tokens: Path | None =
     ours = ours[..., :theirs.shape[2]]  # loire_jax's padded vocabulary: its padding columns are zero
     at = (slice(None),) if valid is None else (valid,)
     delta, largest = float(np.max(np.abs(theirs[at] - ours[at]))), float(np.max(np.abs(ours[at])))
-    return {"dir": str(folder), "architecture": architecture, "max_abs_delta": delta, "largest_logit": largest,
+    return {"dir": str(folder), "name": folder.name, "architecture": architecture, "max_abs_delta": delta, "largest_logit": largest,
             "relative": delta / largest, "rtol": rtol, "ok": delta <= rtol * largest}
 
 
@@ -398,6 +408,54 @@ def check(args: argparse.Namespace) -> int:
     return 0 if all(r["ok"] for r in results) else 1
 
 
+# --------------------------------------------------------------------------- --export (loire_jax's side)
+def _expressible(cfg, heads: int) -> bool:
+    """Whether heads growth to ``heads`` is possible and its family can export the result."""
+    from loire_jax import plan_growth
+    from loire_jax.interop import hf
+
+    try:
+        hf.config_to_hf(plan_growth(cfg, "heads", heads).new)
+    except ValueError:  # a GrowthError or an HFError
+        return False
+    return True
+
+
+def export(out: Path) -> int:
+    """Every fixture grown and exported by loire_jax, with the logits it computes, for ``--check``."""
+    import jax
+    import jax.numpy as jnp
+
+    from loire_jax import apply_model, grow
+    from loire_jax.interop import hf
+
+    if out.exists() and any(out.iterdir()):
+        print(f"error: {out} exists and is not empty; give a new directory", file=sys.stderr)
+        return 2
+    names = sorted(p.name for p in OUT.iterdir() if (p / "config.json").is_file() and p.name != UNSUPPORTED)
+    for i, name in enumerate(names):
+        cfg, params = hf.load(OUT / name)
+        key = iter(jax.random.split(jax.random.key(i), 4))
+        steps = [("ffn", cfg.ffn + 8), ("hidden", 2 * cfg.hidden)]
+        for op, size in steps:
+            cfg, params = grow(cfg, params, op, size, next(key))
+        heads = next(n for n in range(cfg.heads + 1, 4 * cfg.hidden) if _expressible(cfg, n))
+        cfg, params = grow(cfg, params, "heads", heads, next(key))
+        steps.append(("heads", heads))
+        cfg, params = grow(cfg, params, "layers", cfg.layers + 1, next(key))
+        params = {**params, "gates": jnp.ones_like(params["gates"])}  # the copy, once its gate has ramped to 1
+        steps.append(("layers", cfg.layers))
+        folder = hf.save(cfg, params, out / name)
+        inputs = {f: np.load(OUT / name / f) for f in ("tokens.npy", "mask.npy") if (OUT / name / f).exists()}
+        tokens = inputs.get("tokens.npy", np.load(OUT / "tokens.npy"))
+        mask = inputs.get("mask.npy")
+        logits = apply_model(cfg, params, jnp.asarray(tokens, jnp.int32), None if mask is None else jnp.asarray(mask))
+        for file, array in {**inputs, "logits.npy": np.asarray(logits, np.float32)}.items():
+            np.save(folder / file, array)
+        print(f"{name}: grown by {', '.join(f'{op} to {size}' for op, size in steps)}, exported to {folder}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="fixtures to rebuild (none: all, afresh)")
@@ -407,10 +465,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mask", type=Path, help="valid positions, for encoders (default DIR/mask.npy if present)")
     parser.add_argument("--rtol", type=float, default=RTOL, help="bound, of the largest reference logit")
     parser.add_argument("--record", type=Path, help="write the results as JSON here")
+    parser.add_argument("--export", type=Path, metavar="OUT", help="(loire_jax's environment) grow and export every "
+                                                                   "fixture to OUT/<name> for --check")
     args = parser.parse_args(argv)
-    if args.check and args.names:
-        parser.error("--check builds nothing: give fixture names or --check, not both")
-    return check(args) if args.check else build(args.names)
+    if (args.check or args.export) and args.names:
+        parser.error("--check and --export build nothing: give fixture names, --check or --export")
+    if args.check and args.export:
+        parser.error("--export runs where loire_jax is installed, --check where transformers is: one at a time")
+    return check(args) if args.check else export(args.export) if args.export else build(args.names)
 
 
 if __name__ == "__main__":

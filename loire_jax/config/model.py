@@ -85,14 +85,14 @@ class ModelConfig:
     layers: int = 2
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     norm_position: Literal["pre", "post"] = "post"
-    activation: Literal["gelu", "gelu_tanh", "swiglu"] = "gelu"
+    activation: Literal["gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh"] = "gelu"
     position: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
     use_bias: bool = True
     qkv_bias: bool = False  # biases on query, key and value only, in a model without others (Qwen2)
     sliding_window: int = 0  # decoders: a token attends to itself and the w-1 before it (Mistral); 0: all
-    norm_gain: str = "w"  # w | 1+w: what a norm multiplies by (Gemma: 1 + its stored gain)
-    embed_scale: str = "none"  # none | sqrt_hidden: token embeddings x sqrt(hidden) (Gemma)
+    norm_gain: Literal["w", "1+w"] = "w"  # w | 1+w: what a norm multiplies by (Gemma: 1 + its stored gain)
+    embed_scale: Literal["none", "sqrt_hidden"] = "none"  # none | sqrt_hidden: token embeddings x sqrt(hidden) (Gemma)
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     # Llama 3.1's rope scaling: a fixed transform of the frequencies (see model.rope_frequencies).

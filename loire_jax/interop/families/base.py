@@ -204,6 +204,16 @@ def heads_fill_hidden(cfg: ModelConfig, who: str, need: Need, why: str) -> None:
          f"({why}); the nearest expressible growth: {nearest_heads_growth(cfg)}")
 
 
+def heads_divide_hidden(cfg: ModelConfig, who: str, need: Need) -> None:
+    """Refuse an export unless hidden is a multiple of heads (``who``: whose rule it is)."""
+    if cfg.hidden % cfg.heads == 0:
+        return
+    heads = [n for n in range(cfg.heads + 1, cfg.hidden + 1) if cfg.hidden % n == 0 and _heads_ok(cfg, n)]
+    need(False, f"{who} needs hidden a multiple of heads, this model has hidden {cfg.hidden} and {cfg.heads} heads; "
+                f"the nearest expressible growth: grow hidden to {-(-cfg.hidden // cfg.heads) * cfg.heads}"
+                + (f", or heads to {heads[0]}" if heads else ""))
+
+
 def no_window(cfg: ModelConfig, cls: str, need: Need) -> None:
     need(not cfg.sliding_window, f"{cls} has no sliding window, and this model attends within {cfg.sliding_window} "
                                  "tokens; export it as mistral or phi3 (model.hf_family), whose configs state one")

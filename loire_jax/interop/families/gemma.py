@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.interop.families.base import Need, Refuse, no_window
-from loire_jax.interop.families.llama import LLAMA_FIELDS, LlamaLike
+from loire_jax.interop.families.llama import LLAMA_FIELDS, LlamaLike, gemmas
 
 DEFAULT_HEAD_DIM = 256  # GemmaConfig's head_dim where config.json has none
 
@@ -29,8 +29,7 @@ class Gemma(LlamaLike):
     default_tie = True
 
     def claims(self, cfg: ModelConfig) -> bool:
-        return (not cfg.encoder and cfg.norm == "rmsnorm" and not cfg.qkv_bias and not cfg.sliding_window
-                and ((cfg.norm_gain, cfg.embed_scale) != ("w", "none") or cfg.activation in ("geglu", "geglu_tanh")))
+        return not cfg.encoder and cfg.norm == "rmsnorm" and not cfg.qkv_bias and gemmas(cfg)
 
     def fields(self, hf: Mapping[str, Any], refuse: Refuse) -> dict[str, Any]:
         fields = self.common_fields(hf, refuse, hf.get("head_dim", DEFAULT_HEAD_DIM))

@@ -1,7 +1,8 @@
 """Llama (``LlamaForCausalLM``): pre-norm RMSNorm, SwiGLU, RoPE (rotate-half, as
 ``rope_tables``) with its theta and optional ``llama3`` frequency scaling, grouped-query
-attention, a free ``head_dim``, tied or untied head, no biases. ``nn.Linear`` weights are
-stored [out, in].
+attention, a ``head_dim`` of its own (though transformers 5's ``LlamaConfig`` still wants hidden
+a multiple of the heads), tied or untied head, no biases. ``nn.Linear`` weights are stored
+[out, in].
 
 ``LlamaLike`` is the layout Qwen2, Mistral, Gemma and Phi-3 share with it (``model.layers.{i}.``,
 ``self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj``, ``input_layernorm``,
@@ -13,13 +14,27 @@ from __future__ import annotations
 from typing import Any, Container, Mapping
 
 from loire_jax.config.model import ModelConfig
-from loire_jax.interop.families.base import Family, Need, Refuse, Source, no_window, rope_fields, rope_to_hf
+from loire_jax.interop.families.base import (
+    Family,
+    Need,
+    Refuse,
+    Source,
+    heads_divide_hidden,
+    no_window,
+    rope_fields,
+    rope_to_hf,
+)
 
 LLAMA_FIELDS = frozenset({
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
     "rope_parameters",
 })
+
+
+def gemmas(cfg: ModelConfig) -> bool:
+    """Whether ``cfg`` has any of Gemma's forms: norms by 1 + w, scaled embeddings, GeGLU."""
+    return (cfg.norm_gain, cfg.embed_scale) != ("w", "none") or cfg.activation in ("geglu", "geglu_tanh")
 
 
 class LlamaLike(Family):
@@ -93,8 +108,7 @@ class Llama(LlamaLike):
     required = {"hidden_act": ("silu",), "attention_bias": (False,), "mlp_bias": (False,), "is_decoder": (True,)}
 
     def claims(self, cfg: ModelConfig) -> bool:
-        return (not cfg.encoder and cfg.norm == "rmsnorm" and not cfg.qkv_bias and not cfg.sliding_window
-                and (cfg.norm_gain, cfg.embed_scale) == ("w", "none") and cfg.activation not in ("geglu", "geglu_tanh"))
+        return not cfg.encoder and cfg.norm == "rmsnorm" and not (cfg.qkv_bias or cfg.sliding_window or gemmas(cfg))
 
     def fields(self, hf: Mapping[str, Any], refuse: Refuse) -> dict[str, Any]:
         return self.common_fields(hf, refuse, hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"])
@@ -102,6 +116,7 @@ class Llama(LlamaLike):
     def to_hf(self, cfg: ModelConfig, need: Need) -> dict[str, Any]:
         self.plain(cfg, need)
         no_window(cfg, self.architecture, need)
+        heads_divide_hidden(cfg, f"{self.architecture}'s config (transformers 5 checks it)", need)
         return {**self.common_to_hf(cfg), "head_dim": cfg.head_dim, "hidden_act": "silu", "attention_bias": False,
                 "mlp_bias": False}
 

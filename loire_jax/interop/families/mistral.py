@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.interop.families.base import Need, Refuse
-from loire_jax.interop.families.llama import LLAMA_FIELDS, LlamaLike
+from loire_jax.interop.families.llama import LLAMA_FIELDS, LlamaLike, gemmas
 
 DEFAULT_WINDOW = 4096  # MistralConfig's sliding_window where config.json has none
 
@@ -24,7 +24,7 @@ class Mistral(LlamaLike):
     default_eps = 1e-6
 
     def claims(self, cfg: ModelConfig) -> bool:
-        return not cfg.encoder and cfg.norm == "rmsnorm" and not cfg.qkv_bias and cfg.sliding_window > 0
+        return not cfg.encoder and cfg.norm == "rmsnorm" and not (cfg.qkv_bias or gemmas(cfg)) and cfg.sliding_window > 0
 
     def fields(self, hf: Mapping[str, Any], refuse: Refuse) -> dict[str, Any]:
         window = hf.get("sliding_window", DEFAULT_WINDOW)
