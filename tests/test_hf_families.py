@@ -239,6 +239,20 @@ def test_an_unsupported_feature_is_refused_in_one_line_naming_it_and_the_familie
         pretrained.check_architecture(str(folder), cfg)
 
 
+@pytest.mark.slow
+def test_a_run_from_an_unsupported_checkpoint_exits_2_in_one_line_and_writes_nothing(tmp_path):
+    import yaml
+    from data_helpers import tiny_config_dict
+    from runs import cli, one_line_error, tiny_run
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(tiny_run(tiny_config_dict(tmp_path / "data"), "x", "1", stages=[
+        {"name": "A", "domains": ["SCI"], "steps": 1}])))
+    result = cli(path, tmp_path / "w", f"stages.M1.init_from={FIXTURES / 'unsupported' / 'mixtral'}")
+    assert "a mixture of experts (num_local_experts=4" in one_line_error(result)
+    assert not (tmp_path / "w").exists()
+
+
 def test_a_config_whose_model_type_is_another_class_is_refused(tmp_path):
     folder = copy_fixture("qwen2", tmp_path)
     edit_config(folder, model_type="qwen3")
