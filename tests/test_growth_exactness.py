@@ -563,3 +563,16 @@ def test_qkv_biases_move_with_their_heads_when_heads_grow_within_the_groups():
         **grown["layers"]["attn"]["query"], "bias": jnp.take(bias, unmoved, axis=1)}}}}
     assert max_delta(cfg, params, plan.new, grown, FAMILY_TOKENS) <= F64_TOL
     assert max_delta(cfg, params, plan.new, broken, FAMILY_TOKENS) > 1e-6
+
+
+@pytest.mark.slow
+def test_elles_expansion_says_it_does_not_keep_gemmas_function():
+    """ELLE tiles the embedding as stored and divides a tied head's gain w itself: with
+    Gemma's forms its noise-free hidden duplication moves the logits, and its plan says so."""
+    cfg = _family("gemma")
+    params = _family_params(cfg)
+    plan = plan_growth(cfg, "hidden", 2 * cfg.hidden, init="elle", noise=0.0)
+    assert not plan.function_preserving and "sqrt(hidden)" in plan.reason
+    cfg2, params2 = grow(cfg, params, "hidden", 2 * cfg.hidden, jax.random.key(1), init="elle", noise=0.0)
+    assert max_delta(cfg, params, cfg2, params2, FAMILY_TOKENS) > 1e-6
+    assert plan_growth(cfg, "ffn", cfg.ffn + 2, init="elle", noise=0.0).function_preserving
