@@ -385,7 +385,7 @@ def test_init_from_a_family_checkpoint_trains_a_stage_and_exports_the_family_aga
     if not cfg.tie_embeddings:
         cols = jax.random.normal(jax.random.key(1), (cfg.hidden, wide.padded_vocab - cfg.padded_vocab)) * 0.02
         params["lm_head"] = {"kernel": jnp.concatenate([params["lm_head"]["kernel"], cols], axis=1)}
-    hf.save(wide, params, tmp_path / "start", tokenizer_identity=identity)
+    hf.save(wide, params, tmp_path / "start", tokenizer=identity)  # the identity alone: no file to copy
     model = {k: v for k, v in wide.to_dict().items() if k not in EXECUTION_FIELDS}
     config = tiny_run(data, name, "1", model=model, stages=[
         {"name": "A", "domains": ["SCI"], "steps": 2, "init_from": str(tmp_path / "start")}])

@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any, Literal, Mapping, Sequence
 
-from loire_jax.config.checks import is_int
+from loire_jax.config.checks import count_problems, is_int
 from loire_jax.config.data import DataConfig, TokenizerSpec
 from loire_jax.config.lineage import lineage_models
 from loire_jax.config.mesh import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh, simulate_hint
@@ -92,14 +92,7 @@ class CheckpointConfig:
     stop_check_every: int = 10
 
     def __post_init__(self) -> None:
-        problems = []
-        if not (is_int(self.stop_check_every) and self.stop_check_every >= 1):
-            problems.append(f"stop_check_every must be a positive integer, got {self.stop_check_every!r}")
-        if not (is_int(self.save_every) and self.save_every >= 0):
-            problems.append(f"save_every must be a non-negative integer, got {self.save_every!r}")
-        if not (is_int(self.keep) and self.keep >= 1):
-            problems.append(f"keep must be a positive integer, got {self.keep!r}")
-        raise_problems(problems, "checkpoint")
+        raise_problems(count_problems(self, stop_check_every=1, save_every=0, keep=1), "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,12 +104,7 @@ class EvalConfig:
     batches: int = 8  # validation batches per domain
 
     def __post_init__(self) -> None:
-        problems = []
-        if not (is_int(self.every) and self.every >= 0):
-            problems.append(f"every must be a non-negative integer, got {self.every!r}")
-        if not (is_int(self.batches) and self.batches >= 1):
-            problems.append(f"batches must be a positive integer, got {self.batches!r}")
-        raise_problems(problems, "eval")
+        raise_problems(count_problems(self, every=0, batches=1), "eval")
 
 
 # --------------------------------------------------------------------------- the run

@@ -1,6 +1,7 @@
-"""Writing a Hugging Face checkpoint directory: ``save(cfg, params, path)`` writes one that
-transformers loads unchanged, or refuses, naming why, what the target class cannot compute
-exactly (``hf_format.config_to_hf``). Tensors are written with ``safetensors`` (no torch)
+"""Writing a Hugging Face checkpoint directory: ``save(cfg, params, path, tokenizer=...)`` writes
+one that transformers loads unchanged, with the model's tokenizer, or refuses, naming why, what
+the target class cannot compute exactly (``hf_format.config_to_hf``). It is the one way a
+checkpoint is written: ``loire-export-hf`` calls it (through ``export_run``) as a user does. Tensors are written with ``safetensors`` (no torch)
 into a temporary folder that ``export_folder`` puts in place.
 """
 
@@ -19,14 +20,16 @@ from flax.traverse_util import flatten_dict
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES
+from loire_jax.data.special import special_tokens
+from loire_jax.data.tokenizers import Tokenizer
 from loire_jax.interop import export_folder
 from loire_jax.interop.families.base import Family
 from loire_jax.interop.hf_format import INDEX, SINGLE, TOKENIZER_IDENTITY, HFError, Source, config_to_hf, export_family
 
 
 def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *,
-         max_shard_bytes: int = 2 << 30, tokenizer_files: Mapping[str, str | os.PathLike] | None = None,
-         tokenizer_identity: Mapping[str, Any] | None = None, pad_token_id: int | None = None) -> Path:
+         max_shard_bytes: int = 2 << 30, tokenizer: Tokenizer | Mapping[str, Any] | None = None,
+         pad_token_id: int | None = None) -> Path:
     """Write ``params`` as a transformers checkpoint directory at ``path`` (created; an
     existing non-empty directory is refused, never overwritten, unless an earlier export
     made it and it holds nothing else: ``export_folder``).
@@ -35,18 +38,26 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     (a half-ramped copied layer has no Hugging Face form), and the config must map to a
     family's class (``loire_jax.interop.families``: ``ModelConfig.hf_family``, or the one the
     architecture picks; ``config_to_hf`` says why not, and which growth would make it
-    expressible). Nothing is written before these checks. The padded vocabulary rows are dropped. Tensors go in
-    shards of at most ``max_shard_bytes`` with an index when there is more than one.
-    ``tokenizer_files`` (name → file) are copied in beside the weights, and
-    ``tokenizer_identity`` (``Tokenizer.identity``) is written to ``loire_tokenizer.json``, so
-    that a later run starting from this directory can prove it uses the same tokenizer.
-    ``pad_token_id``: a BERT's [PAD] id (``data.special``); its ``config.json`` says null
-    without it, never an id that is not the model's padding.
+    expressible). Nothing is written before these checks. The padded vocabulary rows are
+    dropped. Tensors go in shards of at most ``max_shard_bytes`` with an index when there is
+    more than one.
+
+    ``tokenizer``: the model's ``loire_jax.data.Tokenizer`` (``load_tokenizer(run.data)``), as
+    ``loire-export-hf`` passes it: its file is copied in beside the weights, its identity is
+    written to ``loire_tokenizer.json`` (so that a later run starting from this directory can
+    prove it uses the same tokenizer), its EOS id goes into ``config.json`` and an encoder's
+    [PAD] id is read from it (``data.special``). A mapping is the identity alone, for a
+    tokenizer whose file is gone. ``pad_token_id``: a BERT's [PAD] id without a tokenizer;
+    its ``config.json`` says null without either, never an id that is not the model's padding.
     """
+    identity, files = (tokenizer.identity, tokenizer.files) if isinstance(tokenizer, Tokenizer) else \
+        (tokenizer, {})
+    if isinstance(tokenizer, Tokenizer) and cfg.encoder and pad_token_id is None:
+        pad_token_id = special_tokens(tokenizer, cfg.vocab_size).pad
     hf = config_to_hf(cfg)
     family = export_family(cfg)
     # transformers' defaults (GPT-2's 50256) would name ids outside a smaller vocabulary
-    family.token_ids(hf, (tokenizer_identity or {}).get("eos_id"), pad_token_id)
+    family.token_ids(hf, (identity or {}).get("eos_id"), pad_token_id)
     gates = np.asarray(jax.device_get(params[GATES]))
     if not np.all(gates == 1):
         raise HFError(f"cannot export: layer gate(s) {np.flatnonzero(gates != 1).tolist()} are not 1 (values "
@@ -62,7 +73,7 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        _write(tmp, tensors, hf, max_shard_bytes, tokenizer_files, tokenizer_identity)
+        _write(tmp, tensors, hf, max_shard_bytes, files, identity)
         export_folder.put_in_place(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
