@@ -546,11 +546,14 @@ SHELL = {
         "with --dry-run and loads every config of the real plan",
     "python benchmarks/accelerator_check.py --out DIR --dry-run":
         "not run here: tests/test_accelerator_check.py runs it (slow tier)",
-    'python benchmarks/accelerator_check.py --out DIR --parts variants --variants unrolled,"weights cast once"':
+    'python benchmarks/accelerator_check.py --out DIR --parts variants --variants scanned,"weights cast once"':
         "not run here: it is for a GPU; tests/test_accelerator_check.py checks --variants' choice and refusal",
     "python benchmarks/accelerator_check.py --out DIR --parts variants --budget-min 9":
-        "not run here: it is for a GPU (about 6 minutes); tests/test_accelerator_check.py runs the variants part "
-        "with --dry-run (slow tier)",
+        "not run here: it is for a GPU; tests/test_accelerator_check.py runs the variants part with --dry-run "
+        "(slow tier)",
+    "python benchmarks/accelerator_check.py --out DIR --parts step,variants --budget-min 9":
+        "not run here: it is for a GPU (under 9 minutes of an H100 by its estimate, which "
+        "tests/test_accelerator_check.py holds there); the same test file runs both parts with --dry-run (slow tier)",
     "python benchmarks/accelerator_check.py --out DIR --parts step --cases m5-32x1024-t0,1b-8x1024-t0":
         "not run here: it is for a GPU; tests/test_accelerator_check.py lists and refuses case names in-process",
     "python tools/docs_figures.py --reproduce paper-mini --runs runs/LOIRE/seed1,runs/GPT_L/seed1":

@@ -122,3 +122,23 @@ def test_the_pin_file_the_report_reads_is_the_one_a_run_writes():
     from loire_jax.interop import pretrained
 
     assert run_origin.INIT_PIN == pretrained.PIN_FILE
+
+
+def test_the_training_plot_draws_the_learning_rate_each_step_applied(tmp_path):
+    """Each train record's "lr" (the schedule, restarted at every stage) joins the run's
+    curves and is drawn on its own axis; a run that logged none (older ones) has none."""
+    from loire_jax.analysis.records import read_records
+    from loire_jax.analysis.report_plots import figures
+    from loire_jax.analysis.reports import summarize
+    from loire_jax.config.loader import load_run_config
+
+    fabricated_run(tmp_path / "run", "run", 320)
+    records, _ = read_records(tmp_path / "run")
+    run = load_run_config(tmp_path / "run" / "config.json")
+    assert all("lr" not in c for c in summarize(run, records)["curves"])
+    rates = {(1, 1): 0.0, (1, 2): 1e-3, (2, 1): 0.0, (2, 2): 5e-4}
+    with_lr = [{**r, "lr": rates[r["stage"], r["step"]]} if r["kind"] == "train" else r for r in records]
+    summary = summarize(run, with_lr)
+    assert [c["lr"] for c in summary["curves"]] == [0.0, 1e-3, 0.0, 5e-4]
+    axes = figures([summary])["training"].axes
+    assert axes[1].get_ylabel() == "learning rate" and list(axes[1].lines[0].get_ydata()) == [0.0, 1e-3, 0.0, 5e-4]

@@ -1,6 +1,6 @@
 """The single-run report's plots (``reports``' figures): AP and AP+ per stage (Fig. 3),
 every seen domain's perplexity after each stage, Init against the stage ends (Fig. 4), and
-the loss, gate alpha and KD beta over the run's one step axis. ``figures`` is pure (plain
+the loss, learning rate, gate alpha and KD beta over the run's one step axis. ``figures`` is pure (plain
 matplotlib ``Figure`` objects, outside pyplot); ``save_png`` writes one anywhere the path
 layer reaches. ``PLOTS`` names each file and what it shows: report.md links every one.
 """
@@ -19,12 +19,12 @@ from loire_jax.paths import Path
 PLOTS = {"ap": "AP and AP+ after each stage (Fig. 3)",
          "ppl_heatmap": "every seen domain's perplexity after each stage (Table 10)",
          "init_final": "Init against the previous and the stage's Final perplexity (Fig. 4)",
-         "training": "training loss, gate α and KD β over the steps, stage boundaries dotted"}
+         "training": "training loss, learning rate, gate α and KD β over the steps, stage boundaries dotted"}
 
 
 def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """matplotlib figures by file stem: ``ap`` (Fig. 3), ``ppl_heatmap``, ``init_final`` (Fig. 4),
-    ``training`` (loss with stage boundaries, gate alpha and beta). Plain ``Figure`` objects,
+    ``training`` (loss with stage boundaries, learning rate, gate alpha and beta). Plain ``Figure`` objects,
     outside pyplot: drawing a report leaves the caller's matplotlib backend and figures alone."""
     return {"ap": _ap_figure(summaries), "ppl_heatmap": _heatmap_figure(summaries),
             "init_final": _init_final_figure(summaries), "training": _training_figure(summaries)}
@@ -110,24 +110,28 @@ def _gap(x: float | None) -> float:
 
 
 def _training_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
-    """The loss, gate alpha and KD beta over the run's one step axis."""
+    """The loss, the learning rate (each stage's schedule restarts), gate alpha and KD beta
+    over the run's one step axis."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 8))
-    ax_loss, ax_alpha, ax_beta = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1, 1]})
+    fig = Figure(figsize=(10, 9))
+    ax_loss, ax_lr, ax_alpha, ax_beta = fig.subplots(4, 1, sharex=True,
+                                                     gridspec_kw={"height_ratios": [3, 1, 1, 1]})
     for s in summaries:
         c = s["curves"]
         x = [r["global_step"] for r in c]
         (line,) = ax_loss.plot(x, [_gap(r["loss"]) for r in c], lw=1, label=f"{s['name']} loss")
         ax_loss.plot(x, [_gap(r["lm_loss"]) for r in c], lw=0.8, ls="--", color=line.get_color(),
                      label=f"{s['name']} LM loss")
+        ax_lr.plot(x, [_gap(r.get("lr")) for r in c], lw=1, color=line.get_color(), label=s["name"])
         ax_alpha.plot(x, [r["alpha"] for r in c], lw=1, color=line.get_color(), label=s["name"])
         ax_beta.plot(x, [r["beta"] if r["beta"] is not None else float("nan") for r in c], lw=1,
                      color=line.get_color(), label=s["name"])
         for start in s["stage_starts"][1:]:
-            for ax in (ax_loss, ax_alpha, ax_beta):
+            for ax in (ax_loss, ax_lr, ax_alpha, ax_beta):
                 ax.axvline(start + 0.5, color=line.get_color(), lw=0.6, ls=":")
     ax_loss.set(ylabel="loss", title="training loss (dotted: stage boundaries, growth)")
+    ax_lr.set(ylabel="learning rate")
     ax_alpha.set(ylabel="gate α (min)")
     ax_beta.set(ylabel="KD β", xlabel="global step")
     ax_loss.legend(fontsize=7)

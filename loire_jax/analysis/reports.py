@@ -105,7 +105,8 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
     finished_wall = [s["wall_s"] for s in stages if s["finished"] and s["wall_s"] is not None]
     curves = [{"stage": s, "step": i, "global_step": global_step(run, s - 1, i),
                "phase": r["phase"], "loss": r["loss"], "lm_loss": r["lm_loss"], "kd_loss": r["kd_loss"],
-               "alpha": r["alpha"], "beta": r.get("beta")}
+               "alpha": r["alpha"], "beta": r.get("beta"),
+               **({"lr": r["lr"]} if isinstance(r.get("lr"), (int, float)) else {})}  # older runs logged none
               for (s, i), r in sorted(train.items())]
     return {
         "name": name or run.name,

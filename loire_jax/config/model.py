@@ -40,6 +40,9 @@ REMATS = ("auto", "none", "dots", "full", "dots_names")
 # Where float32 weights become the compute dtype: at every use inside the layers (Flax's way), or
 # once per step before the model runs (matmul weights, embeddings and dense biases; norms keep theirs).
 WEIGHT_CASTS = ("use", "step")
+# Fused Pallas kernels (model.fused): LayerNorm with its residual add (``norm``), a dense
+# layer's bias with GELU (``gelu``), both (``all``: those the model has), or none.
+FUSIONS = ("auto", "none", "norm", "gelu", "all")
 
 
 def _is_number(x: Any) -> bool:
@@ -117,6 +120,7 @@ class ModelConfig:
     remat: str = role("auto", EXECUTION)  # rematerialisation of the layer: auto | none | dots | full | dots_names
     scan_unroll: int | str = role("auto", EXECUTION)  # layers per iteration of the layer scan (>= layers: unrolled)
     weight_cast: str = role("use", EXECUTION)  # use | step: see WEIGHT_CASTS
+    fused: str = role("auto", EXECUTION)  # fused Pallas kernels (model.fused): see FUSIONS
 
     def __post_init__(self) -> None:
         problems = []
@@ -135,6 +139,7 @@ class ModelConfig:
             ("attention", ATTENTIONS),
             ("remat", REMATS),
             ("weight_cast", WEIGHT_CASTS),
+            ("fused", FUSIONS),
             ("rope_scaling", ROPE_SCALINGS),
             ("norm_gain", NORM_GAINS),
             ("embed_scale", EMBED_SCALES),
@@ -191,6 +196,13 @@ class ModelConfig:
                                 f"{self.rope_high_freq_factor}")
             if not is_int(self.rope_original_max_len) or self.rope_original_max_len < 1:
                 problems.append(f"rope_original_max_len must be a positive integer, got {self.rope_original_max_len!r}")
+        if self.fused == "norm" and self.norm != "layernorm":
+            problems.append(f"fused=norm fuses LayerNorm, but this model's norm is {self.norm!r}; use fused=all "
+                            "(the kernels the model has) or none")
+        if self.fused == "gelu" and not (self.activation in ("gelu", "gelu_tanh") and self.use_bias is True):
+            problems.append(f"fused=gelu fuses a dense layer's bias with GELU, but this model has activation "
+                            f"{self.activation!r} and use_bias {self.use_bias!r}; use fused=all (the kernels the "
+                            "model has) or none")
         if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
             problems.append(f"rope needs an even head_dim, got {self.head_dim}")
         if problems:
@@ -256,6 +268,16 @@ class ModelConfig:
     @property
     def norm_has_bias(self) -> bool:
         return self.norm == "layernorm"
+
+    @property
+    def fused_norm(self) -> bool:
+        """Whether the LayerNorms run the fused kernel (``fused`` norm or all, on a LayerNorm model)."""
+        return self.fused in ("norm", "all") and self.norm == "layernorm"
+
+    @property
+    def fused_gelu(self) -> bool:
+        """Whether the FFN's bias and GELU run the fused kernel (gelu or all, on a GELU model with biases)."""
+        return self.fused in ("gelu", "all") and self.activation in ("gelu", "gelu_tanh") and self.use_bias is True
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)

@@ -37,7 +37,8 @@ from loire_jax.config.xla_flags import GPU_FLAG_SETS
 from loire_jax.errors import ConfigError, raise_problems
 
 # How the chunked losses run (train.losses): each block's softmax reduction, and the dtype the
-# head writes the block's logits in (``compute`` rounds them to bf16/fp16 in such runs).
+# head writes the block's logits in (``compute`` rounds them to bf16/fp16 in such runs, as
+# PyTorch's autocast does; the softmax stays float32). Both are execution choices (rounding only).
 LOSS_SOFTMAX = ("two_pass", "online")
 LOSS_LOGITS = ("float32", "compute")
 
@@ -126,7 +127,8 @@ class RunConfig:
     microbatches: int = role(1, EXECUTION)  # gradient accumulation: each step still sees batch_size sequences
     loss_chunk: int | str = role("auto", EXECUTION)  # tokens per block of the chunked losses (kernels.loss_chunk_for)
     loss_softmax: str = role("auto", EXECUTION)  # each loss block's softmax: two_pass | online (kernels)
-    loss_logits: str = "float32"  # the dtype the head writes loss logits in: float32 | compute (bf16 runs: rounds)
+    # the dtype the head writes loss logits in: auto | float32 | compute (bf16 runs: rounds once; kernels.loss_logits_for)
+    loss_logits: str = role("auto", EXECUTION)
     xla_gpu_flags: str = role("none", EXECUTION)  # a named set of XLA GPU flags (config.xla_flags.GPU_FLAG_SETS)
     seed: int = 0
     mesh: str = "1"
@@ -166,8 +168,8 @@ class RunConfig:
                 problems.append(f"{name} must be a positive integer{extra}, got {value!r}")
         if self.loss_softmax not in ("auto", *LOSS_SOFTMAX):
             problems.append(f"loss_softmax must be auto or one of {LOSS_SOFTMAX}, got {self.loss_softmax!r}")
-        if self.loss_logits not in LOSS_LOGITS:
-            problems.append(f"loss_logits must be one of {LOSS_LOGITS}, got {self.loss_logits!r}")
+        if self.loss_logits not in ("auto", *LOSS_LOGITS):
+            problems.append(f"loss_logits must be auto or one of {LOSS_LOGITS}, got {self.loss_logits!r}")
         if self.xla_gpu_flags not in GPU_FLAG_SETS:
             problems.append(f"xla_gpu_flags must be one of {tuple(GPU_FLAG_SETS)}, got {self.xla_gpu_flags!r}")
         top = max_seed(len(self.stages))

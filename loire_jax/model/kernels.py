@@ -1,10 +1,11 @@
 """How the model executes on each platform: the attention kernel, layer rematerialisation,
-the layer loop's unrolling and where weights are cast to the compute dtype.
+the layer loop's unrolling, where weights are cast to the compute dtype, the fused
+element-wise kernels (``model.fused``), and how the chunked losses run.
 
-These choices never change what the model computes, only how fast and in how much memory,
-so they are resolved late, from the platform the step runs on, and are free to change on
-resume. ``ModelConfig.attention``, ``ModelConfig.remat`` and ``ModelConfig.scan_unroll``
-hold the user's choice (``auto`` by default); ``for_platform`` turns it into a concrete one.
+These choices never change what the model computes beyond rounding, only how fast and in
+how much memory, so they are resolved late, from the platform the step runs on, and are
+free to change on resume. The fields (``config.roles.EXECUTION``) hold the user's choice
+(``auto`` by default); ``for_platform`` and ``run_execution`` turn it into a concrete one.
 
 - ``xla``: scores and softmax written out (``einsum`` + ``softmax``), scores in float32 or
   wider. This is the path the exactness suite checks, and the only one on CPU.
@@ -76,11 +77,24 @@ def attention_for(cfg: ModelConfig, platform: str, seq_len: int | None = None) -
     return choice
 
 
-def remat_for(cfg: ModelConfig, platform: str) -> str:
-    """``auto``: save matmul outputs (``dots``) on accelerators, where activation memory is
-    the limit; keep everything (``none``) on CPU, where memory is plentiful and compute is not."""
+# The remat policies ``auto`` chooses among on a device that reports its memory, least
+# recomputation first: the first whose compiled step fits is taken (train.program).
+REMAT_CANDIDATES = ("none", "dots_names", "dots", "full")
+
+
+def remat_for(cfg: ModelConfig, platform: str, by_memory: str | None = None) -> str:
+    """``auto``: on a device that reports its memory, the least recomputation whose compiled
+    step fits it (``by_memory``: one of ``REMAT_CANDIDATES``, chosen by ``train.program`` from
+    the compiled candidates' memory analysis, ``analysis.memory.choose_remat``). Without that
+    choice: ``none`` on CPU, where memory is plentiful and compute is not, and ``dots`` on
+    accelerators (a program with no backward pass, such as evaluation or a teacher's
+    forward, computes the same under any policy)."""
     if cfg.remat != "auto":
         return cfg.remat
+    if by_memory is not None:
+        if by_memory not in REMAT_CANDIDATES:
+            raise ValueError(f"remat chosen by memory must be one of {REMAT_CANDIDATES}, got {by_memory!r}")
+        return by_memory
     return "none" if platform == "cpu" else "dots"
 
 
@@ -122,12 +136,41 @@ def loss_softmax_for(setting: str, platform: str) -> str:
     return "online" if platform == "gpu" else "two_pass"
 
 
-def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> ModelConfig:
+def loss_logits_for(setting: str, platform: str) -> str:
+    """The dtype the head writes each loss block's logits in. ``auto``: ``compute`` on GPUs,
+    as torch.compile's reference computes under autocast (a bf16 logits matmul, its
+    cross-entropy upcast to float32; 1.05x the M5 step on one H100, 2026-11-27,
+    followup-h100.jsonl); ``float32`` elsewhere, so a CPU run computes what it always did.
+    In a float32 or float64 run the two are the same computation."""
+    if setting != "auto":
+        return setting
+    return "compute" if platform == "gpu" else "float32"
+
+
+FUSED_PLATFORMS = ("gpu", "cpu")  # Triton on GPUs; Pallas interpret mode on a CPU (slow: for tests)
+
+
+def fused_for(cfg: ModelConfig, platform: str) -> str:
+    """The fused Pallas kernels (``model.fused``, ``model.fused``'s kernels in ``model/fused.py``).
+    ``auto`` is ``none`` on every platform: the kernels are proven on the CPU, and a GPU
+    takes them by default only once the accelerator check's variants table shows them faster
+    (it has not run them yet). An explicit choice is refused on a platform they cannot run on."""
+    if cfg.fused == "auto":
+        return "none"
+    if cfg.fused != "none" and platform not in FUSED_PLATFORMS:
+        raise ValueError(f"model.fused={cfg.fused} runs Pallas Triton kernels on NVIDIA GPUs (and in interpret mode "
+                         f"on a CPU, for tests), but the step runs on {platform}; use fused=auto or none")
+    return cfg.fused
+
+
+def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None,
+                 remat: str | None = None) -> ModelConfig:
     """``cfg`` with its execution choices (``config.roles.EXECUTION``) made concrete for
-    ``platform``: the one place an ``auto`` is resolved. A concrete choice is still checked
-    (an attention kernel this platform cannot run is refused)."""
-    return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform),
-                       scan_unroll=scan_unroll_for(cfg, platform))
+    ``platform``: the one place an ``auto`` is resolved. ``remat``: the policy chosen by
+    memory for an ``auto`` remat (``remat_for``), where the caller compiled the candidates.
+    A concrete choice is still checked (a kernel this platform cannot run is refused)."""
+    return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform, remat),
+                       scan_unroll=scan_unroll_for(cfg, platform), fused=fused_for(cfg, platform))
 
 
 def execution(cfg: ModelConfig) -> dict[str, Any]:
@@ -137,8 +180,9 @@ def execution(cfg: ModelConfig) -> dict[str, Any]:
 
 def run_execution(run: RunConfig, platform: str) -> dict[str, Any]:
     """The run's own execution choices (``config.roles.EXECUTION`` on ``RunConfig``), each
-    ``auto`` resolved for ``platform``: the loss blocks and their softmax here, the rest as set."""
-    resolve = {"loss_chunk": loss_chunk_for, "loss_softmax": loss_softmax_for}
+    ``auto`` resolved for ``platform``: the loss blocks, their softmax and their logits' dtype
+    here, the rest as set."""
+    resolve = {"loss_chunk": loss_chunk_for, "loss_softmax": loss_softmax_for, "loss_logits": loss_logits_for}
     return {name: resolve[name](getattr(run, name), platform) if name in resolve else getattr(run, name)
             for name in fields_with(RunConfig, EXECUTION)}
 

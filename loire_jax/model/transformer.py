@@ -25,6 +25,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
+from loire_jax.model.fused import DenseBiasGelu, FusedLayerNorm
 from loire_jax.model.kernels import (
     bidirectional_attention,
     causal_attention,
@@ -91,6 +92,8 @@ class OffsetRMSNorm(nn.Module):
 
 
 def _norm(cfg: ModelConfig, name: str) -> nn.Module:
+    if cfg.fused_norm:  # model.fused: the same LayerNorm in one Pallas kernel, residual add included
+        return FusedLayerNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name)
     if cfg.norm == "layernorm":
         return nn.LayerNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                             use_fast_variance=False, name=name)
@@ -155,14 +158,18 @@ class Mlp(nn.Module):
             act = jax.nn.silu(gate) if cfg.activation == "swiglu" else jax.nn.gelu(
                 gate, approximate=cfg.activation == "geglu_tanh")
             hidden = act * dense(cfg.ffn, "up")(x)
+        elif cfg.fused_gelu:  # model.fused: the bias add and GELU in one Pallas kernel
+            hidden = DenseBiasGelu(cfg.ffn, cfg.compute_dtype, cfg.params_dtype, _kernel_init(cfg),
+                                   approximate=cfg.activation == "gelu_tanh", name="up")(x)
         else:
             hidden = jax.nn.gelu(dense(cfg.ffn, "up")(x), approximate=cfg.activation == "gelu_tanh")
         return dense(cfg.hidden, "down")(checkpoint_name(hidden, "ffn_act"))
 
 
 def _named(norm: nn.Module) -> Any:
-    """A norm whose output is named "norm", for remat=dots_names to keep (kernels.SAVED_NAMES)."""
-    return lambda x: checkpoint_name(norm(x), "norm")
+    """A norm whose output is named "norm", for remat=dots_names to keep (kernels.SAVED_NAMES);
+    a fused one takes the residual to add first (``residual``)."""
+    return lambda x, **residual: checkpoint_name(norm(x, **residual), "norm")
 
 
 class GatedBlock(nn.Module):
@@ -174,8 +181,16 @@ class GatedBlock(nn.Module):
     def __call__(self, x: jax.Array, gate: jax.Array, rope: Any, valid: Any = None) -> tuple[jax.Array, None]:
         cfg = self.cfg
         attn, mlp = Attention(cfg, name="attn"), Mlp(cfg, name="mlp")
-        norm_attn, norm_mlp = _named(_norm(cfg, "norm_attn")), _named(_norm(cfg, "norm_mlp"))
-        if cfg.norm_position == "pre":
+        raw_mlp = _norm(cfg, "norm_mlp")
+        norm_attn, norm_mlp = _named(_norm(cfg, "norm_attn")), _named(raw_mlp)
+        if cfg.fused_norm:  # each residual add goes into the kernel of the norm that reads it
+            if cfg.norm_position == "pre":
+                normed, h = raw_mlp(x, residual=attn(norm_attn(x), rope, valid), keep_sum=True)
+                y = h + mlp(checkpoint_name(normed, "norm"))
+            else:
+                h = norm_attn(x, residual=attn(x, rope, valid))
+                y = norm_mlp(h, residual=mlp(h))
+        elif cfg.norm_position == "pre":
             h = x + attn(norm_attn(x), rope, valid)
             y = h + mlp(norm_mlp(h))
         else:  # eq. 3: Layer_norm(H + MHA(H)), Layer_norm(H + FFN(H))
