@@ -49,6 +49,25 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _variant_problems(cfg: "ModelConfig") -> list[str]:
+    """The checks of today's families' variants: q/k/v biases, the window, Gemma's norm form."""
+    problems = []
+    if cfg.qkv_bias is True and cfg.use_bias is True:
+        problems.append("qkv_bias adds query, key and value biases to a model without biases; with use_bias "
+                        "true they have them already (set qkv_bias false)")
+    if not is_int(cfg.sliding_window) or cfg.sliding_window < 0:
+        problems.append(f"sliding_window must be 0 (every earlier token) or a positive integer, got "
+                        f"{cfg.sliding_window!r}")
+    elif cfg.sliding_window and cfg.kind == "encoder":
+        problems.append("sliding_window applies to decoders only (a causal window over the tokens before)")
+    if cfg.norm_gain == "1+w" and cfg.norm != "rmsnorm":
+        problems.append(f"norm_gain '1+w' is Gemma's RMSNorm form; it needs norm rmsnorm, got {cfg.norm!r}")
+    if not isinstance(cfg.hf_family, str) or (cfg.hf_family and not cfg.hf_family.isidentifier()):
+        problems.append(f"hf_family must be empty or a family's name (loire_jax.interop.families), got "
+                        f"{cfg.hf_family!r}")
+    return problems
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """A Transformer (paper eqs 1-3 and its modern variants): a causal decoder (LOIRE-GPT) or,
@@ -161,19 +180,7 @@ class ModelConfig:
         for name in ("tie_embeddings", "use_bias", "qkv_bias"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.qkv_bias is True and self.use_bias is True:
-            problems.append("qkv_bias adds query, key and value biases to a model without biases; with use_bias "
-                            "true they have them already (set qkv_bias false)")
-        if not is_int(self.sliding_window) or self.sliding_window < 0:
-            problems.append(f"sliding_window must be 0 (every earlier token) or a positive integer, got "
-                            f"{self.sliding_window!r}")
-        elif self.sliding_window and self.kind == "encoder":
-            problems.append("sliding_window applies to decoders only (a causal window over the tokens before)")
-        if self.norm_gain == "1+w" and self.norm != "rmsnorm":
-            problems.append(f"norm_gain '1+w' is Gemma's RMSNorm form; it needs norm rmsnorm, got {self.norm!r}")
-        if not isinstance(self.hf_family, str) or (self.hf_family and not self.hf_family.isidentifier()):
-            problems.append(f"hf_family must be empty or a family's name (loire_jax.interop.families), got "
-                            f"{self.hf_family!r}")
+        problems += _variant_problems(self)
         if not isinstance(self.kv_heads, int) or isinstance(self.kv_heads, bool) or self.kv_heads < 0:
             problems.append(f"kv_heads must be 0 (one per query head) or a positive integer, got {self.kv_heads!r}")
         elif self.kv_heads and isinstance(self.heads, int) and self.heads % self.kv_heads:
