@@ -479,6 +479,18 @@ SHELL = {
         "not run here: the install is the environment's, and this machine has no GPU; test_install.py checks that "
         "the extra is jax[cuda12] within the base jax bound",
     'python -c "import jax; print(jax.devices())"': "run",
+    "python tools/make_hf_fixtures.py --export OUT":
+        "not run here: it grows and exports every fixture for the check below (seconds); tests/test_hf_families.py "
+        "grows, exports and re-imports each family's fixture the same way",
+    "python tools/make_hf_fixtures.py --check OUT/* --record tests/fixtures/hf/export_check.json":
+        "not run here: it needs torch and transformers; tests/test_hf_families.py reads the record it wrote",
+    "python launch/train.py --config tiny model.preset=qwen2 model.kv_heads=2 --workdir runs/qwen2-tiny":
+        "not run here (needs the corpus); test_the_interop_qwen2_example_runs_on_the_fixture_corpus runs it and the "
+        "two exports after it on the fixtures' corpus, one step a stage",
+    "python launch/export_hf.py runs/qwen2-tiny runs/qwen2-tiny-hf":
+        "not run here: see the line above",
+    "python launch/export_hf.py runs/qwen2-tiny runs/qwen2-tiny-m2 --stage 2":
+        "not run here: see the line above",
     "WORKDIR=/shared/runs/paper MESH=16 sbatch --partition=gpu --nodes=2 --gpus-per-node=8 launch/slurm.sbatch "
     "--config gpt_paper":
         "not run here: no SLURM and no GPU; tests/test_batch_scripts.py runs the script with stand-ins for srun and "
@@ -723,6 +735,37 @@ def test_the_readme_run_and_every_fine_tuning_command_run_in_a_chain(tmp_path):
     assert "| trivial baseline |" in report
     assert all(f"{job} (M{k})" in report for job, k in (("amazon_sentiment-quick", 5), ("boolq-quick", 3),
                                                           ("boolq-quick", 5), ("imdb-quick", 5)))
+
+
+@pytest.mark.slow
+def test_the_interop_qwen2_example_runs_on_the_fixture_corpus(tmp_path):
+    """docs/interop.md's Qwen2 example as written, but for tiny's corpus (the fixtures', one step a
+    stage, as the README's run above): the five stages train, the last exports as Qwen2ForCausalLM
+    and loads back, and stage 2's export is refused in one line naming the nearest growth."""
+    config = yaml.safe_load(_readme_run_config(tmp_path).read_text())
+    config["mesh"] = "2"  # the example's own mesh is the device count; 2 simulated CPUs are quicker here
+    config["stages"][-1]["steps"] = 2  # the layer copies' gates reach 1 (ramped over one step) before the export
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "launch").symlink_to(ROOT / "launch")
+    (block,) = [code for doc, _i, code in blocks("bash") if doc == "docs/interop.md" and "qwen2-tiny" in code]
+    commands = [line.strip() for line in block.splitlines() if line.strip()]
+    env = {**os.environ, "PATH": _path_with_python(), "JAX_PLATFORMS": "cpu", "LOIRE_PROGRESS": "lines"}
+    env.pop("JAX_ENABLE_X64", None)
+    done = [subprocess.run(c.replace("--config tiny ", f"--config {tmp_path / 'tiny.yaml'} "), shell=True,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=900, executable="/bin/bash", env=env)
+            for c in commands]
+    assert [d.returncode for d in done] == [0, 0, 2], [d.stderr[-2000:] for d in done]
+    assert all("Traceback" not in d.stderr for d in done)
+    (quoted,) = [line for line in DOCS["docs/interop.md"].read_text().splitlines()
+                 if line.startswith("error: cannot export: Qwen2ForCausalLM")]
+    assert done[2].stderr.strip().splitlines() == [quoted]
+    assert not (tmp_path / "runs" / "qwen2-tiny-m2").exists()
+    from loire_jax.interop import hf
+
+    cfg, _ = hf.load(tmp_path / "runs" / "qwen2-tiny-hf")
+    assert json.loads((tmp_path / "runs" / "qwen2-tiny-hf" / "config.json").read_text())["architectures"] == [
+        "Qwen2ForCausalLM"]
+    assert (cfg.qkv_bias, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.layers) == (True, 128, 8, 4, 4)
 
 
 # --------------------------------------------------------------------------- a suite on your own data

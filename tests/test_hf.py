@@ -180,8 +180,8 @@ def test_a_checkpoint_loads_onto_a_mesh_reading_only_each_devices_blocks(monkeyp
 
 # --------------------------------------------------------------------------- refusals
 @pytest.mark.parametrize("fixture, change, match", [
-    ("llama_gqa", {"architectures": ["MistralForCausalLM"]},
-     r"architectures \['MistralForCausalLM'\] is not supported"),
+    ("llama_gqa", {"architectures": ["FalconForCausalLM"]},
+     r"architectures \['FalconForCausalLM'\] is not supported"),
     ("llama_gqa", {"sliding_window": 4096}, r"\['sliding_window'\] are not supported"),
     ("llama_gqa", {"attention_bias": True}, r"attention_bias=True is not supported"),
     ("llama_gqa", {"hidden_act": "gelu"}, r"hidden_act='gelu' is not supported"),

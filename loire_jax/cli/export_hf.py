@@ -3,14 +3,17 @@
 Reads the stage's newest checkpoint (its final one once the stage has finished; default: the
 last stage that has one) and writes OUT as
 a directory transformers loads with ``AutoModelForCausalLM.from_pretrained(OUT)``: a
-``GPT2LMHeadModel`` (preset ``gpt2``) or a ``LlamaForCausalLM`` (preset ``modern``); or, for
-an encoder, with ``AutoModelForMaskedLM``: a ``BertForMaskedLM`` (preset ``bert``) or a
+``GPT2LMHeadModel`` (preset ``gpt2``), ``LlamaForCausalLM`` (preset ``modern``),
+``Qwen2ForCausalLM``, ``MistralForCausalLM``, ``GemmaForCausalLM`` or ``Phi3ForCausalLM``
+(presets ``qwen2``, ``mistral``, ``gemma``, ``phi3``); or, for an encoder, with
+``AutoModelForMaskedLM``: a ``BertForMaskedLM`` (preset ``bert``) or a
 ``RobertaForMaskedLM`` (preset ``roberta``), grown or not; with
 the run's tokenizer file and its identity (``loire_tokenizer.json``), so that a later run can
 start from OUT through ``init_from``. From Python, ``loire_jax.interop.export_stage(WORKDIR, OUT,
-stage=K)`` does the same (this command calls it). A model with no exact Hugging Face form (the paper's
-post-norm GPT, a layer still fading in, a widened GPT-2 whose heads no longer fill its
-hidden size) is refused with the reason. The export is written from this host, so the model
+stage=K)`` does the same (this command calls it). A model with no exact Hugging Face form (the
+paper's post-norm GPT, a layer still fading in, a widened GPT-2 or Qwen2 whose heads no longer
+fill its hidden size) is refused with the reason and the nearest growth its family can express.
+The export is written from this host, so the model
 must fit in its memory.
 """
 

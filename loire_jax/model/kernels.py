@@ -14,6 +14,11 @@ free to change on resume. The fields (``config.roles.EXECUTION``) hold the user'
 - ``splash``: the Pallas splash-attention kernel JAX ships for TPU
   (``jax.experimental.pallas.ops.tpu.splash_attention``), one kernel per example. Off TPU it
   runs in Pallas interpret mode, which is slow and exists so the CPU tests can check it.
+
+A decoder's sliding window (``ModelConfig.sliding_window`` = w > 0: query i sees keys
+i-w+1..i, as transformers' Mistral) is honoured by every path: a band mask in ``xla``,
+cuDNN's own sliding-window mask (``local_window_size=(w - 1, 0)``, which JAX passes on as
+cuDNN's window of w keys), and splash's ``LocalMask``. None of them falls back silently.
 """
 
 from __future__ import annotations
@@ -236,14 +241,16 @@ def cast_weights(cfg: ModelConfig, params: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- attention
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str) -> jax.Array:
-    """Causal softmax attention (eq. 1) on [batch, seq, heads, head_dim] -> same shape."""
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str, window: int = 0) -> jax.Array:
+    """Causal softmax attention (eq. 1) on [batch, seq, heads, head_dim] -> same shape; with
+    ``window`` w > 0, query i attends to keys i-w+1..i only (a sliding window)."""
     if impl == "xla":
-        return _xla(q, k, v, causal=True)
+        return _xla(q, k, v, causal=True, window=window)
     if impl == "cudnn":
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+        local = (window - 1, 0) if window else None  # JAX hands cuDNN a window of left + 1 keys, itself included
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, local_window_size=local, implementation="cudnn")
     if impl == "splash":
-        return _splash(q, k, v)
+        return _splash(q, k, v, window=window)
     raise ValueError(f"unknown attention implementation {impl!r}")
 
 
@@ -265,12 +272,14 @@ def bidirectional_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str,
     raise ValueError(f"unknown attention implementation {impl!r}")
 
 
-def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.Array | None = None) -> jax.Array:
+def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.Array | None = None,
+         window: int = 0) -> jax.Array:
     sdt = jnp.promote_types(q.dtype, jnp.float32)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sdt) / math.sqrt(q.shape[-1])
     seq = q.shape[1]
     if causal:
-        allowed = jnp.tril(jnp.ones((seq, seq), dtype=bool))[None, None]
+        back = jnp.arange(seq)[:, None] - jnp.arange(seq)[None, :]  # how far key j lies behind query i
+        allowed = ((back >= 0) & ((back < window) if window else True))[None, None]
     else:
         allowed = jnp.ones((1, 1, seq, seq), dtype=bool) if valid is None else valid[:, None, None, :]
     scores = jnp.where(allowed, scores, jnp.finfo(sdt).min)
@@ -278,19 +287,23 @@ def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.A
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-def _splash_kernel(heads: int, seq: int, interpret: bool, causal: bool = True) -> Any:
+def _splash_kernel(heads: int, seq: int, interpret: bool, causal: bool = True, window: int = 0) -> Any:
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     block = min(SPLASH_BLOCK * 4, seq) if seq % (SPLASH_BLOCK * 4) == 0 else min(SPLASH_BLOCK, seq)
     sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                           block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
-    one = sm.CausalMask((seq, seq)) if causal else sm.FullMask((seq, seq))
+    if causal and window:  # keys i-w+1..i: a local band, causal by its right edge 0
+        one = sm.LocalMask((seq, seq), window_size=(window - 1, 0), offset=0)
+    else:
+        one = sm.CausalMask((seq, seq)) if causal else sm.FullMask((seq, seq))
     mask = sm.MultiHeadMask([one for _ in range(heads)])
     return sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def _splash(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True, valid: jax.Array | None = None) -> jax.Array:
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True, valid: jax.Array | None = None,
+            window: int = 0) -> jax.Array:
     """Splash attention, vmapped over the batch. Pallas kernels are not auto-partitioned, so
     under a mesh set with ``jax.set_mesh`` the call is wrapped in ``shard_map`` over the batch
     axes and the heads' ``tensor`` axis."""
@@ -301,7 +314,7 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True, valid
     def local(q, k, v, seg):
         from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
-        kernel = _splash_kernel(q.shape[2], seq, interpret, causal)
+        kernel = _splash_kernel(q.shape[2], seq, interpret, causal, window)
         qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [b, heads, seq, head_dim]
         if causal and valid is None:
             out = jax.vmap(kernel)(qt / np.sqrt(head_dim).astype(q.dtype), kt, vt)
