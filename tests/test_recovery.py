@@ -155,8 +155,9 @@ def _short(run):
 def test_the_replay_matched_systems_draw_their_rivals_windows_at_every_step_and_position(mini, monkeypatch):
     """LOIRE-ER-replay and Memory-ER-replay train on ER's batches, LOIRE-ELLE-replay and
     Memory-ELLE-replay on ELLE's (its domain prompt, position 0, aside): the same window, of
-    the same domain and split, at every step and position (of the first and the last growth
-    stage, where one and four domains' memories are there to replay). ER itself: the
+    the same domain and split, at every step and position of the last stage, where four
+    domains' memories are there to replay (each stage's stream is planned by the same
+    code; the plans of all of them are compared when the systems are derived). ER itself: the
     previous domain's memory only, one window in ten of every batch of the stage; ELLE's:
     the memory alone for its recovering steps. ELLE's forgetting weights come from each
     run's own evaluations; the same weights are given to both here, so the rule is what is
@@ -168,24 +169,22 @@ def test_the_replay_matched_systems_draw_their_rivals_windows_at_every_step_and_
     monkeypatch.setattr(pipeline, "load_prepared", lambda cfg: _Prepared())
     base = _short(mini)
     names = [d.name for d in base.data.domains]
-    rivals = {r: derive(r, base) for r in ("ER", "ELLE")}
-    weights = {k: tuple(1.0 + j for j in range(k)) for k in range(1, 5)}  # any, the same on both sides
-    for k in (1, 4):
-        theirs = {"ER": _batches(rivals["ER"], k), "ELLE": _batches(rivals["ELLE"], k, weights[k])}
-        for name, rival in MATCHED.items():
-            mine = _batches(derive(name, base), k, weights[k] if rival == "ELLE" else None)
-            cut = 1 if rival == "ELLE" else 0  # ELLE's prompt token, its model's input, not its replay
-            assert mine.shape == theirs[rival].shape and np.array_equal(mine[..., cut:], theirs[rival][..., cut:]), \
-                (name, k)
-        er = [[_origin(w, names) for w in batch] for batch in theirs["ER"]]
-        memory = [[(d, s) for d, s, _ in batch if s == "memory"] for batch in er]
-        assert {o for batch in memory for o in batch} == {(names[k - 1], "memory")}  # D_{t-1} only
-        assert [len(batch) for batch in memory] == [1] * 12
-        elle = [[_origin(w, names)[1] for w in batch] for batch in theirs["ELLE"]]
-        recover = rivals["ELLE"].stages[k].recover_steps
-        assert all(set(batch) == {"memory"} for batch in elle[:recover]) and recover == 6
-    # and LOIRE's own replay is not ER's: the check can tell them apart
-    assert not np.array_equal(_batches(derive("LOIRE", base), 4), theirs["ER"])
+    rivals, k = {r: derive(r, base) for r in ("ER", "ELLE")}, 4
+    weights = (1.0, 2.0, 3.0, 4.0)  # any, the same on both sides
+    theirs = {"ER": _batches(rivals["ER"], k), "ELLE": _batches(rivals["ELLE"], k, weights)}
+    for name, rival in MATCHED.items():
+        mine = _batches(derive(name, base), k, weights if rival == "ELLE" else None)
+        cut = 1 if rival == "ELLE" else 0  # ELLE's prompt token, its model's input, not its replay
+        assert mine.shape == theirs[rival].shape and np.array_equal(mine[..., cut:], theirs[rival][..., cut:]), name
+    er = [[_origin(w, names) for w in batch] for batch in theirs["ER"]]
+    memory = [[(d, s) for d, s, _ in batch if s == "memory"] for batch in er]
+    assert {o for batch in memory for o in batch} == {(names[k - 1], "memory")}  # D_{t-1} only
+    assert [len(batch) for batch in memory] == [1] * 12  # one window in ten, every batch of the stage
+    elle = [[_origin(w, names) for w in batch] for batch in theirs["ELLE"]]
+    recover = rivals["ELLE"].stages[k].recover_steps
+    assert recover == 6 and all({s for _, s, _ in batch} == {"memory"} for batch in elle[:recover])
+    assert {d for batch in elle for d, s, _ in batch if s == "memory"} == set(names[:k])  # every earlier domain
+    assert not np.array_equal(_batches(derive("LOIRE", base), k), theirs["ER"])
 
 
 def test_the_replay_matched_systems_distil_in_their_windows_first_steps_and_their_memory_controls_never(mini):
