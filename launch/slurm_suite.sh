@@ -13,7 +13,7 @@
 # Every task is a normal launch/slurm.sbatch job: the sbatch options given here (nodes, GPUs,
 # time, partition, account) apply to the runs; a task may span several nodes, and one stopped
 # by its time limit or a preemption saves, exits 75 and requeues itself. The choice and the
-# report need no accelerator: they get `--nodes=1 --ntasks=1` after your options, and
+# report need no accelerator: they get `--nodes=1 --ntasks=1 --ntasks-per-node=1` after your options, and
 # $LOIRE_LIGHT_SBATCH (e.g. "--partition=cpu --gpus-per-node=0") if you set it.
 # --max-running N appends %N to every array (at most N of its tasks run at once).
 # --dry-run prints the sbatch commands instead of submitting them.
@@ -69,7 +69,8 @@ previous="" summary=()
 while read -r word phase range _; do
   [ "$word" = phase ] || continue
   case "$phase" in
-    choice | report) id=$(submit "$phase" "$range" "$previous" --nodes=1 --ntasks=1 ${LOIRE_LIGHT_SBATCH:-}) ;;
+    choice | report) id=$(submit "$phase" "$range" "$previous" --nodes=1 --ntasks=1 --ntasks-per-node=1 \
+                                   ${LOIRE_LIGHT_SBATCH:-}) ;;
     *) id=$(submit "$phase" "$range" "$previous") ;;
   esac
   [ -n "$id" ] || fail "sbatch submitted no job for phase $phase"

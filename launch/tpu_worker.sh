@@ -18,11 +18,11 @@ stop=0
 trap 'stop=1' TERM INT  # this loop was told to stop: do not start the run again
 # A suite's planned items (launch/experiment.py --suite ... --index I) instead of one run: WORKDIR
 # is then the suite's directory, and a rerun skips the items that are done.
-COMMAND=(loire_jax.cli.train --no-progress)
-[ "${1:-}" = --suite ] && COMMAND=(loire_jax.cli.experiment)
+MODULE=loire_jax.cli.train QUIET=(--no-progress)
+if [ "${1:-}" = --suite ]; then MODULE=loire_jax.cli.experiment QUIET=(); fi
 restarts=0
 while :; do
-  python -m loire_jax.cli.supervise -- python -m "${COMMAND[@]}" --distributed auto --workdir "$WORKDIR" "$@" &
+  python -m loire_jax.cli.supervise -- python -m "$MODULE" --distributed auto --workdir "$WORKDIR" "${QUIET[@]}" "$@" &
   run=$!
   code=0
   wait "$run" || code=$?

@@ -187,6 +187,10 @@ def _take(root, suite, source):
             if attempt == 4 or not being_made:
                 raise
             time.sleep(0.2 * (attempt + 1))
+    if not (taken / plans.PLAN_FILE).exists():  # an earlier version's workdir: its runs must be this plan's
+        from loire_jax.experiments.runner import Experiment
+
+        Experiment(suite, taken).check_runs()
     plans.check_binding(taken, suite, source, write=True)
     return taken
 
@@ -269,8 +273,8 @@ def _run(args, suite, source, root, todo) -> int:
     from loire_jax.experiments import records
     from loire_jax.parallel.sharding import make_mesh
 
-    library_logs_to(root / "python.log")
     lead = jax.process_index() == 0
+    library_logs_to(root / ("python.log" if lead else f"python.{jax.process_index()}.log"))
     experiment = Experiment(suite, root, make_mesh(sizes, devs), progress=args.progress, failed=devices.failed,
                             lead=lead, device=records.device)
     if lead:

@@ -59,6 +59,7 @@ class Pieces:
                  device: Callable[[], dict[str, Any]] | None = None) -> None:
         self.suite, self.root, self.mesh, self.progress = suite, root, mesh, progress
         self.failed, self.lead, self.device = failed, lead, device
+        self.say: Callable[..., None] = print if lead else (lambda *a, **k: None)  # process 0 speaks for all
         self.plan = plans.items(suite)
         self._entropy_cache: dict[str, float] | None = None
         self._results: dict[str, dict[str, Any]] = {}  # workdir -> result of a run that is over
@@ -132,6 +133,28 @@ class Pieces:
         self._results[planned.workdir] = result
         return result
 
+    def check_runs(self) -> None:
+        """Refuse (RunError, one line) a workdir whose runs are of another config than this
+        suite plans: before an unbound workdir (an earlier version's) is bound to this plan."""
+        from loire_jax.config.loader import run_config_from_dict
+
+        got = chosen(self.root, self.suite)
+        planned = suites.sweep_runs(self.suite)
+        if self.suite.sweep is None or got is not None:
+            planned += suites.main_runs(self.suite, got[0] if got else ())
+        for p in planned:
+            saved = records.read_json(self.root / p.workdir / "config.json")
+            if saved is None:
+                continue
+            try:
+                changes = records.config_differences(run_config_from_dict(saved, saved=True), p.config)
+            except (ValueError, TypeError, KeyError) as err:
+                changes = [f"its config.json is not one this version reads ({first_line(err)[:120]})"]
+            if changes:
+                raise RunError(f"{self.root / p.workdir} holds a run of another config than this suite plans "
+                               f"({changes[0]}: the suite, its seeds or its sweep changed); give the suite another "
+                               "--workdir, or move that run away")
+
     def item_of(self, phase: str, workdir: str | None = None, task: str | None = None) -> Item:
         return next(i for i in self.plan if i.phase == phase and i.workdir == workdir and i.task == task)
 
@@ -164,10 +187,10 @@ class Pieces:
 
         label = f"[{where}] {planned.workdir}"
         if (done := self.outcome(planned)) is not None:
-            print(f"{label}: {'diverged' if done['diverged'] else 'finished'} earlier")
+            self.say(f"{label}: {'diverged' if done['diverged'] else 'finished'} earlier")
             return None
         t = time.perf_counter()
-        print(f"{label}: {planned.config.name}", flush=True)
+        self.say(f"{label}: {planned.config.name}", flush=True)
         workdir = self.root / planned.workdir
         try:
             result = run(planned.config, workdir, mesh=self.mesh, progress=self.progress,
@@ -176,7 +199,7 @@ class Pieces:
             if self.lead:
                 paths.write_atomic(workdir / DIVERGED, json.dumps({"config": planned.config.to_dict(),
                                                                    "error": str(err)}))
-            print(f"{label}: diverged ({err}); recorded, it counts as failing the sanity gate", flush=True)
+            self.say(f"{label}: diverged ({err}); recorded, it counts as failing the sanity gate", flush=True)
             self._made(planned)
             return None
         except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError
@@ -184,10 +207,10 @@ class Pieces:
         except USER_ERRORS as err:
             return self._fail(f"{planned.workdir}: {err}", USER)
         if not result.complete:
-            print(f"stopped in {planned.workdir}; rerun the same command to resume the suite")
+            self.say(f"stopped in {planned.workdir}; rerun the same command to resume the suite")
             return result.exit_code
         res = self._made(planned)
-        print(f"{label}: done in {time.perf_counter() - t:.0f} s; final AP {res['AP'][-1]:.2f}, "
+        self.say(f"{label}: done in {time.perf_counter() - t:.0f} s; final AP {res['AP'][-1]:.2f}, "
               f"gate {'pass' if res['gate']['passed'] else 'FAIL'}", flush=True)
         return None
 
@@ -211,7 +234,7 @@ class Pieces:
 
         label = f"[{where}] {planned.workdir} {task}"
         if self.outcome(planned).get("diverged"):
-            print(f"{label}: skipped (the run diverged)")
+            self.say(f"{label}: skipped (the run diverged)")
             return None
         t = time.perf_counter()
         try:
@@ -223,10 +246,10 @@ class Pieces:
         except USER_ERRORS as err:
             return self._fail(f"{planned.workdir} {task}: {err}", USER)
         if not got.complete:
-            print(f"stopped in {planned.workdir} ({task}); rerun the same command to resume the suite")
+            self.say(f"stopped in {planned.workdir} ({task}); rerun the same command to resume the suite")
             return 130 if got.stopped == 2 else 75
         seed = got.seeds[0]
-        print(f"{label}: {'done earlier' if seed.skipped else f'done in {time.perf_counter() - t:.0f} s'}; "
+        self.say(f"{label}: {'done earlier' if seed.skipped else f'done in {time.perf_counter() - t:.0f} s'}; "
               f"{seed.metric} {seed.score:.2f}", flush=True)
         return None
 
@@ -264,9 +287,9 @@ class Pieces:
         if not self.lead:
             return 0
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
-        print(f"report: {out / 'report.md'}")
+        self.say(f"report: {out / 'report.md'}")
         for v in claims.verdicts(results, tasks):
-            print(f"  {v['verdict']:>18}: {v['claim']} ({v['where']})")
+            self.say(f"  {v['verdict']:>18}: {v['claim']} ({v['where']})")
         return 0
 
 
@@ -305,7 +328,7 @@ class Experiment(Pieces):
         rows = self._sweep_rows(sweep, require=True)
         setting, why = suites.choose_setting(self.suite, {(tuple(r["setting"]), r["system"]): r for r in rows})
         if sweep:
-            print(f"setting: {' '.join(setting)} ({why})")
+            self.say(f"setting: {' '.join(setting)} ({why})")
         if self.lead:
             paths.write_atomic(self.root / SUITE_FILE, json.dumps(
                 {"suite": self.suite.name, "setting": list(setting), "why": why,
@@ -374,7 +397,7 @@ class Experiment(Pieces):
         """The items a job array's task names, in order, each as the whole suite runs it;
         stops at the first that does not finish and returns its code."""
         for item in chosen_items:
-            print(f"item {item.index}/{len(self.plan) - 1}: {item.label()}", flush=True)
+            self.say(f"item {item.index}/{len(self.plan) - 1}: {item.label()}", flush=True)
             try:
                 code = self.item(item)
             except Waiting as err:
