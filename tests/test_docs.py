@@ -534,7 +534,7 @@ SHELL = {
         "not run here: the paper's scale; tests/test_experiment.py runs one item of a micro suite by --index",
     "launch/slurm_suite.sh --max-running 16 /shared/suites/paper --nodes=1 --gpus-per-node=8 --time=24:00:00 -- "
     "--suite paper --mesh 8 --compile-cache /shared/xla":
-        "not run here: no SLURM; tests/test_batch_scripts.py runs it with a stand-in for sbatch, and "
+        "not run here: no SLURM; tests/test_slurm_suite.py runs it with a stand-in for sbatch, and "
         "tools/slurm_local_check.sh suite on a real one",
     "launch/tpu_pod.sh my-v5p-32 us-east5-a gs://BUCKET/suites/paper --suite paper --index 0-6":
         "not run here: no Cloud TPU (it has not run on a real one yet)",

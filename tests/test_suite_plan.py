@@ -211,7 +211,7 @@ def _fabricate(root, planned, *, train=(), made=None, lock=False):
     return run_dir
 
 
-def test_status_reads_every_items_state_from_the_records_and_writes_nothing(micro, tmp_path, capsys):
+def test_status_reads_every_items_state_from_the_records_and_writes_nothing(micro, tmp_path, capsys, monkeypatch):
     suite, root = _root(micro, tmp_path)
     sweep = suites.sweep_runs(suite)
     main = suites.main_runs(suite, ("optimizer.lr=0.01",))
@@ -225,6 +225,15 @@ def test_status_reads_every_items_state_from_the_records_and_writes_nothing(micr
     plan = plans.items(suite)
     records.record_failure(root, plan[5].key(), plan[5].label(), 2, "runs/GPT_L/seed2: data_dir is a file")
     before = snapshot(root)
+
+    def written(*args, **kwargs):
+        raise AssertionError(f"--status wrote or locked something: {args[:1]}")
+
+    from loire_jax import paths
+    from loire_jax.store import locks
+
+    for where, name in ((paths, "write_atomic"), (paths, "create_exclusive"), (locks.WorkdirLock, "acquire")):
+        monkeypatch.setattr(where, name, written)
     assert [(s.item.index, s.state) for s in states(suite, root, plan)] == [
         (0, "done"), (1, "failed (gate)"), (2, "done"), (3, "running"), (4, "stopped"), (5, "failed"),
         (6, "not started"), (7, "waiting"), (8, "waiting"), (9, "waiting")]

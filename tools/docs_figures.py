@@ -88,6 +88,7 @@ FIGURES: dict[str, Callable[[text.Got], str]] = {
     "paper-mini": suites.fig_paper_mini,
     "paper-mini-verdicts": suites.fig_paper_mini_verdicts,
     "paper-cost": cost.fig_paper_cost,
+    "suite-index": cost.fig_suite_index,
 }
 
 

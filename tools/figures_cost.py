@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from figures_text import Got, prose, thousands
@@ -187,3 +188,18 @@ def fig_paper_cost(got: Got) -> str:
         f"{sum(len(r) for r in cost['systems'].values())} runs take {waves} wave{'s' if waves > 1 else ''}: its "
         "longest runs set the time.")
     return text + "\n" + "\n".join(table) + "\n\n" + after + "\n" + "\n".join(wall)
+
+
+def fig_suite_index(got: Got) -> str:
+    """What running a suite's items one process each costs over one process running them:
+    benchmarks/bench_suite_index.py's record."""
+    bench = got("bench:cpu-suite-index")
+    r = bench["rows"]
+    return prose(
+        f"Measured by `python benchmarks/bench_suite_index.py` ({bench['path']}, {r['cpus']} cores, load average "
+        f"{r['load_average'][0]} at the end): {r['items']} items of a micro suite (compiled programs in a warm cache) "
+        f"took {median(r['one_process_s']):.1f} s in one process and {median(r['one_per_item_s']):.1f} s one process "
+        f"each, so {r['median_overhead_s']:.2f} s per index (median of {r['repeats']}: "
+        f"{', '.join(f'{x:.2f}' for x in r['overhead_per_index_s'])} s): the process, its imports, JAX's start, the "
+        f"plan and the workdir's checks, the run's lock. An item already done costs "
+        f"{r['median_done_item_s']:.2f} s, its process alone.")
