@@ -5,20 +5,26 @@ one command, inside a time budget, offline.
     python benchmarks/accelerator_check.py --out DIR --dry-run     # the same plan at toy shapes, on CPU
     python benchmarks/accelerator_check.py --out DIR --list        # what it would run, and each part's time
     python benchmarks/accelerator_check.py --out DIR --parts step --cases m5-32x1024-t0,1b-8x1024-t0  # a short slot
-    python benchmarks/accelerator_check.py --out DIR --parts variants --variants unrolled,"weights cast once"
+    python benchmarks/accelerator_check.py --out DIR --parts step,variants --budget-min 9   # today's defaults
+    python benchmarks/accelerator_check.py --out DIR --parts variants --variants "fused norm,fused gelu"
 
 The plan, one part after another, each in child processes of this one:
 
 - ``data``: which prepared corpora are here (nothing is ever fetched: a missing one makes
   the parts that need it say so, with the command that prepares it).
-- ``step``: the train-step table (``bench_step.py``'s exact step): paper M5 at 32 x 1024 with
-  0, 1 and 4 teachers, at 64 x 1024 with 4; the 1.1B final stage at 8 x 1024 with 0, 1, 4
-  (its memory); beside them, when torch is importable, the same-shape PyTorch eager and
-  torch.compile steps (``torch_reference.py``). From it: the KD cost ratios. ``--cases``
-  keeps the named cases only (``--list`` names them).
-- ``variants``: M5 at 32 x 1024 under each candidate execution path and their best-looking
-  combination, beside torch.compile (``variants.py``). ``--variants`` keeps the named ones
-  (the plain step always runs).
+- ``step``: the train-step table of today's defaults (``bench_step.py``'s exact step, every
+  ``auto`` resolved as the trainer resolves it, remat chosen by memory): paper M5 at 32 x 1024
+  with 0 and 1 teacher and the 1.1B final stage at 8 x 1024 (its memory), each beside the
+  same-shape torch.compile step when torch is importable (``torch_reference.py``); the JAX
+  cases in one child process, the PyTorch ones in another. From it: the KD cost ratio.
+  ``--cases`` keeps the named cases, and names the rows only it runs (4 teachers, 64 x 1024;
+  ``--list`` names them all).
+- ``variants``: M5 at 32 x 1024 as today's defaults run it (the step part's case, when it
+  ran) against each candidate execution path (the fused kernels, float32 logits, loss blocks
+  of 4,096, remat ``dots``) and their best combination, beside torch.compile
+  (``variants.py``). ``--variants`` names others (``all``: every one).
+  ``--parts step,variants`` is the table of today's defaults in one run, within 9 minutes of
+  one H100 by the estimate ``--list`` prints from the H100 follow-up's records.
 - ``growth``: the growth demo (``launch/grow_demo.py``), max |dlogits| after each operator.
 - ``engine``: a one-stage ``launch/train.py`` run at M5's benchmark shape; its logged
   tokens/s against the benchmark's for the same shape.
@@ -92,7 +98,7 @@ PART_FUNCS = check_parts.PART_FUNCS
 # --------------------------------------------------------------------------- the plan, part after part
 def run_plan(check: Check, parts: list[str]) -> int:
     """Every selected part in order, each inside its share of what is left of the budget."""
-    estimates = {p: part_seconds(p, check.scale) for p in parts}
+    estimates = {p: part_seconds(p, check.scale, parts) for p in parts}
     for name in PARTS:
         if name not in parts:
             check.results.part(name).update(status="not selected")

@@ -29,6 +29,7 @@ from accelerator_plan import (
     stage_shapes,
     step_cases,
     suite_config,
+    variants_figures,
 )
 from accelerator_runner import Budget, Check, PartError, Skipped
 
@@ -97,22 +98,17 @@ def prepare_command(name: str) -> str:
 
 # --------------------------------------------------------------------------- part: step
 def step_part(check: Check, budget: Budget) -> dict[str, Any]:
-    """The step table: each case's JAX process, then its PyTorch ones. The real plan times
-    each case in a process of its own (its peak memory is its own); the dry run, all the
-    JAX cases in one, as a check of the plan needs no per-case peak."""
+    """The step table: every case's JAX step in one child process, then their PyTorch runs in
+    another (``bench.measure``): a child's start is paid once, not per case. The device's
+    peak counter is then the process's, so the cases' peaks are the compiled ones."""
     cases = step_cases(check.scale)
     if not check.torch:
         for case in cases:
             case.update(torch=False, torch_compile=False, torch_skipped="torch is not importable here")
-    groups = [cases] if check.scale.dry else [[c] for c in cases]
     part = check.results.part("step")
-    for i, group in enumerate(groups):
-        this = sum(case_seconds(c, check.scale.dry) for c in group)
-        rest = sum(case_seconds(c, check.scale.dry) for g in groups[i + 1:] for c in g)
-        records = bench.measure(group, budget.share(this, rest), check.env())
-        part["records"].extend(records)
-        part["figures"] = step_figures(part["records"])
-        check.results.write()
+    part["records"].extend(bench.measure(cases, budget.left(), check.env()))
+    part["figures"] = step_figures(part["records"])
+    check.results.write()
     failed = [r for r in part["records"] if "error" in r]
     if failed:
         raise PartError(f"{len(failed)} of {len(cases)} cases failed; first: {failed[0]['error']}")
@@ -287,11 +283,17 @@ def gptl_vs_loire_part(check: Check, budget: Budget) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- part: variants (variants.py)
 def variants_part(check: Check, budget: Budget) -> dict[str, Any]:
-    """The step table's first case (M5, 32 x 1024, no teachers) under each execution variant."""
+    """The step table's first case (M5, 32 x 1024, no teachers) as today's defaults run it,
+    against each candidate execution path and their best combination (variants.py). The
+    defaults' row is the step part's record of that case when it ran (with its torch.compile)."""
     base = next(c for c in step_cases(check.scale, chosen=False) if c["teachers"] == 0)
-    base = dict(base, scan_unroll=1, torch=False, torch_compile=check.torch,  # plain: the scanned stack
+    base = dict(base, torch=False, torch_compile=check.torch,
                 **({} if check.torch else {"torch_skipped": "torch is not importable here"}))
-    return variants.run(check, budget, base, bench._configs(base)[0].layers, bench.measure, PartError)
+    same = ("shape", "batch", "seq", "teachers", "dtype")
+    reused = next((r for r in check.results.part("step")["records"] if r.get("tokens_per_s")
+                   and all(r.get(k) == base[k] for k in same)), None)
+    return variants.run(check, budget, base, bench._configs(base)[0].layers, bench.measure, PartError,
+                        variants_figures(check.scale), reused)
 
 
 # --------------------------------------------------------------------------- every part, by name

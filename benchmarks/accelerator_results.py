@@ -125,6 +125,14 @@ def rate_text(r: dict, prefix: str = "") -> str:
     return f"{rate:,.0f}" + (f" ({mfu_text(mfu, bool(r.get('peak_measured')))})" if mfu is not None else "")
 
 
+def execution_text(r: dict) -> str:
+    """How a step record ran: its execution choices as resolved (the remat one chosen by memory)."""
+    remat = f"remat {r.get('remat_run')}" + (" (by memory)" if r.get("remat_by_memory") else "")
+    return (f"{r.get('scan_unroll_run')} layer(s) an iteration, {remat}, {r.get('attention_run')} attention, "
+            f"fused {r.get('fused_run', 'none')}, loss blocks {r.get('loss_chunk_run')} ({r.get('loss_softmax_run')} "
+            f"softmax, {r.get('loss_logits_run', 'float32')} logits)")
+
+
 def _md_step(part: dict) -> list[str]:
     lines = ["## Train step", "",
              "tokens/s: median of the repeats, compilation excluded; MFU of the device's peak. PyTorch: the same "
@@ -145,6 +153,9 @@ def _md_step(part: dict) -> list[str]:
     skipped = {r.get("torch_skipped") for r in part["records"] if r.get("torch_skipped")}
     if skipped:
         lines += ["", "PyTorch columns: " + "; ".join(sorted(skipped)) + "."]
+    ran = sorted({execution_text(r) for r in part["records"] if r.get("tokens_per_s")})
+    if ran:
+        lines += ["", "Execution, as the trainer resolves today's defaults on this device: " + "; ".join(ran) + "."]
     kd = part["figures"].get("kd_cost") or []
     if kd:
         lines += ["", "### KD cost: step time with k teachers over without", ""] + markdown_table(

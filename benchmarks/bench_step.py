@@ -22,6 +22,10 @@ StepSpec, state shardings, donation, ahead-of-time compilation and execution cho
     python benchmarks/bench_step.py --shapes m5,1b --teachers 0,4 --dtypes bfloat16 --compile-only
     python benchmarks/bench_step.py --shapes m5 --dtypes bfloat16 --json out.json   # on a GPU
     python benchmarks/bench_step.py --shapes m5 --dtypes bfloat16 --teachers 0,1 --torch --torch-compile
+
+``model.remat: auto`` is chosen as the trainer chooses it (``train.program``): on a device
+that reports its memory, the least recomputation whose compiled step fits (the record's
+``remat_by_memory``); elsewhere the platform's choice.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def _configs(case: dict):
         return preset("bert" if case.get("kind") == "encoder" else "paper", vocab_size=vocab, max_seq_len=case["seq"], hidden=h, ffn=f, heads=a,
                       head_dim=sched["head_dim"], layers=L, dtype=dtype, param_dtype="float32",
                       attention=case["attention"], remat=case["remat"], scan_unroll=case.get("scan_unroll", "auto"),
-                      weight_cast=case.get("weight_cast", "use"))
+                      weight_cast=case.get("weight_cast", "use"), fused=case.get("fused", "auto"))
 
     stages = [cfg(*s) for s in sched["stages"]]
     student = stages[-1]
@@ -94,8 +98,15 @@ def run_case(case: dict) -> dict:
     from loire_jax import init_params, param_count
     from loire_jax.analysis import flops
     from loire_jax.analysis.flops import train_flops_per_token
-    from loire_jax.analysis.memory import peak_in_use, step_memory
-    from loire_jax.model.kernels import for_platform, loss_chunk_for, loss_softmax_for
+    from loire_jax.analysis.memory import choose_remat, device_memory, peak_in_use, step_memory
+    from loire_jax.model.kernels import (
+        REMAT_CANDIDATES,
+        for_platform,
+        loss_chunk_for,
+        loss_logits_for,
+        loss_softmax_for,
+    )
+    from loire_jax.model.params import abstract_params
     from loire_jax.parallel.sharding import batch_sharding, make_mesh, param_shardings
     from loire_jax.train.optimizer import make_optimizer
     from loire_jax.train.state import abstract_state, new_train_state, state_shardings
@@ -104,7 +115,6 @@ def run_case(case: dict) -> dict:
     mesh = make_mesh(sizes, devs)
     platform = devs[0].platform
     student, teachers = _configs(case)
-    run_student = for_platform(student, platform, case["seq"])
     run_teachers = [frozen_teacher(for_platform(t, platform, case["seq"])) for t in teachers]
     opt = make_optimizer("adam", learning_rate=1e-4)
     masking = None
@@ -115,35 +125,46 @@ def run_case(case: dict) -> dict:
         v = student.vocab_size
         masking = MaskingSpec(mask_id=v - 2, cls_id=v - 4, special_ids=(v - 4, v - 3, v - 2, v - 1), vocab_size=v,
                               predictions=MlmConfig().predictions(case["seq"]))
-    spec = StepSpec(run_student, teachers=tuple(run_teachers), betas=(0.1,) * len(teachers),
-                    microbatches=case["microbatches"],
-                    loss_chunk=loss_chunk_for(case["loss_chunk"], platform), masking=masking,
-                    loss_softmax=loss_softmax_for(case.get("loss_softmax", "auto"), platform),
-                    loss_logits=case.get("loss_logits", "float32"))
     state_sh = state_shardings(student, mesh, opt)
     teacher_sh = tuple(param_shardings(t, mesh) for t in teachers)
     batch_sh = batch_sharding(mesh)
-    fn = jax.jit(make_train_step(spec, opt), donate_argnums=0, in_shardings=(state_sh, batch_sh, teacher_sh),
-                 out_shardings=(state_sh, None))
-    record = dict(case, device=note, device_kind=devs[0].device_kind, platform=platform,
-                  attention_run=run_student.attention, remat_run=run_student.remat,
-                  scan_unroll_run=run_student.scan_unroll, loss_chunk_run=spec.loss_chunk,
-                  loss_softmax_run=spec.loss_softmax,
-                  params=param_count(student))
 
     def abstract(tree, shardings):
         return jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), tree,
                                       shardings)
 
-    from loire_jax.model.params import abstract_params
-
     t_abs = tuple(abstract(jax.tree_util.tree_map(lambda x, c=c: jax.ShapeDtypeStruct(x.shape, c.params_dtype),
                                                   abstract_params(c)), sh) for c, sh in zip(run_teachers, teacher_sh))
     batch_abs = jax.ShapeDtypeStruct((case["batch"], case["seq"] + 1), np.int32, sharding=batch_sh)
-    t0 = time.perf_counter()
-    with jax.set_mesh(mesh):
-        compiled = fn.lower(abstract_state(student, mesh, opt), {"tokens": batch_abs}, t_abs).compile()
-    record["compile_s"] = time.perf_counter() - t0
+
+    def compile_for(remat):
+        """The trainer's step with the model's execution choices resolved as the trainer resolves
+        them (``remat``: one chosen by memory), compiled: ((spec, program), memory, seconds)."""
+        spec = StepSpec(for_platform(student, platform, case["seq"], remat), teachers=tuple(run_teachers),
+                        betas=(0.1,) * len(teachers), microbatches=case["microbatches"],
+                        loss_chunk=loss_chunk_for(case["loss_chunk"], platform), masking=masking,
+                        loss_softmax=loss_softmax_for(case.get("loss_softmax", "auto"), platform),
+                        loss_logits=loss_logits_for(case.get("loss_logits", "auto"), platform))
+        fn = jax.jit(make_train_step(spec, opt), donate_argnums=0, in_shardings=(state_sh, batch_sh, teacher_sh),
+                     out_shardings=(state_sh, None))
+        t0 = time.perf_counter()
+        with jax.set_mesh(mesh):
+            program = fn.lower(abstract_state(student, mesh, opt), {"tokens": batch_abs}, t_abs).compile()
+        return (spec, program), step_memory(program), time.perf_counter() - t0
+
+    record = dict(case, device=note, device_kind=devs[0].device_kind, platform=platform, params=param_count(student))
+    available = device_memory(devs)
+    if student.remat == "auto" and available is not None:  # as the trainer chooses it (train.program)
+        choice, (spec, compiled) = choose_remat(REMAT_CANDIDATES, compile_for, available[0], "the step",
+                                                {"microbatches": case["microbatches"], "batch_size": case["batch"]})
+        record["compile_s"] = choice.tried[-1][2]
+        record.update(choice.record())
+    else:
+        (spec, compiled), _, record["compile_s"] = compile_for(None)
+    run_student = spec.model
+    record.update(attention_run=run_student.attention, remat_run=run_student.remat,
+                  scan_unroll_run=run_student.scan_unroll, fused_run=run_student.fused, loss_chunk_run=spec.loss_chunk,
+                  loss_softmax_run=spec.loss_softmax, loss_logits_run=spec.loss_logits)
     mem = step_memory(compiled)
     if mem:
         record.update(compiled_peak_gib=mem.peak / 2**30, compiled_temp_gib=mem.temporaries / 2**30)
@@ -182,7 +203,7 @@ def run_case(case: dict) -> dict:
         where = Path(case["profile"]) / "{shape}-{dtype}-t{teachers}".format(**case)
         record["profile"] = step_profile.capture(one, case["steps"], where)
     peak = peak_in_use(devs)
-    if peak is not None:
+    if peak is not None and not case.get("shared_process"):  # the device's counter is the process's
         record["device_peak_gib"] = peak / 2**30
     record.update(_peak(case, devs, platform))
     record["mfu"] = flops.mfu(record["tokens_per_s"] * flops_per_token, record["peak_flops"])
@@ -262,6 +283,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def jax_records(cases: list[dict], timeout: float | None = None, env: dict[str, str] | None = None) -> list[dict]:
     """``cases`` timed in one child process, in order: one record each. A case the child did
     not finish (it ran out of time or crashed) gets ``error`` with the reason."""
+    if len(cases) > 1:  # the device's peak counter is the process's: no case's own
+        cases = [dict(c, shared_process=True) for c in cases]
     child = run_child([sys.executable, __file__, "--cases", json.dumps(cases)], timeout, env)
     done = child.records()
     return done + [dict(c, error=child.unfinished("case")) for c in cases[len(done):]]
@@ -378,12 +401,13 @@ def _cases(args) -> list[dict]:
                             weight_cast=args.weight_cast, xla_gpu_flags=args.xla_gpu_flags, compile_only=args.compile_only,
                             torch=args.torch, torch_compile=args.torch_compile, torch_backend=args.torch_backend,
                             peak_tflops=args.peak_tflops, profile=args.profile, loss_softmax=args.loss_softmax,
-                            loss_logits=args.loss_logits))
+                            loss_logits=args.loss_logits, fused=args.fused))
     gpu_flags(args.xla_gpu_flags)  # ValueError for an unknown set
     from loire_jax.config.run import LOSS_LOGITS, LOSS_SOFTMAX
 
-    if args.loss_softmax not in ("auto", *LOSS_SOFTMAX) or args.loss_logits not in LOSS_LOGITS:
-        raise ValueError(f"--loss-softmax takes auto or one of {LOSS_SOFTMAX} and --loss-logits one of {LOSS_LOGITS}")
+    if args.loss_softmax not in ("auto", *LOSS_SOFTMAX) or args.loss_logits not in ("auto", *LOSS_LOGITS):
+        raise ValueError(f"--loss-softmax takes auto or one of {LOSS_SOFTMAX} and --loss-logits auto or one of "
+                         f"{LOSS_LOGITS}")
     for case in out:
         if case["dtype"] not in DTYPES:
             raise ValueError(f"--dtypes: unknown compute dtype {case['dtype']!r}; choose from {DTYPES}")
@@ -479,13 +503,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--microbatches", type=int, default=1)
     parser.add_argument("--loss-chunk", default="auto", help="tokens per loss block, or auto (the trainer's choice)")
     parser.add_argument("--loss-softmax", default="auto", help="each loss block's softmax: auto | two_pass | online")
-    parser.add_argument("--loss-logits", default="float32", help="the dtype the head writes logits in: float32 | "
+    parser.add_argument("--loss-logits", default="auto", help="the dtype the head writes logits in: auto | float32 | "
                         "compute")
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--remat", default="auto")
     parser.add_argument("--scan-unroll", type=_unroll, default="auto",
                         help="model.scan_unroll: layers per scan iteration, or auto (the trainer's choice)")
     parser.add_argument("--weight-cast", default="use", help="model.weight_cast: use | step")
+    parser.add_argument("--fused", default="auto", help="model.fused: the fused Pallas kernels, auto | none | norm | "
+                        "gelu | all")
     parser.add_argument("--xla-gpu-flags", default="none", help="xla_gpu_flags: a named set of XLA GPU flags")
     parser.add_argument("--compile-only", action="store_true", help="compile time and memory analysis only")
     parser.add_argument("--torch", action="store_true", help="also time the same step in PyTorch eager")

@@ -1,14 +1,19 @@
-"""The accelerator check's ``variants`` part (issue 41), and what the check needs to choose
-its step cases and name its device and commit.
+"""The accelerator check's ``variants`` part (issues 41, 58), and what the check needs to
+choose its step cases and name its device and commit.
 
-The element-wise half of the GPU step has candidate execution paths (docs/performance.md):
-each is an execution option, proven on the CPU to compute the plain step
-(tests/test_execution_variants.py). This part times the paper's M5 at 32 x 1024 bf16 under
-each one, each in a process of its own, beside torch.compile in the same run; then under the
-combination that looks best: the options of every variant faster than the plain step (the
-fastest of each option, where two set the same one), or of every candidate where none was.
-Each variant's final loss is recorded beside the plain one's: the same initial state and
-batches, so on the GPU it shows a variant that changed what the step computes.
+Today's defaults against each candidate execution path (docs/performance.md), each an
+execution option proven on the CPU to compute the default step up to rounding: the fused
+Pallas kernels (``model.fused``), float32 loss logits (the default writes them in bf16 on
+GPUs, as torch.compile's autocast reference does), loss blocks of 4,096 tokens, and remat
+``dots`` (the policy the memory choice replaced); the rest by name (``--variants``). The
+paper's M5 at 32 x 1024 bf16, no teachers: the defaults are the step part's case of that
+shape when it ran (its torch.compile too), else timed here beside torch.compile; every
+candidate runs in one process (a set of XLA flags in one of its own: XLA reads them when it
+starts). Then the best combination: the options of every candidate at least ``WIN`` faster
+than the defaults (the faster first where two set the same option), timed unless it is a
+record already (one winner, or none: the defaults). Each variant's final loss is recorded
+beside the defaults': the same initial state and batches, so on the GPU it shows a variant
+that changed what the step computes beyond rounding.
 
 Loaded from its file by accelerator_check.py (benchmarks is no package), which passes in
 what it owns: the step cases, the child runner, its error type.
@@ -23,30 +28,34 @@ from typing import Any, Callable
 from loire_jax.analysis.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDED = ROOT / "benchmarks" / "results" / "accelerator" / "results.json"  # the H200 check the estimate reads
 
-# (name, options): the plain step, then one candidate each. "layers": the student's depth.
+PLAIN = "defaults"  # today's defaults: every auto as the trainer resolves it
+# (name, options): the defaults, then one candidate each. The first ``DEFAULT_COUNT`` are timed
+# unless ``--variants`` names others (``all``: every one); "layers" is the student's depth.
 VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("plain", {}),
-    ("unrolled", {"scan_unroll": "layers"}),
-    ("weights cast once", {"weight_cast": "step"}),
+    (PLAIN, {}),
+    ("fused kernels", {"fused": "all"}),
+    ("float32 logits", {"loss_logits": "float32"}),
+    ("loss blocks 4096", {"loss_chunk": "4096"}),
+    ("remat dots", {"remat": "dots"}),
+    ("fused norm", {"fused": "norm"}),
+    ("fused gelu", {"fused": "gelu"}),
+    ("two-pass softmax", {"loss_softmax": "two_pass"}),
     ("remat dots_names", {"remat": "dots_names"}),
+    ("remat full", {"remat": "full"}),
+    ("scanned", {"scan_unroll": 1}),
+    ("weights cast once", {"weight_cast": "step"}),
     ("xla cudnn_norm", {"xla_gpu_flags": "cudnn_norm"}),
     ("xla triton_fusion", {"xla_gpu_flags": "triton_fusion"}),
     ("xla scheduler", {"xla_gpu_flags": "scheduler"}),
 )
-COMBINED = "best-looking combination"
-OPTION_KEYS = ("scan_unroll", "weight_cast", "remat", "xla_gpu_flags")
-WIN = 1.01  # a variant "looks better" when it is at least 1% faster than the plain step
-
-# The estimate: the recorded H200 check's M5 32 x 1024 case (compile seconds, tokens/s,
-# torch.compile's warm-up) and its per-process overhead, slowed to an H100's pace (the H100
-# measured the same case at 382k tokens/s, the H200 at 427k: 0.90x), with more compile time
-# for the unrolled stack (a 12-layer body instead of one).
-H100_SLOWER = 1.15
-COMPILE_FACTOR = {"unrolled": 2.5, COMBINED: 2.5}
-FALLBACK = {"compile_s": 12.0, "tokens_per_s": 400_000.0, "torch_compile_warmup_s": 27.0, "process_s": 16.0}
+DEFAULT_COUNT = 5  # the defaults and four candidates: with the step part, nine minutes of an H100
+COMBINED = "best combination"
+OPTION_KEYS = ("scan_unroll", "weight_cast", "remat", "xla_gpu_flags", "fused", "loss_logits", "loss_chunk",
+               "loss_softmax")
+WIN = 1.01  # a variant "wins" when it is at least 1% faster than the defaults
 DRY_SECONDS = 4.0  # a toy variant on two CPU cores
+FUSED_LAST = ("fused",)  # candidates run last in their process: a kernel the GPU cannot build costs no other
 
 
 # --------------------------------------------------------------------------- step cases by name
@@ -119,106 +128,91 @@ def commit(root: Path = ROOT) -> str:
 
 # --------------------------------------------------------------------------- the variants
 def variant_case(base: dict[str, Any], name: str, options: dict[str, Any], layers: int) -> dict[str, Any]:
-    """``base`` (the plain M5 case) under ``options``; torch runs beside the plain one only."""
+    """``base`` (the defaults' M5 case) under ``options``; torch.compile beside the defaults only."""
     opts = {k: (layers if v == "layers" else v) for k, v in options.items()}
-    plain = name == "plain"
-    return dict(base, **opts, variant=name, options=opts, torch=False, torch_compile=plain and base["torch_compile"])
+    return dict(base, **opts, variant=name, options=opts, torch=False,
+                torch_compile=name == PLAIN and base["torch_compile"])
 
 
 def combined_options(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The best-looking combination: every variant at least ``WIN`` faster than the plain
-    step contributes its options, the faster first where two set the same one; none
-    faster: every candidate's options (the fastest of each)."""
-    plain = next((r.get("tokens_per_s") for r in records if r["variant"] == "plain"), None)
-    timed = sorted((r for r in records if r["variant"] not in ("plain", COMBINED) and r.get("tokens_per_s")),
+    """The best combination: the options of every candidate at least ``WIN`` faster than the
+    defaults, the faster first where two set the same option; none faster: the defaults' own
+    (no option)."""
+    plain = next((r.get("tokens_per_s") for r in records if r["variant"] == PLAIN), None)
+    timed = sorted((r for r in records if r["variant"] not in (PLAIN, COMBINED) and r.get("tokens_per_s")),
                    key=lambda r: -r["tokens_per_s"])
-    winners = [r for r in timed if plain and r["tokens_per_s"] >= WIN * plain] or timed
     out: dict[str, Any] = {}
-    for r in winners:
+    for r in (r for r in timed if plain and r["tokens_per_s"] >= WIN * plain):
         for k, v in r["options"].items():
             out.setdefault(k, v)
     return out
 
 
 def pick(text: str | None) -> tuple[str, ...]:
-    """The variants ``--variants`` names (comma-separated, as the table names them), the
-    plain step first whether named or not: every other row is measured against it, and
-    torch.compile runs beside it. None: every one. ValueError (one line) names the known."""
+    """The variants ``--variants`` names (comma-separated, as the table names them; ``all``:
+    every one), the defaults first whether named or not: every other row is measured against
+    them. None: the default selection (the first ``DEFAULT_COUNT``). ValueError (one line)
+    names the known."""
     known = [v for v, _ in VARIANTS]
-    names = named(text, known, "--variants")
-    return tuple(v for v in known if v == "plain" or v in names)
+    if text is None or text.strip() == "all":
+        return tuple(known[:DEFAULT_COUNT] if text is None else known)
+    names = named(text, known, "--variants", hint=" (or all)")
+    return tuple(v for v in known if v == PLAIN or v in names)
 
 
-def estimate(dry: bool, recorded: Path = RECORDED, names: tuple[str, ...] | None = None) -> tuple[float, str]:
-    """(seconds on one H100, where the figures come from) for the ``names`` variants (all
-    by default), the combination and torch.compile."""
-    each, source = seconds_each(dry, recorded, names)
-    return sum(each.values()), source
-
-
-def seconds_each(dry: bool, recorded: Path = RECORDED,
-                 names: tuple[str, ...] | None = None) -> tuple[dict[str, float], str]:
-    """Each variant's estimated seconds (the plain one's with torch.compile beside it, the
-    unrolled stack's with its longer compilation), the combination's last; and the source.
-    The part shares its allowance among them in these proportions."""
-    names = (names or tuple(v for v, _ in VARIANTS)) + (COMBINED,)
+def seconds_each(dry: bool, figures: dict[str, float], names: tuple[str, ...] | None = None,
+                 reuse_defaults: bool = False) -> dict[str, float]:
+    """Each variant's estimated seconds (the combination's last), ``figures`` the plan's for the
+    M5 case (compile_s, step_s, torch_s: a torch.compile child's, process_s: a JAX child's
+    start): a candidate costs its compilation and steps; each child process its start, charged
+    to its first variant; the defaults, unless the step part's record is reused, their own
+    compilation and torch.compile's child. The part shares its allowance in these proportions."""
+    names = names or pick(None)
     if dry:
-        return {v: DRY_SECONDS * (2 if v == "plain" else 1) for v in names}, "toy shapes on the CPU"
-    got, source = dict(FALLBACK), "assumed figures (no recorded check in benchmarks/results/accelerator)"
-    if recorded.is_file():
-        data = json.loads(recorded.read_text())
-        step = next((p for p in data["parts"] if p["name"] == "step"), {"records": []})
-        m5 = next((r for r in step["records"] if (r["shape"], r["batch"], r["teachers"]) == ("m5", 32, 0)
-                   and r.get("tokens_per_s")), None)
-        if m5:
-            got.update({k: m5[k] for k in ("compile_s", "tokens_per_s") if m5.get(k)})
-            got["torch_compile_warmup_s"] = m5.get("torch_compile_warmup_s") or got["torch_compile_warmup_s"]
-            got["process_s"] = process_seconds(step) or got["process_s"]
-            source = (f"the {data['device']['kind']} check of {data['started'][:10]}: M5 compile "
-                      f"{got['compile_s']:.1f} s, {got['tokens_per_s']:,.0f} tokens/s, "
-                      f"{got['process_s']:.1f} s a process; x{H100_SLOWER} for an H100")
-    steps = 32 * 1024 * (1 + 5 * 2) / got["tokens_per_s"]  # the warm-up step and 2 repeats of 5
-    torch_s = got["process_s"] + got["torch_compile_warmup_s"] + steps
-    return {v: H100_SLOWER * (got["process_s"] + got["compile_s"] * COMPILE_FACTOR.get(v, 1) + steps
-                              + (torch_s if v == "plain" else 0)) for v in names}, source
+        return {v: DRY_SECONDS * (2 if v == PLAIN and not reuse_defaults else 1) for v in (*names, COMBINED)}
+    one = figures["compile_s"] + figures["step_s"]
+    out = {}
+    started: set[str] = set()
+    for v in names:
+        if v == PLAIN and reuse_defaults:
+            out[v] = 0.0
+            continue
+        flags = dict(VARIANTS)[v].get("xla_gpu_flags", "none")
+        out[v] = one + (figures["torch_s"] if v == PLAIN else 0.0) + (0.0 if flags in started else figures["process_s"])
+        started.add(flags)
+    out[COMBINED] = one
+    return out
 
 
-def process_seconds(step: dict[str, Any]) -> float | None:
-    """A step part's time not spent compiling or stepping, per child process: imports,
-    device start, initialisation."""
-    records = step.get("records") or []
-    if not records or not step.get("seconds"):
-        return None
-    work, processes = 0.0, 0
-    for r in records:
-        tokens = r["batch"] * r["seq"] * (1 + r["steps"] * r["repeats"])
-        work += (r.get("compile_s") or 0) + (tokens / r["tokens_per_s"] if r.get("tokens_per_s") else 0)
-        processes += 1
-        for prefix in ("torch_", "torch_compile_"):
-            if r.get(prefix + "tokens_per_s"):
-                work += (r.get(prefix + "warmup_s") or 0) + tokens / r[prefix + "tokens_per_s"]
-                processes += 1
-    return max(0.0, step["seconds"] - work) / processes
-
-
-def run(check: Any, budget: Any, base: dict[str, Any], layers: int, measure: Callable, fail: type) -> dict:
-    """Time the chosen variants (``--variants``), then the combination, each within a share
-    of ``budget`` in proportion to its estimate; the records go into the check's results as
-    they come. The dry run times the candidates in one process (a CPU ignores the GPU
-    flags) and the combination in another."""
+def run(check: Any, budget: Any, base: dict[str, Any], layers: int, measure: Callable, fail: type,
+        figures_m5: dict[str, float], reused: dict[str, Any] | None) -> dict:
+    """Time the chosen variants (``--variants``), then the best combination, within ``budget``,
+    each process's share in proportion to its estimate; the records go into the check's results
+    as they come. ``reused``: the step part's record of the defaults' case, taken as the
+    defaults' row (with its torch.compile) instead of timing them again."""
     part = check.results.part("variants")
     chosen = pick(check.scale.variants)
+    each = seconds_each(check.scale.dry, figures_m5, chosen, reused is not None)
     cases = [variant_case(base, name, opts, layers) for name, opts in VARIANTS if name in chosen]
-    groups = [cases] if check.scale.dry else [[c] for c in cases]
-    each = seconds_each(check.scale.dry, names=chosen)[0]
+    if reused is not None:
+        part["records"].append(dict(reused, variant=PLAIN, options={}, reused="the step part's case"))
+        cases = cases[1:]
+    cases.sort(key=lambda c: any(k in c["options"] for k in FUSED_LAST))  # stable: the table's order otherwise
+    groups = [cases] if check.scale.dry else _by_flags(cases)
     for i, group in enumerate(groups):
         this = sum(each[c["variant"]] for c in group)
         rest = sum(each[c["variant"]] for g in groups[i + 1:] for c in g) + each[COMBINED]
         part["records"].extend(measure(group, budget.share(this, rest), check.env()))
         check.results.write()
+    order = {name: i for i, (name, _) in enumerate(VARIANTS)}
+    part["records"].sort(key=lambda r: order.get(r["variant"], len(order)))
     combined = combined_options(part["records"])
-    part["records"].extend(measure([dict(base, **combined, variant=COMBINED, options=combined, torch=False,
-                                         torch_compile=False)], budget.left(), check.env()))
+    same = next((r for r in part["records"] if r.get("tokens_per_s") and r["options"] == combined), None)
+    if same is not None:  # one winner, or none (the defaults): that record is the combination's
+        part["records"].append(dict(same, variant=COMBINED, options=combined, same_as=same["variant"]))
+    else:
+        part["records"].extend(measure([dict(base, **combined, variant=COMBINED, options=combined, torch=False,
+                                             torch_compile=False)], budget.left(), check.env()))
     part["figures"] = figures(part["records"])
     check.results.write()
     failed = [r for r in part["records"] if "error" in r]
@@ -228,9 +222,17 @@ def run(check: Any, budget: Any, base: dict[str, Any], layers: int, measure: Cal
     return part["figures"]
 
 
+def _by_flags(cases: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """One child process for the variants without XLA flags, one for each flag set."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in cases:
+        groups.setdefault(c.get("xla_gpu_flags", "none"), []).append(c)
+    return list(groups.values())
+
+
 def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each variant against the plain step (speed and final loss) and torch.compile; the best."""
-    plain = next((r for r in records if r["variant"] == "plain"), {})
+    """Each variant against the defaults (speed and final loss) and torch.compile; the best."""
+    plain = next((r for r in records if r["variant"] == PLAIN), {})
     torch_rate = plain.get("torch_compile_tokens_per_s")
     out = {"torch_compile_tokens_per_s": torch_rate, "torch_compile_mfu": plain.get("torch_compile_mfu"),
            "torch_compile_warmup_s": plain.get("torch_compile_warmup_s"),
@@ -242,8 +244,9 @@ def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
             out["loss_gap"][r["variant"]] = abs(r["loss"] - plain["loss"])
         if r.get("tokens_per_s") and torch_rate:
             out["vs_torch_compile"][r["variant"]] = r["tokens_per_s"] / torch_rate
-    timed = [r for r in records if r.get("tokens_per_s")]
+    timed = [r for r in records if r.get("tokens_per_s") and r["variant"] != COMBINED]
     out["best"] = max(timed, key=lambda r: r["tokens_per_s"])["variant"] if timed else None
+    out["combined_options"] = next((r["options"] for r in records if r["variant"] == COMBINED), None)
     return out
 
 
@@ -269,7 +272,7 @@ def table(part: dict[str, Any]) -> list[str]:
                      + (f" ({100 * mfu:.1f}%)" if mfu is not None else ""), "–", "1.00×",
                      _num(fig.get("torch_compile_warmup_s"), ".1f"), _num(fig.get("torch_compile_peak_gib"), ".2f"),
                      "–"))
-    return markdown_table(("variant", "options", "tokens/s (MFU)", "vs plain", "vs torch.compile", "compile s",
+    return markdown_table(("variant", "options", "tokens/s (MFU)", "vs defaults", "vs torch.compile", "compile s",
                            "compiled peak GiB", "loss gap"), rows)
 
 
@@ -278,10 +281,14 @@ def markdown(part: dict[str, Any]) -> list[str]:
     fig = part.get("figures") or {}
     skipped = next((r["torch_skipped"] for r in part["records"] if r.get("torch_skipped")), None)
     first = part["records"][0] if part["records"] else {}
+    same = next((r.get("same_as") for r in part["records"] if r["variant"] == COMBINED and r.get("same_as")), None)
+    reused = any(r.get("reused") for r in part["records"])
     lines = ["## Execution variants", "",
              f"{first.get('label', 'paper M5')} at {first.get('batch')} × {first.get('seq')}, {first.get('dtype')}, no "
-             "teachers; each variant in a process of its own. Compile s: torch.compile's is its warm-up. Loss gap: "
-             "|final loss − the plain step's| after the same steps from the same state. Best: "
+             "teachers: today's defaults" + (" (the step part's case)" if reused else "") + " against each candidate "
+             "and the best combination (the options of every candidate at least 1% faster"
+             + (f"; it is the {same} row's" if same else "") + "). Compile s: torch.compile's is its warm-up. Loss gap: "
+             "|final loss − the defaults'| after the same steps from the same state. Fastest: "
              f"{fig.get('best') or '–'}.", ""]
     lines += table(part)
     return lines + (["", f"torch.compile: not run ({skipped})."] if skipped else [])

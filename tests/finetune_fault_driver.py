@@ -2,12 +2,15 @@
 with a real SIGKILL or SIGTERM sent to itself right after its N-th training step is dispatched
 (before that step's checkpoint, if it has one). Production code knows nothing of it."""
 
+import importlib
 import os
 import signal
 import sys
 
-import loire_jax.downstream.finetune as ft
 from loire_jax.cli.finetune import main
+
+# the module (``import loire_jax.downstream.finetune as ft`` names the public function of that name)
+ft = importlib.import_module("loire_jax.downstream.finetune")
 
 if __name__ == "__main__":
     kind, n = sys.argv[1].split(":")

@@ -100,7 +100,7 @@ def test_a_tiny_effect_inside_the_margin_is_no_material_effect_and_mixed_signs_a
     assert mixed["verdict"] == "inconclusive" and "LOIRE better at 2/3" in mixed["numbers"][0]
     assert mixed["why"] == "the paired interval reaches across zero against ELLE"
     two = ap_plus([50.0, 60.0], [60.0, 70.0])  # two seeds: no verdict, however large the effect
-    assert two["verdict"] == "inconclusive" and two["why"].startswith("fewer than 3 paired seeds of LOIRE and ELLE")
+    assert two["verdict"] == "inconclusive" and "fewer than 3 paired seeds of LOIRE and ELLE (2 paired)" in two["why"]
     # only the seeds both systems have pair up
     assert ap_plus([50.0, 60.0, 70.0], [52.0, 62.5])["verdict"] == "inconclusive"
 
@@ -339,6 +339,31 @@ def test_a_claim_that_does_not_hold_names_who_beat_loire_even_when_another_oppon
     results["BERT_S"] = [run("BERT_S", i, 63.0 + i) for i in range(3)]  # now the ranges overlap
     row = by_where(results)["Table 2"]
     assert row["verdict"] == "inconclusive" and row["why"].startswith("fewer than 3 paired seeds of LOIRE and BERT_L")
+
+
+def test_an_inconclusive_claim_names_every_opponent_that_keeps_it_open():
+    """A suite whose opponents ran fewer seeds than LOIRE (a suite on one's own data, stopped
+    early): the reason names each opponent short of three paired seeds, with how many it has,
+    and each whose interval reaches across zero; it says when LOIRE itself lacks seeds, and a
+    claim about a dose variant names the variant, not LOIRE."""
+    results = {"LOIRE": [result("LOIRE", i, -5.0 - i) for i in (1, 2, 3)],
+               "GPT_S": [result("GPT_S", i, 10.0) for i in (1, 2)],
+               "GPT_L": [result("GPT_L", 1, 10.0)],
+               "ER": [result("ER", i, v) for i, v in ((1, -9.0), (2, 0.0), (3, -1.0))]}  # differences +3, -7, -7
+    row = by_where(results)["Table 2"]
+    assert row["verdict"] == "inconclusive"
+    assert row["why"] == ("fewer than 3 paired seeds of LOIRE and each of GPT_S (2 paired), GPT_L (1 paired), runs "
+                          "that failed the gate not counted; the paired interval reaches across zero against ER")
+    results["LOIRE"] = results["LOIRE"][:2]  # two seeds of LOIRE: every pair is short, and LOIRE is why
+    row = by_where(results)["Table 2"]
+    assert row["why"].startswith("LOIRE has 2 counted run(s), fewer than 3; fewer than 3 paired seeds of LOIRE and "
+                                 "each of GPT_S (2 paired), GPT_L (1 paired), ER (2 paired)"), row["why"]
+    dose = {"LOIRE-ER-replay": [result("LOIRE-ER-replay", i, -5.0) for i in (1, 2)],
+            "ER": [result("ER", i, 1.0) for i in (1, 2)]}
+    row = by_where(dose)["Table 2 (vs ER, equal replay)"]
+    assert row["verdict"] == "inconclusive"
+    assert row["why"] == ("LOIRE-ER-replay has 2 counted run(s), fewer than 3; fewer than 3 paired seeds of "
+                          "LOIRE-ER-replay and ER (2 paired), runs that failed the gate not counted")
 
 
 def test_an_encoder_suite_names_its_baselines_bert_in_every_verdict_and_table():

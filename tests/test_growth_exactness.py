@@ -430,3 +430,149 @@ def test_an_unscaled_mlm_norm_breaks_tied_encoder_duplication():
     tokens = _padded_batch(cfg.vocab_size)
     assert max_delta(cfg, params, plan.new, grow_like(broken, params, jax.random.key(1)), tokens) > 1e-6
     assert max_delta(cfg, params, plan.new, grow_like(plan, params, jax.random.key(1)), tokens) <= F64_TOL
+
+
+# ---- today's families: the variants their checkpoints bring (tests/test_hf_families.py holds them to transformers)
+FAMILY_ARCHS = {  # preset and the attention each family's checkpoints use
+    "qwen2": dict(preset="qwen2", heads=4, kv_heads=2),  # biases on q, k, v only; GQA
+    "mistral": dict(preset="mistral", heads=4, kv_heads=2, sliding_window=3),  # a window shorter than the sequence
+    "gemma": dict(preset="gemma", heads=2, kv_heads=1, head_dim=6),  # (1 + w), x sqrt(hidden), GeGLU, tied, MQA
+    "phi3": dict(preset="phi3", heads=4, kv_heads=2),  # Llama's function (stored fused: an export's matter)
+    "qwen2-tied": dict(preset="qwen2", heads=4, kv_heads=2, tie_embeddings=True),
+    "gemma-untied": dict(preset="gemma", heads=2, kv_heads=1, head_dim=6, tie_embeddings=False),
+    "gemma-post": dict(preset="gemma", heads=2, kv_heads=1, head_dim=6, norm_position="post"),  # the last norm rescaled
+}
+# Every operator, GQA's two heads growths and both exact hidden constructions (zero_pad, then duplicate).
+FAMILY_STEPS = (("hidden", lambda c: c.hidden + 5, {}), ("ffn", lambda c: c.ffn + 6, {}),
+                ("heads", lambda c: c.heads + c.heads // c.n_kv_heads, {"method": "groups"}),
+                ("heads", lambda c: c.heads + c.n_kv_heads, {"method": "within"}),
+                ("hidden", lambda c: 2 * c.hidden, {"method": "duplicate"}), ("layers", lambda c: c.layers + 1, {}))
+FAMILY_CELLS = [(a, "float64") for a in FAMILY_ARCHS] + [(a, "float32") for a in ("qwen2", "mistral", "gemma",
+                                                                                  "gemma-post")]
+
+
+def _family(arch, dtype="float64", **kw) -> ModelConfig:
+    from loire_jax.config.model import preset
+
+    spec = {**FAMILY_ARCHS[arch], **kw}
+    base = dict(vocab_size=31, max_seq_len=9, hidden=6, ffn=10, head_dim=2, layers=2, init_std=0.5, dtype=dtype,
+                param_dtype=dtype)
+    return preset(spec.pop("preset"), **{**base, **spec})
+
+
+def _family_params(cfg, seed=7):
+    """Random parameters with gains and biases away from their initial 1 (0 for 1 + w) and 0, so that
+    no construction's error hides behind a neutral value."""
+    params = init_params(cfg, jax.random.key(seed))
+    keys = iter(jax.random.split(jax.random.key(seed + 1), 64))
+    return jax.tree_util.tree_map_with_path(
+        lambda p, x: x if "gates" in jax.tree_util.keystr(p) else x + 0.3 * jax.random.normal(next(keys), x.shape, x.dtype),
+        params)
+
+
+# Fast tier: Gemma in float64 (whose gains and embeddings growth treats anew), every operator; Qwen2's
+# biases, Mistral's window and Gemma's forms each have a fast test below that must fail when broken.
+# Qwen2, Mistral, Phi-3, the tied/untied/post-norm variants and float32 in the slow tier, compiled: each
+# cell's shapes are its own, so op by op would compile every primitive afresh (53 s against 6 s for one
+# cell here).
+@pytest.mark.parametrize("arch,dtype", tiered(FAMILY_CELLS, lambda i, c: c == ("gemma", "float64")),
+                         ids=lambda v: str(v))
+def test_every_operator_on_every_family(arch, dtype):
+    """Qwen2's q/k/v biases, Mistral's window, Gemma's (1 + w) norms, sqrt(hidden) embeddings and
+    GeGLU, Phi-3 (Llama's function) through every operator; the function is kept after each step."""
+    tokens = jnp.asarray(np.random.default_rng(2).integers(0, 31, (2, 9)), jnp.int32)
+    cfg = _family(arch, dtype)
+    params = _family_params(cfg)
+    bound = F64_TOL if dtype == "float64" else f32_tolerance(cfg, params, tokens)
+    cur_cfg, cur = cfg, params
+    for i, (op, size, kw) in enumerate(FAMILY_STEPS):
+        cur_cfg, cur = grow(cur_cfg, cur, op, size(cur_cfg), jax.random.key(i), **kw)
+        assert param_count(cur_cfg, padded=True) == count_leaves(cur)
+        assert max_delta(cfg, params, cur_cfg, cur, tokens) <= bound, (op, kw)
+    assert (cur_cfg.sliding_window, cur_cfg.qkv_bias, cur_cfg.norm_gain, cur_cfg.embed_scale, cur_cfg.hf_family) == (
+        cfg.sliding_window, cfg.qkv_bias, cfg.norm_gain, cfg.embed_scale, cfg.hf_family)
+
+
+def _grown_by(plan, params, tokens, broken):
+    """(exact plan's delta, broken plan's delta) on ``tokens``, the same key for both; each grown
+    model computes as its plan's new config says."""
+    cfg = plan.old
+    good = max_delta(cfg, params, plan.new, grow_like(plan, params, jax.random.key(1)), tokens)
+    bad = max_delta(cfg, params, broken.new, grow_like(broken, params, jax.random.key(1)), tokens)
+    return good, bad
+
+
+FAMILY_TOKENS = jnp.asarray(np.random.default_rng(3).integers(0, 31, (2, 9)), jnp.int32)
+
+
+# Fast tier: zero_pad tied, pre- and post-norm; untied and duplicate in the slow tier.
+@pytest.mark.parametrize("arch,method", tiered([("gemma", "zero_pad"), ("gemma-post", "zero_pad"),
+                                                ("gemma-untied", "zero_pad"), ("gemma", "duplicate")],
+                                               lambda i, c: i < 2))
+def test_forgetting_the_one_plus_w_gain_breaks_hidden_growth(arch, method):
+    """zero_pad scales each gain's effect by sqrt(h1/h2): a norm by 1 + w must store
+    sqrt(h1/h2) (1 + w) - 1, not sqrt(h1/h2) w; a tied head's rescaled norm likewise. A
+    construction that treats w as the gain (old config read as norm_gain 'w') moves the logits."""
+    cfg = _family(arch)
+    params = _family_params(cfg)
+    plan = plan_growth(cfg, "hidden", 2 * cfg.hidden, method=method)
+    broken = dataclasses.replace(plan, old=cfg.replace(norm_gain="w"))
+    good, bad = _grown_by(plan, params, FAMILY_TOKENS, broken)
+    assert good <= F64_TOL < 1e-6 < bad
+
+
+@pytest.mark.parametrize("arch,method", [("gemma", "zero_pad"), ("gemma-untied", "zero_pad"), ("gemma", "duplicate")])
+def test_forgetting_the_sqrt_hidden_embedding_scale_breaks_hidden_growth(arch, method):
+    """The grown model multiplies its embeddings by sqrt(h2): they must be stored sqrt(h1/h2)
+    smaller, and a tied head's norm sqrt(h2/h1) larger (docs/growth.md). A construction that
+    ignores the scale (old config read as embed_scale 'none') moves the logits."""
+    cfg = _family(arch)
+    params = _family_params(cfg)
+    plan = plan_growth(cfg, "hidden", 2 * cfg.hidden, method=method)
+    broken = dataclasses.replace(plan, old=cfg.replace(embed_scale="none"))
+    good, bad = _grown_by(plan, params, FAMILY_TOKENS, broken)
+    assert good <= F64_TOL < 1e-6 < bad
+
+
+def test_growth_keeps_the_window_and_a_model_without_it_computes_another_function():
+    cfg = _family("mistral")
+    params = _family_params(cfg)
+    assert max_delta(cfg, params, cfg.replace(sliding_window=0), params, FAMILY_TOKENS) > 1e-3  # the window acts
+    for op, size, kw in FAMILY_STEPS[:1]:  # every step, in test_every_operator_on_every_family's Mistral cells
+        plan = plan_growth(cfg, op, size(cfg), **kw)
+        assert plan.new.sliding_window == cfg.sliding_window
+        good, bad = _grown_by(plan, params, FAMILY_TOKENS, dataclasses.replace(plan, new=plan.new.replace(
+            sliding_window=0)))
+        assert good <= F64_TOL < 1e-3 < bad, op
+
+
+def test_qkv_biases_move_with_their_heads_when_heads_grow_within_the_groups():
+    """Growth within the groups reorders the query heads (each group's old heads, then its new
+    ones); Qwen2's query biases must move with their kernels. A construction that reorders the
+    kernels but leaves the biases in place moves the logits."""
+    cfg = _family("qwen2")
+    params = _family_params(cfg)
+    plan = plan_growth(cfg, "heads", cfg.heads + cfg.n_kv_heads, method="within")
+    grown = grow_like(plan, params, jax.random.key(1))
+    r, r2, kv = cfg.heads // cfg.kv_heads, plan.new.heads // plan.new.kv_heads, cfg.kv_heads
+    order = np.concatenate([np.r_[g * r:(g + 1) * r, cfg.heads + g * (r2 - r):cfg.heads + (g + 1) * (r2 - r)]
+                            for g in range(kv)])
+    unmoved = np.argsort(order)  # the biases as appended, before the reorder
+    bias = grown["layers"]["attn"]["query"]["bias"]
+    broken = {**grown, "layers": {**grown["layers"], "attn": {**grown["layers"]["attn"], "query": {
+        **grown["layers"]["attn"]["query"], "bias": jnp.take(bias, unmoved, axis=1)}}}}
+    assert max_delta(cfg, params, plan.new, grown, FAMILY_TOKENS) <= F64_TOL
+    assert max_delta(cfg, params, plan.new, broken, FAMILY_TOKENS) > 1e-6
+
+
+@pytest.mark.slow
+def test_elles_expansion_says_it_does_not_keep_gemmas_function():
+    """ELLE tiles the embedding as stored and divides a tied head's gain w itself: with
+    Gemma's forms its noise-free hidden duplication moves the logits, and its plan says so."""
+    cfg = _family("gemma")
+    params = _family_params(cfg)
+    plan = plan_growth(cfg, "hidden", 2 * cfg.hidden, init="elle", noise=0.0)
+    assert not plan.function_preserving and "sqrt(hidden)" in plan.reason
+    cfg2, params2 = grow(cfg, params, "hidden", 2 * cfg.hidden, jax.random.key(1), init="elle", noise=0.0)
+    assert max_delta(cfg, params, cfg2, params2, FAMILY_TOKENS) > 1e-6
+    assert plan_growth(cfg, "ffn", cfg.ffn + 2, init="elle", noise=0.0).function_preserving

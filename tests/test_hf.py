@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -179,8 +180,8 @@ def test_a_checkpoint_loads_onto_a_mesh_reading_only_each_devices_blocks(monkeyp
 
 # --------------------------------------------------------------------------- refusals
 @pytest.mark.parametrize("fixture, change, match", [
-    ("llama_gqa", {"architectures": ["MistralForCausalLM"]},
-     r"architectures \['MistralForCausalLM'\] is not supported"),
+    ("llama_gqa", {"architectures": ["FalconForCausalLM"]},
+     r"architectures \['FalconForCausalLM'\] is not supported"),
     ("llama_gqa", {"sliding_window": 4096}, r"\['sliding_window'\] are not supported"),
     ("llama_gqa", {"attention_bias": True}, r"attention_bias=True is not supported"),
     ("llama_gqa", {"hidden_act": "gelu"}, r"hidden_act='gelu' is not supported"),
@@ -238,11 +239,54 @@ def test_gpt2_weights_stored_without_the_transformer_prefix_load_the_same(tmp_pa
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, reference)
 
 
+def _tokenizer(folder: Path):
+    """A sentencepiece tokenizer trained here, with its own [PAD] (1) and <mask>: what a run
+    that uses ``data.tokenizer.kind: sentencepiece`` loads."""
+    import io
+
+    import sentencepiece as spm
+
+    from loire_jax.data.tokenizers import from_file
+
+    docs = (Path(__file__).resolve().parent / "data" / "fixtures" / "science.txt").read_text().split("\n\n")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(docs), model_writer=model, model_type="bpe",
+                                   vocab_size=96, hard_vocab_limit=False, num_threads=1, minloglevel=2, bos_id=0,
+                                   pad_id=1, eos_id=2, unk_id=3, user_defined_symbols=["<mask>"],
+                                   character_coverage=0.98)
+    (folder / "spm.model").write_bytes(model.getvalue())
+    return from_file("sentencepiece", folder / "spm.model")
+
+
 def test_an_export_that_fails_leaves_nothing_behind(tmp_path):
     cfg, params = hf.load(FIXTURES / "gpt2")
+    (tmp_path / "tok").mkdir()
+    tokenizer = _tokenizer(tmp_path / "tok")
+    (tmp_path / "tok" / "spm.model").unlink()  # its file gone while the export copies it
     with pytest.raises(FileNotFoundError):
-        hf.save(cfg, params, tmp_path / "out", tokenizer_files={"tokenizer.model": tmp_path / "missing"})
-    assert list(tmp_path.iterdir()) == []
+        hf.save(cfg, params, tmp_path / "out", tokenizer=tokenizer)
+    assert [p.name for p in tmp_path.iterdir()] == ["tok"]
+
+
+def test_save_writes_the_models_tokenizer_as_the_export_command_does(tmp_path):
+    """``save(..., tokenizer=...)`` is the export's one code path (``loire-export-hf`` and
+    ``interop.export_stage`` call it): the tokenizer's file beside the weights, its identity,
+    its EOS id in config.json, and for a BERT the [PAD] id it trained with; a later run's
+    ``init_from`` then proves its tokenizer against the folder."""
+    from loire_jax.data.special import special_tokens
+    from loire_jax.interop import pretrained
+
+    tokenizer = _tokenizer(tmp_path)
+    cfg, params = hf.load(FIXTURES / "gpt2")
+    out = hf.save(cfg, params, tmp_path / "gpt2", tokenizer=tokenizer)
+    assert (out / "tokenizer.model").read_bytes() == (tmp_path / "spm.model").read_bytes()
+    assert json.loads((out / hf.TOKENIZER_IDENTITY).read_text()) == tokenizer.identity
+    assert json.loads((out / "config.json").read_text())["eos_token_id"] == tokenizer.eos_id == 2
+    pretrained.check_tokenizer(str(out), tokenizer.identity)
+    cfg, params = hf.load(FIXTURES / "bert")
+    out = hf.save(cfg, params, tmp_path / "bert", tokenizer=tokenizer)
+    assert json.loads((out / "config.json").read_text())["pad_token_id"] == special_tokens(tokenizer, 100).pad == 1
+    assert (out / "tokenizer.model").is_file()
 
 
 def test_a_config_without_a_required_field_is_refused_naming_it(tmp_path):
@@ -306,7 +350,7 @@ def test_init_from_checks_the_tokenizer_it_can_prove_and_refuses_one_it_cannot(t
     with pytest.raises(RunError, match="no tokenizer to check the run's against"):
         pretrained.check_tokenizer(str(FIXTURES / "gpt2"), mine)
     cfg, params = hf.load(FIXTURES / "gpt2")
-    hf.save(cfg, params, tmp_path / "exported", tokenizer_identity=mine)
+    hf.save(cfg, params, tmp_path / "exported", tokenizer=mine)  # the identity alone: a tokenizer whose file is gone
     pretrained.check_tokenizer(str(tmp_path / "exported"), mine)
     with pytest.raises(RunError, match="tokenizer mismatch"):
         pretrained.check_tokenizer(str(tmp_path / "exported"), {**mine, "sha256": "cd" * 32})

@@ -209,7 +209,7 @@ def test_the_runs_first_line_names_the_peaks_source_once(monkeypatch):
     run, said = load_run_config(TINY), []
     fake = SimpleNamespace(run_config=run, session=SimpleNamespace(say=said.append), platform="cpu", workdir="w",
                            mesh=SimpleNamespace(devices=np.array(jax.devices()[:1]), shape={"fsdp": 1}),
-                           programs=SimpleNamespace(models=stage_models(run)))
+                           programs=SimpleNamespace(models=stage_models(run), execution=lambda k: {"remat": "none"}))
     monkeypatch.setenv(flops.PEAK_ENV, "1.5e11")
     Trainer.summary(fake)
     assert said[0].endswith("peak for MFU 150.0 GFLOP/s (given by $LOIRE_CPU_PEAK_FLOPS; MFUs over it approximate, "

@@ -62,6 +62,28 @@ def test_loire_gpt2_starts_from_the_general_runs_model_in_gpt2_layout():
     assert run.data == plm.data  # one tokenizer for both
 
 
+def test_a_run_whose_m1_an_override_starts_elsewhere_is_named_for_it_and_a_preset_run_keeps_its_name():
+    """``--config tiny_gpt2 stages.M1.init_from=gpt2`` is not the preset's run (M1 from the
+    general run's stage 1): its name, and so its default workdir runs/<name>, say where M1
+    came from. The presets as written, and a name given on the command line, keep theirs."""
+    from loire_jax.store.workdir import default_workdir
+
+    assert load_run_config("tiny_gpt2").name == "tiny_gpt2" and load_run_config("tiny").name == "tiny"
+    named = {o: load_run_config("tiny_gpt2", [o]).name for o in (
+        "stages.M1.init_from=gpt2", "stages.M1.init_from=openai-community/gpt2@main",
+        "stages.M1.init_from=runs/tiny_gpt2_plm/", "stages.M1.init_from=runs/other/stage_1",
+        "stages.M1.init_from=runs/tiny_gpt2_general/stage_1", "stages.M1.init_from=''")}
+    assert named == {"stages.M1.init_from=gpt2": "tiny_gpt2-from-gpt2",
+                     "stages.M1.init_from=openai-community/gpt2@main": "tiny_gpt2-from-gpt2_main",
+                     "stages.M1.init_from=runs/tiny_gpt2_plm/": "tiny_gpt2-from-tiny_gpt2_plm",
+                     "stages.M1.init_from=runs/other/stage_1": "tiny_gpt2-from-other-stage_1",
+                     "stages.M1.init_from=runs/tiny_gpt2_general/stage_1": "tiny_gpt2",  # what the preset says
+                     "stages.M1.init_from=''": "tiny_gpt2-from-scratch"}
+    assert default_workdir(named["stages.M1.init_from=gpt2"]) == "runs/tiny_gpt2-from-gpt2"
+    assert load_run_config("tiny_gpt2", ["stages.M1.init_from=gpt2", "name=mine"]).name == "mine"
+    assert load_run_config("mini", ["stages.M1.init_from=runs/plm/stage_1"]).name == "mini-from-plm-stage_1"
+
+
 def test_only_the_first_stage_may_start_from_a_checkpoint():
     assert "stage 'M3-REV' is not the first stage: only M1 starts from init_from weights" in refusal(
         "stages.M3.init_from=runs/x/stage_1")

@@ -52,7 +52,8 @@ def test_two_stage_run_on_4_devices(reference):
     execution = {r["stage"]: {k: v for k, v in r.items() if k not in ("kind", "stage")}
                  for r in records(reference, "execution")}
     assert execution == {s: {"attention": "xla", "remat": "none", "scan_unroll": 1, "weight_cast": "use",
-                             "microbatches": 1, "loss_chunk": 256, "loss_softmax": "two_pass", "xla_gpu_flags": "none"}
+                             "fused": "none", "microbatches": 1, "loss_chunk": 256, "loss_softmax": "two_pass",
+                             "loss_logits": "float32", "xla_gpu_flags": "none"}
                          for s in (1, 2)}
     assert any((reference / "tb").iterdir())
 

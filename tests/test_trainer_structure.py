@@ -45,7 +45,7 @@ def test_the_step_loop_is_a_generator_of_one_record_per_step_with_metrics_one_st
     programs = Programs(run, make_mesh(parse_mesh("1")), emitted.append, lambda where: None)
     stage_phases = phases(run.stages[0], False)
     specs = programs.specs(0, stage_phases)
-    opt, shardings, _ = programs.layout(0)
+    opt, shardings, *_ = programs.layout(0)
     rng = np.random.default_rng(0)
     batches = [{"tokens": rng.integers(0, run.model.vocab_size, (run.batch_size, run.seq_len + 1), dtype=np.int32)}
                for _ in range(STEPS)]

@@ -98,8 +98,9 @@ def _gpu_defaults() -> str:
         "**GPU defaults** ([why](docs/performance.md#gpu-follow-up); "
         f"{data['device']['kind'].removeprefix('NVIDIA ')}, {data['started'][:10]}; × torch.compile, same run): unrolled layers "
         f"(M5 {ratio('m5 auto (unrolled), profiled')}, 1.1B {ratio('1b auto (unrolled)')}), an online softmax "
-        f"(M5 {ratio('m5 online softmax')}); with opt-in bf16 logits, 4,096-token loss blocks and remat `none`, "
-        f"M5 {ratio('m5 online + bf16 logits, loss 4096, remat none')}.")
+        f"(M5 {ratio('m5 online softmax')}); with bf16 logits, 4,096-token loss blocks and remat `none`, "
+        f"M5 {ratio('m5 online + bf16 logits, loss 4096, remat none')}. The table of today's defaults awaits "
+        "[one GPU run](docs/performance.md#todays-defaults-in-one-run).")
     return "\n" + text
 
 
@@ -108,7 +109,7 @@ def _cut_cases(check: Any, records: list[dict[str, Any]]) -> str:
     slot runs a few), grouped by shape and batch; empty when it ran them all."""
     ran = {(r["shape"], r["batch"], r["seq"], r["teachers"]) for r in records if r.get("tokens_per_s")}
     missing: dict[tuple[str, int, int], list[int]] = {}
-    for c in check.step_cases(check.REAL, chosen=False):
+    for c in check.step_cases(check.REAL):  # the plan's rows, not those only --cases runs
         if (c["shape"], c["batch"], c["seq"], c["teachers"]) not in ran:
             missing.setdefault((c["label"], c["batch"], c["seq"]), []).append(c["teachers"])
     if not missing:

@@ -1,7 +1,8 @@
 """Analysis: the paper's metrics and everything read back from a run's records.
 
 Owns AP and AP+ (``metrics``), FLOPs and peak throughput (``flops``), memory estimates
-(``memory``), the metrics file format (``records``), a run's report (``reports``), the
+(``memory``), the metrics file format (``records``), a run's report (``reports``; its plots
+``report_plots``, where its numbers come from: tokenizer and pretrained M1, ``run_origin``), the
 markdown tables every report shares (``tables``) and the comparison of systems: what each
 run measured (``suite_results``), the paper's claims and their verdicts (``claims``), and
 the report (``comparison``).

@@ -212,7 +212,7 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]],
         if c.contrast and len(present) < len(c.opponents or ()):
             numbers.append(f"{', '.join(s for s in c.opponents or () if s not in present)}: not in this suite")
         verdict = "not run" if missing else combine(words)
-        reason = _why(verdict, pairs, exact)
+        reason = _why(verdict, pairs, exact, c.subject, len(mine))
         if loire_failed and verdict != "not run":
             verdict, reason = "inconclusive", f"{c.subject} run(s) {', '.join(loire_failed)} failed the sanity gate"
         out.append({"claim": c.claim, "where": c.where, "paper": _paper(c.paper, c.paper_model, fam),
@@ -224,18 +224,20 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]],
     return out
 
 
-def _why(verdict: str, pairs: Mapping[str, Mapping[str, Any]], exact: bool | None) -> str:
-    """Why a claim got its verdict; ``exact``: LOIRE's own check, where the claim has one."""
+def _why(verdict: str, pairs: Mapping[str, Mapping[str, Any]], exact: bool | None, subject: str = "LOIRE",
+         seeds: int | None = None) -> str:
+    """Why a claim got its verdict; ``exact``: the subject's own check, where the claim has one;
+    ``seeds``: how many seeds the subject has a value at."""
     if verdict == "not run":
         return "a system it needs is not in this suite"
     if exact is False:
         reversed_ = [o for o, p in pairs.items() if p["verdict"] == "reversed"]
-        return "LOIRE's growth was not exact on every growth stage" + (
-            f"; {why('reversed', pairs)}" if reversed_ else "")
-    if not pairs:  # LOIRE's own runs decide, with no opponent in the suite
-        return ("LOIRE's own runs decide: within the tolerance on every growth stage of every seed"
-                if exact else f"fewer than {MIN_SEEDS} counted runs of LOIRE")
-    return why(verdict, pairs)
+        return f"{subject}'s growth was not exact on every growth stage" + (
+            f"; {why('reversed', pairs, subject)}" if reversed_ else "")
+    if not pairs:  # the subject's own runs decide, with no opponent in the suite
+        return (f"{subject}'s own runs decide: within the tolerance on every growth stage of every seed"
+                if exact else f"fewer than {MIN_SEEDS} counted runs of {subject}")
+    return why(verdict, pairs, subject, seeds)
 
 
 def _flops_verdict(results, counted, family_size: int) -> dict[str, Any]:
@@ -264,7 +266,8 @@ def _flops_verdict(results, counted, family_size: int) -> dict[str, Any]:
     if present and len(present) < len(scratch):
         numbers.append(f"{', '.join(s for s in scratch if s not in present)}: not in this suite")
     verdict = "not run" if not present or "LOIRE" not in results else combine([p["verdict"] for p in pairs.values()])
-    reason = "a system it needs is not in this suite" if verdict == "not run" else why(verdict, pairs)
+    reason = "a system it needs is not in this suite" if verdict == "not run" else why(verdict, pairs,
+                                                                                       subject_seeds=len(mine))
     return {"claim": f"LOIRE costs fewer FLOPs than {' and '.join(present or scratch)}", "where": "Table 4",
             "paper": _paper("76.2% and 70.8%", PAPER_MODEL["GPT"], fam), "metric": "total training FLOPs ratio",
             "tests": FLOPS_TESTS if fam == "GPT" else "analytic FLOPs at the suite's shapes", "verdict": verdict, "numbers": numbers, "why": reason, "pairs": pairs}

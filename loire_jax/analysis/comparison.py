@@ -17,7 +17,8 @@ from loire_jax import paths
 from loire_jax.analysis import claims, downstream
 from loire_jax.analysis.claims import PAPER_FLOPS, PAPER_MODEL, claims_judged, verdicts
 from loire_jax.analysis.paired import ALPHA
-from loire_jax.analysis.reports import report_folder, save_png
+from loire_jax.analysis.report_plots import save_png
+from loire_jax.analysis.reports import report_folder
 from loire_jax.analysis.suite_results import aggregate, complete, cost_ratios, family, scratch_baselines
 from loire_jax.analysis.tables import MIN_SEEDS, markdown_table, stat_cell
 from loire_jax.config.stage import model_name, stage_number

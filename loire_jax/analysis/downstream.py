@@ -289,7 +289,8 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence
             o: judge(avg.get("LOIRE", {}), avg[o], lower_is_better=False, margin=SCORE_MARGIN,
                      level=pair_level(family_size, len(others))) for o in others}
         verdict = "not run" if missing else combine([p["verdict"] for p in pairs.values()])
-        reason = "a system it needs has no downstream results in this suite" if missing else why(verdict, pairs)
+        reason = "a system it needs has no downstream results in this suite" if missing else \
+            why(verdict, pairs, subject_seeds=len(avg.get("LOIRE", {})))
         out.append({"claim": claim, "where": where, "paper": paper,
                     "metric": f"average validation score over {', '.join(tasks)}",
                     "tests": f"{len(tasks)} small task(s), not the paper's ten", "verdict": verdict,

@@ -44,7 +44,7 @@ def forward_flops_per_token(cfg: ModelConfig, seq_len: int, causal: bool | None 
         causal = not cfg.encoder
     h, f, H, d, L, V = cfg.hidden, cfg.ffn, cfg.heads, cfg.head_dim, cfg.layers, cfg.vocab_size
     K = cfg.n_kv_heads
-    ffn_in = 2 if cfg.activation == "swiglu" else 1
+    ffn_in = 2 if cfg.gated_ffn else 1
     per_layer = 2 * (2 * h * H * d + 2 * h * K * d + (ffn_in + 1) * h * f)  # Q, O, K, V and the FFN matmuls
     per_layer += 2 * 2 * H * d * seq_len * (0.5 if causal else 1.0)  # QK^T and PV
     head = 2 * h * V  # LM head

@@ -11,7 +11,7 @@ limit, so there the check is skipped.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from loire_jax.errors import RunError
 
@@ -114,6 +114,75 @@ def check_fits(what: str, memory: StepMemory | None, available: tuple[int, int] 
                           f"({memory.temporaries / GIB:.1f} GiB of it temporaries), {memory.extra / GIB:.1f} GiB more "
                           f"than its inputs, but only {free / GIB:.1f} of {limit / GIB:.1f} GiB are free. To make it "
                           f"fit: {advice(knobs)}. Nothing was computed; rerun with the new setting to resume")
+
+
+# --------------------------------------------------------------------------- remat chosen by memory
+# Of the device's memory, what a remat policy chosen by memory leaves free: the compiled
+# analysis leaves out the allocator's fragmentation, cuDNN's and cuBLAS's workspaces and the
+# evaluation step's buffers, and a step planned at the limit fails on the first of them.
+REMAT_MARGIN = 0.10
+
+
+def size_text(n: int) -> str:
+    """Bytes as GiB, or as MiB below one GiB (a small model's step)."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.2f} MiB"
+
+
+@dataclasses.dataclass(frozen=True)
+class RematChoice:
+    """The remat policy ``model.remat: auto`` took on a device that reports its memory, and
+    the figures it took it from: each candidate compiled, in order, with its compiled peak."""
+
+    chosen: str
+    limit: int  # bytes: the tightest device's memory
+    margin: float  # of ``limit`` left free
+    tried: tuple[tuple[str, int | None, float], ...]  # (policy, compiled peak bytes or None, compile seconds)
+    within_margin: bool  # False: no candidate fit with the margin; the smallest fit without it
+
+    def record(self) -> dict[str, Any]:
+        """What the run's "execution" record says of the choice (``remat_by_memory``)."""
+        cap = (1 - self.margin) * self.limit
+        return {"remat_by_memory": {
+            "limit_bytes": self.limit, "margin": self.margin, "within_margin": self.within_margin,
+            "candidates": [{"remat": name, "peak_bytes": peak, "compile_seconds": round(seconds, 3),
+                            "fits": peak is None or peak <= cap} for name, peak, seconds in self.tried]}}
+
+    def line(self) -> str:
+        """The choice in one line, for the run's log."""
+        peaks = ", ".join(f"{name} {'?' if peak is None else size_text(peak)}" for name, peak, _ in self.tried)
+        spent = sum(seconds for *_, seconds in self.tried)
+        how = (f"the least recomputation within {100 * (1 - self.margin):.0f}% of the device's {size_text(self.limit)}"
+               if self.within_margin else f"the smallest peak; none fits within {100 * (1 - self.margin):.0f}% of "
+               f"the device's {size_text(self.limit)}")
+        return (f"remat by memory: {self.chosen} ({how}); compiled peaks {peaks}; {len(self.tried)} compilation(s), "
+                f"{spent:.1f} s")
+
+
+def choose_remat(candidates: Sequence[str], compile_one: Callable[[str], tuple[Any, StepMemory | None, float]],
+                 limit: int, what: str, knobs: dict[str, Any], margin: float = REMAT_MARGIN) -> tuple[RematChoice, Any]:
+    """The first of ``candidates`` (least recomputation first) whose compiled peak is within
+    ``1 - margin`` of the device's ``limit``, and its compiled program. ``compile_one(policy)``
+    returns (program, its memory, compile seconds); candidates are compiled one at a time and
+    no further than the first that fits, so a step that fits without remat costs no
+    compilation more than it did. If none fits with the margin, the smallest peak is taken if
+    it fits without it; if none fits at all, ``OutOfMemory`` names the smallest peak."""
+    tried: list[tuple[str, int | None, float]] = []
+    programs: dict[str, Any] = {}
+    for name in candidates:
+        program, need, seconds = compile_one(name)
+        tried.append((name, None if need is None else need.peak, seconds))
+        if need is None or need.peak <= (1 - margin) * limit:
+            return RematChoice(name, limit, margin, tuple(tried), True), program
+        programs[name] = program
+    name, peak, _ = min(tried, key=lambda t: t[1] or 0)
+    if peak is not None and peak <= limit:
+        return RematChoice(name, limit, margin, tuple(tried), False), programs[name]
+    others = {k: v for k, v in knobs.items() if k != "remat"}
+    raise OutOfMemory(f"{what} does not fit on the device under any remat policy: the smallest compiled peak is "
+                      f"{size_text(peak or 0)} per device (remat {name}; "
+                      + ", ".join(f"{n} {size_text(p)}" for n, p, _ in tried if p is not None)
+                      + f") and the device has {size_text(limit)}. To make it fit: {advice(others)}. Nothing "
+                      "was computed; rerun with the new setting to resume")
 
 
 def is_out_of_memory(err: BaseException) -> bool:

@@ -125,20 +125,30 @@ def _percent(p: float) -> str:
     return f"{100 * p:.{digits}f}%"
 
 
-def why(verdict: str, pairs: Mapping[str, Mapping[str, Any]]) -> str:
-    """Why a claim got its word, naming the opponents that decide it."""
+def why(verdict: str, pairs: Mapping[str, Mapping[str, Any]], subject: str = "LOIRE",
+        subject_seeds: int | None = None) -> str:
+    """Why a claim got its word, naming every opponent that decides it: for *inconclusive*,
+    each one short of ``MIN_SEEDS`` paired seeds (with how many it has) and each whose
+    interval reaches across zero. ``subject``: the system the claim is about;
+    ``subject_seeds``, if given, how many seeds it has a value at (too few is said first)."""
     def named(word: str) -> list[str]:
         return [o for o, p in pairs.items() if p["verdict"] == word]
 
     if verdict == "reversed":
-        return f"the paired interval lies on LOIRE's worse side against {', '.join(named('reversed'))}"
+        return f"the paired interval lies on {subject}'s worse side against {', '.join(named('reversed'))}"
     if verdict == "holds":
-        return "the paired interval lies on LOIRE's better side against every opponent"
+        return f"the paired interval lies on {subject}'s better side against every opponent"
     if verdict == "no material effect":
         return "the paired interval lies inside the margin against every opponent"
     short = [o for o, p in pairs.items() if p["n"] < MIN_SEEDS]
+    open_ = [o for o in named("inconclusive") if o not in short]
+    reasons = []
+    if subject_seeds is not None and subject_seeds < MIN_SEEDS:
+        reasons.append(f"{subject} has {subject_seeds} counted run(s), fewer than {MIN_SEEDS}")
     if short:
-        return f"fewer than {MIN_SEEDS} paired seeds of LOIRE and {', '.join(short)} (runs that failed the gate do not count)"
-    open_ = named("inconclusive")
-    return f"the paired interval reaches across zero against {', '.join(open_)}" if open_ else \
-        "holds against some opponents and shows no material effect against others"
+        each = ", ".join(f"{o} ({pairs[o]['n']} paired)" for o in short)
+        reasons.append(f"fewer than {MIN_SEEDS} paired seeds of {subject} and {'each of ' if len(short) > 1 else ''}"
+                       f"{each}, runs that failed the gate not counted")
+    if open_:
+        reasons.append(f"the paired interval reaches across zero against {', '.join(open_)}")
+    return "; ".join(reasons) or "holds against some opponents and shows no material effect against others"

@@ -4,8 +4,11 @@
 perplexity matrix PPL_(t),j, AP and AP+ per stage (eq. 16), the Init/Final
 function-preservation check, and per-stage cost (analytic FLOPs, measured wall time).
 ``compare`` adds the ratios between runs, ``markdown`` renders the tables and
-``figures`` draws the plots; those four are pure. ``write_report`` reads workdirs and
-writes report.md, report.json and the PNGs (the CLI is ``launch/report.py``).
+``report_plots.figures`` draws the plots; those four are pure. ``write_report`` reads
+workdirs and writes report.md (which links the plots), report.json and the PNGs (the CLI is
+``launch/report.py``). Runs that tokenize differently are marked, never set side by side as
+if their perplexities compared, and a run whose M1 was pretrained says from what
+(``run_origin``).
 
 The records are the lines of ``metrics.jsonl``. A resumed run re-logs the steps and
 evaluations it redid, so the last record of each key wins, which is what the run's
@@ -14,7 +17,6 @@ checkpoints hold.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import statistics
@@ -22,10 +24,11 @@ import sys
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from loire_jax import outputs, paths
-from loire_jax.analysis import downstream
+from loire_jax.analysis import downstream, run_origin
 from loire_jax.analysis.flops import UNRECORDED, mfu_footnote, mfu_text, recorded_peaks, stage_flops
 from loire_jax.analysis.metrics import lifelong_metrics, preservation
 from loire_jax.analysis.records import METRICS_FILE, read_records
+from loire_jax.analysis.report_plots import PLOTS, figures, save_png
 from loire_jax.analysis.tables import markdown_table
 from loire_jax.config.loader import run_config_from_dict
 from loire_jax.config.run import RunConfig
@@ -102,7 +105,8 @@ def summarize(run: RunConfig, records: Sequence[Mapping[str, Any]], name: str | 
     finished_wall = [s["wall_s"] for s in stages if s["finished"] and s["wall_s"] is not None]
     curves = [{"stage": s, "step": i, "global_step": global_step(run, s - 1, i),
                "phase": r["phase"], "loss": r["loss"], "lm_loss": r["lm_loss"], "kd_loss": r["kd_loss"],
-               "alpha": r["alpha"], "beta": r.get("beta")}
+               "alpha": r["alpha"], "beta": r.get("beta"),
+               **({"lr": r["lr"]} if isinstance(r.get("lr"), (int, float)) else {})}  # older runs logged none
               for (s, i), r in sorted(train.items())]
     return {
         "name": name or run.name,
@@ -156,13 +160,24 @@ def _sci(x: float | None) -> str:
 
 
 
+def _runs(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's head: its runs, where a pretrained M1 came from, and whether their
+    perplexities compare."""
+    lines = ["# LOIRE lifelong run report", "",
+             "Runs: " + ", ".join(f"`{s['name']}` ({s['totals']['stages_finished']}/{s['totals']['stages']} stages)"
+                                  for s in summaries), ""]
+    started = [f"`{s['name']}`: M1 started from {run_origin.pretrained_text(s['pretrained'])}, not from random "
+               "weights." for s in summaries if s.get("pretrained")]
+    return lines + (started + [""] if started else []) + run_origin.not_comparable_note(summaries)
+
+
 def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
     """The report's tables, one section per paper table, all runs side by side."""
     n = max(len(s["stages"]) for s in summaries)
     cols = [model_name(k) for k in range(n)]
-    lines = ["# LOIRE lifelong run report", "",
-             "Runs: " + ", ".join(f"`{s['name']}` ({s['totals']['stages_finished']}/{s['totals']['stages']} stages)"
-                                  for s in summaries), ""]
+    lines = _runs(summaries)
+    group, alike = run_origin.groups(summaries), run_origin.comparable(summaries)
+    tag = lambda s: "" if alike else f" [{group[s['name']]}]"  # noqa: E731  (its tokenizer beside each PPL)
 
     lines += ["## AP and AP+ per stage (Table 2; App. D.3, eq. 16)", "",
               "AP = exp(mean_j log PPL_(t),j) over the seen domains; AP+ = mean over earlier domains of "
@@ -174,7 +189,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
         for k in range(n):
             row = s["lifelong"][k] if k < len(s["lifelong"]) else None
             cells += [_f(row["AP"]) if row else "", _f(row["AP+"]) if row else ""]
-        rows.append([s["name"]] + cells)
+        rows.append([s["name"] + tag(s)] + cells)
     lines += markdown_table(header, rows) + [""]
 
     lines += ["## Init / Final perplexity across growth (Table 2, bottom)", "",
@@ -186,12 +201,12 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
     for s in summaries:
         for p in s["preservation"]:
             st = s["stages"][p["stage"] - 1]
-            rows.append([s["name"], f"M{p['stage']}", ", ".join(st["growth"]) or "(init)", _f(p["previous_final"]),
+            rows.append([s["name"] + tag(s), f"M{p['stage']}", ", ".join(st["growth"]) or ("(init_from)" if s.get("pretrained") else "(init)"), _f(p["previous_final"]),
                          _f(p["init"]), _f(p["delta"], 4), _f(p["max_abs_domain_delta"], 4), _f(p["final"])])
     lines += markdown_table(header, rows) + [""]
 
     for s in summaries:
-        lines += [f"## Per-domain perplexity of `{s['name']}` (Table 10)", ""]
+        lines += [f"## Per-domain perplexity of `{s['name']}`{tag(s)} (Table 10)", ""]
         rows = []
         for k, ppl in enumerate(s["ppl"]["final"]):
             rows.append([f"{model_name(k)} {s['stages'][k]['name']}"] + [_f(ppl.get(d)) if d in ppl else "-"
@@ -238,120 +253,7 @@ def markdown(summaries: Sequence[Mapping[str, Any]], comparisons: Sequence[Mappi
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------- figures
-
-def figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """matplotlib figures by file stem: ``ap`` (Fig. 3), ``ppl_heatmap``, ``init_final`` (Fig. 4),
-    ``training`` (loss with stage boundaries, gate alpha and beta). Plain ``Figure`` objects,
-    outside pyplot: drawing a report leaves the caller's matplotlib backend and figures alone."""
-    return {"ap": _ap_figure(summaries), "ppl_heatmap": _heatmap_figure(summaries),
-            "init_final": _init_final_figure(summaries), "training": _training_figure(summaries)}
-
-
-def _ap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
-    """AP and AP+ after each stage (Fig. 3)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 4))
-    ax_ap, ax_plus = fig.subplots(1, 2)
-    for s in summaries:
-        rows = s["lifelong"]
-        ax_ap.plot([r["stage"] for r in rows], [r["AP"] for r in rows], marker="o", label=s["name"])
-        plus = [r for r in rows if r["AP+"] is not None]
-        ax_plus.plot([r["stage"] for r in plus], [r["AP+"] for r in plus], marker="o", label=s["name"])
-    ax_ap.set(title="AP (lower is better)", xlabel="stage", ylabel="average perplexity")
-    ax_plus.set(title="AP+ (lower is better)", xlabel="stage", ylabel="average increased perplexity")
-    ax_plus.axhline(0.0, color="grey", lw=0.8)
-    for ax in (ax_ap, ax_plus):
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def _one_panel_per_run(summaries: Sequence[Mapping[str, Any]]) -> tuple[Any, Any]:
-    """A figure with one panel per compared run, side by side, and its axes."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5 * len(summaries), 4))
-    return fig, fig.subplots(1, len(summaries), squeeze=False)[0]
-
-
-def _heatmap_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
-    """Every seen domain's PPL after each stage."""
-    from matplotlib.colors import LogNorm
-
-    fig, axes = _one_panel_per_run(summaries)
-    for ax, s in zip(axes, summaries):
-        doms, final = s["domains"], s["ppl"]["final"]
-        grid = [[row.get(d, float("nan")) for d in doms] for row in final] or [[float("nan")] * len(doms)]
-        vals = [v for row in grid for v in row if v == v]
-        norm = LogNorm(vmin=min(vals), vmax=max(vals)) if vals and min(vals) < max(vals) else None
-        im = ax.imshow(grid, cmap="viridis", norm=norm, aspect="auto")
-        for i, row in enumerate(grid):
-            for j, v in enumerate(row):
-                if v == v:  # dark text on the bright end of viridis
-                    bright = norm is not None and norm(v) > 0.6
-                    ax.text(j, i, f"{v:.1f}", ha="center", va="center", color="black" if bright else "white",
-                            fontsize=8)
-        ax.set_xticks(range(len(doms)), doms)
-        ax.set_yticks(range(len(grid)), [model_name(k) for k in range(len(grid))])
-        ax.set_title(f"{s['name']}: PPL after each stage")
-        fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    return fig
-
-
-def _init_final_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
-    """PPL right after growth (Init) against the stage ends (Fig. 4)."""
-    fig, axes = _one_panel_per_run(summaries)
-    for ax, s in zip(axes, summaries):
-        rows = s["preservation"]
-        xs = list(range(len(rows)))
-        for off, key, label in ((-0.27, "previous_final", "prev final"), (0.0, "init", "init"),
-                                (0.27, "final", "final")):
-            ax.bar([x + off for x in xs], [r[key] or 0.0 for r in rows], width=0.27, label=label)
-        ax.set_xticks(xs, [f"M{r['stage']}" for r in rows])
-        ax.set_yscale("log")
-        ax.set(title=f"{s['name']}: init vs final PPL", ylabel="perplexity (AP)")
-        ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def _gap(x: float | None) -> float:
-    """A value to plot: a step without a loss (no masked token) is a gap in the curve."""
-    return float("nan") if x is None else x
-
-
-def _training_figure(summaries: Sequence[Mapping[str, Any]]) -> Any:
-    """The loss, gate alpha and KD beta over the run's one step axis."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 8))
-    ax_loss, ax_alpha, ax_beta = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1, 1]})
-    for s in summaries:
-        c = s["curves"]
-        x = [r["global_step"] for r in c]
-        (line,) = ax_loss.plot(x, [_gap(r["loss"]) for r in c], lw=1, label=f"{s['name']} loss")
-        ax_loss.plot(x, [_gap(r["lm_loss"]) for r in c], lw=0.8, ls="--", color=line.get_color(),
-                     label=f"{s['name']} LM loss")
-        ax_alpha.plot(x, [r["alpha"] for r in c], lw=1, color=line.get_color(), label=s["name"])
-        ax_beta.plot(x, [r["beta"] if r["beta"] is not None else float("nan") for r in c], lw=1,
-                     color=line.get_color(), label=s["name"])
-        for start in s["stage_starts"][1:]:
-            for ax in (ax_loss, ax_alpha, ax_beta):
-                ax.axvline(start + 0.5, color=line.get_color(), lw=0.6, ls=":")
-    ax_loss.set(ylabel="loss", title="training loss (dotted: stage boundaries, growth)")
-    ax_alpha.set(ylabel="gate α (min)")
-    ax_beta.set(ylabel="KD β", xlabel="global step")
-    ax_loss.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
 # --------------------------------------------------------------------------- files
-PLOTS = ("ap", "ppl_heatmap", "init_final", "training")
 
 
 class ReportError(LoireError):
@@ -428,22 +330,24 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
 
 
 def write_report(workdirs: Sequence[Path], out: Path | None = None,
-                 check: Callable[[RunConfig, Path], None] | None = None, *,
+                 check: Callable[[RunConfig, Path], Mapping[str, Any] | None] | None = None, *,
                  checkpoint_digest: downstream.CheckpointDigest | None = None) -> Path:
     """Writes report.md, report.json and the PNG plots; returns the output directory.
     ``check(run, workdir)``, if given, vets each run before anything is written (the CLI
-    holds its stage checkpoints against the run, a layer this one may not import).
+    holds its stage checkpoints against the run, a layer this one may not import), and
+    returns the tokenizer identity they record, if it read one: runs are compared on it.
     ``checkpoint_digest`` (``store.checkpoints.stage_digest``) leaves out the fine-tuning
     results that scored another checkpoint than each run's current one."""
     workdirs = [paths.as_path(w) for w in workdirs]
     summaries = []
     for w in workdirs:
         run, records = load_run(w)
-        if check is not None:
-            check(run, w)
+        identity = check(run, w) if check is not None else None
         summary = summarize(run, records, name=run.name)
         summary["workdir"] = str(w)
         summary["downstream"] = downstream.run_jobs(w, checkpoint_digest)
+        summary["pretrained"] = run_origin.pretrained(run, w)
+        summary["tokenizer"] = run_origin.tokenizer(run, identity)
         summaries.append(summary)
     names = [s["name"] for s in summaries]
     if len(set(names)) < len(names):  # same config name twice: tell them apart by workdir
@@ -454,12 +358,23 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None,
             paths.as_path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
     out = report_folder(out, {"report.md", "report.json", *(f"{p}.png" for p in PLOTS)}, {"runs", "comparisons"})
     comparisons = compare(summaries) if len(summaries) > 1 else []
-    md = "\n".join([markdown(summaries, comparisons), *downstream.runs_section(summaries)])
+    if not run_origin.comparable(summaries):  # refusing would lose the cost comparison, which holds
+        print("warning: these runs tokenize differently (" + "; ".join(
+            f"{s['name']}: {s['tokenizer']['text']}" for s in summaries) + "), so their perplexities are not "
+            "comparable across runs; report.md marks each run's tokenizer", file=sys.stderr)
+    md = "\n".join([markdown(summaries, comparisons), *downstream.runs_section(summaries), *plots_section()])
     paths.write_atomic(out / "report.md", md)
-    paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons}, indent=1))
+    paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons,
+                                                        "perplexities_comparable": run_origin.comparable(summaries)},
+                                                       indent=1))
     for stem, fig in figures(summaries).items():
         save_png(fig, out / f"{stem}.png")
     return out
+
+
+def plots_section() -> list[str]:
+    """report.md's links to the plots written beside it, each shown where markdown shows images."""
+    return ["", "## Plots", "", *(line for stem, title in PLOTS.items() for line in (f"![{title}]({stem}.png)", ""))]
 
 
 def report_folder(out: paths.PathLike, files: set[str], keys: set[str]) -> Path:
@@ -487,10 +402,3 @@ def _written_name(name: str) -> str:
         return name[1:].rsplit(".", 2)[0]
     return name
 
-
-def save_png(fig: Any, path: Path) -> None:
-    """Write a matplotlib figure as PNG anywhere the path layer reaches (matplotlib writes
-    a buffer, the path layer writes it atomically)."""
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    paths.write_atomic(path, png.getvalue())

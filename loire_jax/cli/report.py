@@ -8,7 +8,11 @@ Reads each workdir's ``config.json`` and ``metrics.jsonl`` and writes, to ``--ou
     ap.png, ppl_heatmap.png, init_final.png, training.png
 
 The default ``--out`` is WORKDIR/report for one run and reports/<name>_vs_<name>... for
-several. ``launch/train.py`` calls this at the end of every completed run.
+several. ``launch/train.py`` calls this at the end of every completed run. report.md links
+the plots. Runs that tokenize differently (a BPE of 8,192 pieces against one of 1,024) are
+reported side by side for their cost, but their perplexities are per token of different
+tokenizers and do not compare: report.md marks each run's tokenizer and says so, and a
+warning line says it (``reports.write_report``).
 """
 
 from __future__ import annotations
@@ -45,13 +49,14 @@ def _stage_digest(workdir, stage: int) -> str:
     return stage_digest(workdir, stage)
 
 
-def _check_stages(run, workdir) -> None:
+def _check_stages(run, workdir) -> dict | None:
     """Every stage checkpoint in the workdir is the run's own (``store.provenance``): its
     fine-tunings are reported under the run's name. Another run's is refused; one whose meta
     cannot be read (damaged, an older format) is named in a warning, the report needing none
-    of its arrays. Orbax is loaded only if there are any."""
+    of its arrays. Orbax is loaded only if there are any. Returns the tokenizer identity the
+    checkpoints record (None without one): runs are compared on it."""
     if not any((workdir / f"stage_{k}").is_dir() for k in range(1, len(run.stages) + 1)):
-        return
+        return None
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)  # Orbax's notes on a read-only restore are not the user's business
@@ -59,14 +64,19 @@ def _check_stages(run, workdir) -> None:
     from loire_jax.store.checkpoint_steps import latest_complete_step, stage_dir
     from loire_jax.store.provenance import StageMismatch, check_stage
 
+    identity = None
     for k in range(1, len(run.stages) + 1):
         if latest_complete_step(stage_dir(workdir, k)) is not None:
             try:
-                check_stage(run, k, workdir)
+                meta = check_stage(run, k, workdir)
             except StageMismatch:
                 raise
             except CheckpointError as err:
                 print(f"warning: stage {k} could not be checked against the run ({err})", file=sys.stderr)
+                continue
+            if identity is None and isinstance(meta.get("tokenizer"), dict):
+                identity = meta["tokenizer"]
+    return identity
 
 
 def entry() -> None:

@@ -20,6 +20,9 @@ from loire_jax.config.checks import is_int, is_num
 from loire_jax.errors import ConfigError
 
 DEFAULT_DATA_DIR = "~/.cache/loire_jax"
+# Longer documents are cut into pieces (``cleaning.pieces``): far above any built-in corpus's
+# longest document, so the shipped streams prepare as before.
+DEFAULT_MAX_DOC_CHARS = 1_000_000
 BUILTIN_CORPORA = ("wb", "news", "rev", "bio", "cs")
 SOURCE_KINDS = ("builtin", "local", "tfds")
 TOKENIZER_KINDS = ("gpt2", "trained_bpe", "sentencepiece", "tokenizer_json")
@@ -130,6 +133,7 @@ class DataConfig:
     split_seed: int = 0
     recovery_fraction: float = 0.1  # share of the training split kept as recovery memory
     min_doc_chars: int = 20  # shorter documents (after cleaning) are dropped
+    max_doc_chars: int = DEFAULT_MAX_DOC_CHARS  # longer documents (as read) are cut into pieces
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "domains", tuple(self.domains))
@@ -146,6 +150,9 @@ class DataConfig:
                  f"recovery_fraction must be in (0, 1), got {self.recovery_fraction!r}")
         _require(is_int(self.min_doc_chars) and self.min_doc_chars >= 1,
                  f"min_doc_chars must be an integer >= 1, got {self.min_doc_chars!r}")
+        _require(is_int(self.max_doc_chars) and self.max_doc_chars >= max(1000, 2 * self.min_doc_chars
+                                                                       if is_int(self.min_doc_chars) else 0),
+                 f"max_doc_chars must be an integer >= 1000 and >= 2 x min_doc_chars, got {self.max_doc_chars!r}")
         object.__setattr__(self, "data_dir", os.path.expanduser(str(self.data_dir)))
         object.__setattr__(self, "cache_dir", os.path.expanduser(str(self.cache_dir)))
         _require("://" not in self.cache_dir, f"cache_dir must be a local path, got {self.cache_dir!r}")

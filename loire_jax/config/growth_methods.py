@@ -139,8 +139,13 @@ def _plan_elle(method: GrowthMethod, cfg: ModelConfig, op: str, size: int, ask: 
     else:
         new, chosen = cfg.replace(hidden=check_size("hidden", cfg.hidden, size)), None
     uneven = op == "hidden" and new.hidden % cfg.hidden != 0
+    # ELLE tiles the embedding as stored and divides a tied head's norm gain w itself: neither
+    # follows an embedding scaled by sqrt(hidden) nor a norm that multiplies by 1 + w (Gemma)
+    unfollowed = op == "hidden" and (cfg.embed_scale != "none" or (cfg.gain_offset and cfg.tie_embeddings))
     why = (f"ELLE's noise (std {noise:g})" if noise else
-           "an uneven duplication of the stream moves the norm statistics" if uneven else "")
+           "an uneven duplication of the stream moves the norm statistics" if uneven else
+           "ELLE's duplication does not follow a sqrt(hidden) embedding scale or a tied head's (1 + w) norm"
+           if unfollowed else "")
     return GrowthPlan(op, cfg, new, method.name, method=chosen, noise=noise, function_preserving=not why, reason=why)
 
 

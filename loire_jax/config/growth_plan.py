@@ -55,7 +55,9 @@ class GrowthPlan:
     positions: tuple[int, ...] = ()  # layers only: source layer of each copy
     mode: str | None = None  # layers only
     gate: str | None = None  # layers only: the copies' gate at birth, "closed" or "open"
-    tied_rescale: str | None = None  # hidden duplicate with tied embeddings: norm scaled by 1/m
+    # hidden growth with a tied head that reads the grown stream differently (duplicate: m times over;
+    # an embedding scaled by sqrt(hidden): sqrt(h1/h2) smaller): the norm feeding it, rescaled to match
+    tied_rescale: str | None = None
     function_preserving: bool = False
     reason: str = ""  # why not function-preserving, when it is not
     noise: float = 0.0  # init="elle": std of the noise on the new slots
@@ -94,14 +96,22 @@ def _hidden_obstacle(cfg: ModelConfig, method: str, h2: int, last_gate: float | 
     if method == "mean_expand" and not (cfg.norm == "layernorm" and cfg.norm_position == "pre"):
         return ("mean_expand is exact only for pre-norm LayerNorm: RMSNorm's statistic changes, and a "
                 "post-norm stream is gamma*x+beta, whose new coordinates cannot stay at the mean")
-    if method == "duplicate":
-        if h2 % cfg.hidden:
-            return f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}"
-        if (cfg.tie_embeddings and cfg.norm_position == "post" and not cfg.encoder and last_gate is not None
-                and last_gate != 1.0):
-            return ("with tied embeddings and post-norm, duplicate rescales the last layer's output norm by 1/m, "
-                    f"which is exact only while that layer's gate is 1 (it is {last_gate})")
+    if method == "duplicate" and h2 % cfg.hidden:
+        return f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}"
+    if (rescales_tied_head(cfg, method) and cfg.norm_position == "post" and not cfg.encoder
+            and last_gate is not None and last_gate != 1.0):
+        what = "duplicate rescales" if method == "duplicate" else "the sqrt(hidden) embedding scale makes it rescale"
+        return (f"with tied embeddings and post-norm, {what} the last layer's output norm, which is exact only "
+                f"while that layer's gate is 1 (it is {last_gate})")
     return None
+
+
+def rescales_tied_head(cfg: ModelConfig, method: str) -> bool:
+    """Whether an exact hidden construction rescales the norm a tied head reads: ``duplicate``
+    tiles the stream the head reads m times over, and an embedding scaled by sqrt(hidden) is
+    stored sqrt(h1/h2) smaller for the grown model to read it as before (docs/growth.md)."""
+    return cfg.tie_embeddings and method in ("zero_pad", "mean_expand", "duplicate") and (
+        method == "duplicate" or cfg.embed_scale != "none")
 
 
 def _auto_hidden_method(cfg: ModelConfig, h2: int) -> str:
@@ -154,13 +164,13 @@ def plan_construction(cfg: ModelConfig, op: str, size: int, ask: GrowthAsk, init
         raise GrowthError(
             f"no exact hidden growth {cfg.hidden}->{h2} for this model ({cfg.norm}, {cfg.norm_position}-norm, "
             f"tied={cfg.tie_embeddings}) with method={chosen!r}: {obstacle}. Alternatives: "
-            + _alternatives(cfg, h2) + ", or pass exact=False to accept a construction that is not function-preserving"
+            + _alternatives(cfg, h2, ask.last_gate) + ", or pass exact=False to accept a construction that is not function-preserving"
         )
     if chosen == "duplicate" and h2 % cfg.hidden:
         raise GrowthError(f"duplicate needs the new hidden size to be a multiple of {cfg.hidden}, got {h2}")
     eps = cfg.norm_eps * cfg.hidden / h2 if chosen in ("zero_pad", "mean_expand") else cfg.norm_eps
     tied_rescale = None
-    if chosen == "duplicate" and cfg.tie_embeddings:
+    if rescales_tied_head(cfg, chosen):
         if cfg.encoder:  # the tied output reads the MLM head's own norm, whatever the block's layout
             tied_rescale = "mlm/norm"
         else:
@@ -196,11 +206,13 @@ def plan_heads(cfg: ModelConfig, h2: int, init: str, fill: str, method: str) -> 
     return GrowthPlan("heads", cfg, new, init, method=chosen, function_preserving=not why, reason=why)
 
 
-def _alternatives(cfg: ModelConfig, h2: int) -> str:
+def _alternatives(cfg: ModelConfig, h2: int, last_gate: float | None = None) -> str:
     options = []
     for m in ("zero_pad", "mean_expand", "duplicate"):
-        if _hidden_obstacle(cfg, m, h2, None) is None:
+        if _hidden_obstacle(cfg, m, h2, last_gate) is None:
             options.append(f"method={m!r}")
+    if last_gate is not None and last_gate != 1.0 and not options:
+        options.append("grow hidden before the layers, or once the last layer's gate has ramped to 1")
     mult = (h2 // cfg.hidden + 1) * cfg.hidden
     if _hidden_obstacle(cfg, "duplicate", mult, None) is None and h2 % cfg.hidden:
         options.append(f"a multiple of {cfg.hidden} (e.g. {mult}) with method='duplicate'")

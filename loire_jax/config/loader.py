@@ -17,6 +17,7 @@ and ``data`` may be the path of a domains YAML.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import typing
@@ -62,11 +63,12 @@ def load_run_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfi
     cfg, base = _yaml_file(found, ConfigError, "run config")
     written = cfg.get("stage_defaults")  # as the YAML wrote them, before the overrides change cfg
     written = OmegaConf.to_container(written) if OmegaConf.is_dict(written) else None
+    first_init = _first_init_from(cfg)
     _apply_overrides(cfg, overrides, base)
     raw = _plain(cfg, ConfigError, str(path))
     if any(o.partition("=")[0].strip() == "stages" for o in overrides) and isinstance(written, Mapping):
         raw["stage_defaults"] = _taken_defaults(raw.get("stage_defaults"), written, raw.get("stages"))
-    return run_config_from_dict(raw, base_dir=base)
+    return _named_for_init(run_config_from_dict(raw, base_dir=base), first_init, overrides)
 
 
 def _taken_defaults(defaults: Any, written: Mapping[str, Any], stages: Any) -> Any:
@@ -153,6 +155,31 @@ def _saved_before_recovery(stage: Any) -> Any:
     if isinstance(stage, Mapping) and "recovery" not in stage and _SAVED_STAGE_KEYS <= set(stage):
         return {**stage, "recovery": "start"}
     return stage
+
+
+def _first_init_from(cfg: DictConfig) -> Any:
+    """M1's ``init_from`` as the YAML writes it (its stage, or ``stage_defaults``), before overrides."""
+    try:
+        stage = cfg.stages[0] if OmegaConf.is_list(cfg.get("stages")) and len(cfg.stages) else {}
+        return (stage.get("init_from") if OmegaConf.is_dict(stage) else None) or \
+            (cfg.get("stage_defaults") or {}).get("init_from") or ""
+    except (OmegaConfBaseException, AttributeError, TypeError):  # a malformed document: validation names it
+        return ""
+
+
+def _named_for_init(run: RunConfig, written: Any, overrides: Sequence[str]) -> RunConfig:
+    """A run whose M1 an override starts from other weights than its YAML says is named so:
+    ``tiny_gpt2-from-gpt2``, and its default workdir ``runs/tiny_gpt2-from-gpt2``, not the
+    preset's, which names a run of other weights (``-from-scratch`` where an override empties
+    it). A ``name=`` override, and every run its YAML alone describes, keep their names."""
+    source = run.stages[0].init_from
+    if source == (written or "") or any(o.partition("=")[0].strip() == "name" for o in overrides):
+        return run
+    if not source:
+        return dataclasses.replace(run, name=f"{run.name}-from-scratch")
+    parts = [p for p in re.split(r"[/\\]+", source.split("://")[-1]) if p not in ("", ".", "..", "~")]
+    tail = parts[-2:] if len(parts) > 1 and re.fullmatch(r"stage_\d+", parts[-1]) else parts[-1:]
+    return dataclasses.replace(run, name=f"{run.name}-from-{re.sub(r'[^A-Za-z0-9._-]+', '_', '-'.join(tail))}")
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],

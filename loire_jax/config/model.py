@@ -8,6 +8,7 @@ a bad size fails here, before any array is allocated.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Literal
 
 import jax
@@ -20,7 +21,15 @@ from loire_jax.errors import ConfigError
 KINDS = ("decoder", "encoder")
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
-ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's tanh approximation
+# gelu_tanh: GPT-2's tanh approximation. The gated FFNs (a "gate" and an "up" projection,
+# act(gate) * up): swiglu with SiLU (Llama), geglu with the exact GELU, geglu_tanh with its tanh form (Gemma).
+ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh")
+GATED = ("swiglu", "geglu", "geglu_tanh")
+# What a norm multiplies its normalised input by: its stored gain w, or 1 + w (Gemma's RMSNorm, whose
+# gains are stored as offsets from 1).
+NORM_GAINS = ("w", "1+w")
+# Token embeddings as stored, or multiplied by sqrt(hidden) on the way in (Gemma).
+EMBED_SCALES = ("none", "sqrt_hidden")
 ROPE_SCALINGS = ("none", "llama3")
 POSITIONS = ("learned", "rope")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -31,10 +40,32 @@ REMATS = ("auto", "none", "dots", "full", "dots_names")
 # Where float32 weights become the compute dtype: at every use inside the layers (Flax's way), or
 # once per step before the model runs (matmul weights, embeddings and dense biases; norms keep theirs).
 WEIGHT_CASTS = ("use", "step")
+# Fused Pallas kernels (model.fused): LayerNorm with its residual add (``norm``), a dense
+# layer's bias with GELU (``gelu``), both (``all``: those the model has), or none.
+FUSIONS = ("auto", "none", "norm", "gelu", "all")
 
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _variant_problems(cfg: "ModelConfig") -> list[str]:
+    """The checks of today's families' variants: q/k/v biases, the window, Gemma's norm form."""
+    problems = []
+    if cfg.qkv_bias is True and cfg.use_bias is True:
+        problems.append("qkv_bias adds query, key and value biases to a model without biases; with use_bias "
+                        "true they have them already (set qkv_bias false)")
+    if not is_int(cfg.sliding_window) or cfg.sliding_window < 0:
+        problems.append(f"sliding_window must be 0 (every earlier token) or a positive integer, got "
+                        f"{cfg.sliding_window!r}")
+    elif cfg.sliding_window and cfg.kind == "encoder":
+        problems.append("sliding_window applies to decoders only (a causal window over the tokens before)")
+    if cfg.norm_gain == "1+w" and cfg.norm != "rmsnorm":
+        problems.append(f"norm_gain '1+w' is Gemma's RMSNorm form; it needs norm rmsnorm, got {cfg.norm!r}")
+    if not isinstance(cfg.hf_family, str) or (cfg.hf_family and not cfg.hf_family.isidentifier()):
+        problems.append(f"hf_family must be empty or a family's name (loire_jax.interop.families), got "
+                        f"{cfg.hf_family!r}")
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +86,14 @@ class ModelConfig:
     ``kv_heads`` > 0 makes the attention grouped-query (GQA, as in Llama-family models):
     ``kv_heads`` key/value heads, each shared by ``heads // kv_heads`` consecutive query
     heads. 0 means one key/value head per query head (multi-head attention).
+
+    The variants of today's open decoders: ``qkv_bias`` gives the query, key and value
+    projections a bias in a model without others (Qwen2); ``sliding_window`` > 0 lets each
+    token of a decoder attend to itself and the ``sliding_window - 1`` tokens before it
+    (Mistral); ``norm_gain="1+w"`` makes every norm multiply by 1 + its stored gain and
+    ``embed_scale="sqrt_hidden"`` multiplies the token embeddings by sqrt(hidden) (Gemma).
+    ``hf_family`` names the Hugging Face family an export writes where the architecture alone
+    does not pick it (a Phi-3 has a Llama's function, stored fused: ``loire_jax.interop.families``).
     """
 
     kind: Literal["decoder", "encoder"] = "decoder"
@@ -68,10 +107,14 @@ class ModelConfig:
     layers: int = 2
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     norm_position: Literal["pre", "post"] = "post"
-    activation: Literal["gelu", "gelu_tanh", "swiglu"] = "gelu"
+    activation: Literal["gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh"] = "gelu"
     position: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
     use_bias: bool = True
+    qkv_bias: bool = False  # biases on query, key and value only, in a model without others (Qwen2)
+    sliding_window: int = 0  # decoders: a token attends to itself and the w-1 before it (Mistral); 0: all
+    norm_gain: Literal["w", "1+w"] = "w"  # w | 1+w: what a norm multiplies by (Gemma: 1 + its stored gain)
+    embed_scale: Literal["none", "sqrt_hidden"] = "none"  # none | sqrt_hidden: token embeddings x sqrt(hidden) (Gemma)
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     # Llama 3.1's rope scaling: a fixed transform of the frequencies (see model.rope_frequencies).
@@ -88,11 +131,15 @@ class ModelConfig:
     pad_vocab_to: int = 128
     type_vocab_size: int = 0  # encoders: token-type rows (BERT 2, RoBERTa 1); 0 = none
     position_offset: int = 0  # encoders: first position id (RoBERTa: padding_idx + 1 = 2)
+    # The Hugging Face family an export writes (loire_jax.interop.families); "": the one the
+    # architecture picks. Storage only: every family computes what its config says.
+    hf_family: str = ""
     # Execution choices (config.roles.EXECUTION): how the model runs, never what it computes.
     attention: str = role("auto", EXECUTION)  # see loire_jax.model.kernels: auto | xla | cudnn | splash
     remat: str = role("auto", EXECUTION)  # rematerialisation of the layer: auto | none | dots | full | dots_names
     scan_unroll: int | str = role("auto", EXECUTION)  # layers per iteration of the layer scan (>= layers: unrolled)
     weight_cast: str = role("use", EXECUTION)  # use | step: see WEIGHT_CASTS
+    fused: str = role("auto", EXECUTION)  # fused Pallas kernels (model.fused): see FUSIONS
 
     def __post_init__(self) -> None:
         problems = []
@@ -111,7 +158,10 @@ class ModelConfig:
             ("attention", ATTENTIONS),
             ("remat", REMATS),
             ("weight_cast", WEIGHT_CASTS),
+            ("fused", FUSIONS),
             ("rope_scaling", ROPE_SCALINGS),
+            ("norm_gain", NORM_GAINS),
+            ("embed_scale", EMBED_SCALES),
         ):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -127,9 +177,10 @@ class ModelConfig:
                                            or self.scan_unroll < 1):
             problems.append(f"scan_unroll must be auto or a positive integer (layers per scan iteration), got "
                             f"{self.scan_unroll!r}")
-        for name in ("tie_embeddings", "use_bias"):
+        for name in ("tie_embeddings", "use_bias", "qkv_bias"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
+        problems += _variant_problems(self)
         if not isinstance(self.kv_heads, int) or isinstance(self.kv_heads, bool) or self.kv_heads < 0:
             problems.append(f"kv_heads must be 0 (one per query head) or a positive integer, got {self.kv_heads!r}")
         elif self.kv_heads and isinstance(self.heads, int) and self.heads % self.kv_heads:
@@ -152,6 +203,13 @@ class ModelConfig:
                                 f"{self.rope_high_freq_factor}")
             if not is_int(self.rope_original_max_len) or self.rope_original_max_len < 1:
                 problems.append(f"rope_original_max_len must be a positive integer, got {self.rope_original_max_len!r}")
+        if self.fused == "norm" and self.norm != "layernorm":
+            problems.append(f"fused=norm fuses LayerNorm, but this model's norm is {self.norm!r}; use fused=all "
+                            "(the kernels the model has) or none")
+        if self.fused == "gelu" and not (self.activation in ("gelu", "gelu_tanh") and self.use_bias is True):
+            problems.append(f"fused=gelu fuses a dense layer's bias with GELU, but this model has activation "
+                            f"{self.activation!r} and use_bias {self.use_bias!r}; use fused=all (the kernels the "
+                            "model has) or none")
         if self.position == "rope" and isinstance(self.head_dim, int) and self.head_dim % 2:
             problems.append(f"rope needs an even head_dim, got {self.head_dim}")
         if problems:
@@ -162,6 +220,26 @@ class ModelConfig:
     def n_kv_heads(self) -> int:
         """Key/value heads: ``kv_heads``, or ``heads`` for multi-head attention."""
         return self.kv_heads or self.heads
+
+    @property
+    def gated_ffn(self) -> bool:
+        """A gated FFN: act(gate) * up, with a "gate" projection beside "up" (SwiGLU, GeGLU)."""
+        return self.activation in GATED
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        """Whether the query, key and value projections have biases (``use_bias`` or ``qkv_bias``)."""
+        return self.use_bias or self.qkv_bias
+
+    @property
+    def gain_offset(self) -> float:
+        """What a norm adds to its stored gain before multiplying: 1.0 for ``norm_gain="1+w"``, else 0."""
+        return 1.0 if self.norm_gain == "1+w" else 0.0
+
+    @property
+    def embed_multiplier(self) -> float:
+        """The factor on the token embeddings: sqrt(hidden) for ``embed_scale="sqrt_hidden"``, else 1."""
+        return math.sqrt(self.hidden) if self.embed_scale == "sqrt_hidden" else 1.0
 
     @property
     def gqa(self) -> bool:
@@ -198,6 +276,16 @@ class ModelConfig:
     def norm_has_bias(self) -> bool:
         return self.norm == "layernorm"
 
+    @property
+    def fused_norm(self) -> bool:
+        """Whether the LayerNorms run the fused kernel (``fused`` norm or all, on a LayerNorm model)."""
+        return self.fused in ("norm", "all") and self.norm == "layernorm"
+
+    @property
+    def fused_gelu(self) -> bool:
+        """Whether the FFN's bias and GELU run the fused kernel (gelu or all, on a GELU model with biases)."""
+        return self.fused in ("gelu", "all") and self.activation in ("gelu", "gelu_tanh") and self.use_bias is True
+
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
@@ -221,7 +309,7 @@ class ModelConfig:
             )
 
 
-PRESETS = ("paper", "gpt2", "modern", "bert", "roberta")
+PRESETS = ("paper", "gpt2", "modern", "bert", "roberta", "qwen2", "mistral", "gemma", "phi3")
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:
@@ -237,6 +325,11 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
       exact GELU, learned positions, two token types, tied MLM head with its transform.
     - ``roberta``: ``RobertaForMaskedLM``: BERT's block (eps 1e-5), positions offset by 2
       past the padding id, one token type.
+    - ``qwen2``: ``modern`` with biases on query, key and value, RoPE theta 1e6 (Qwen2/2.5).
+    - ``mistral``: ``modern`` with a sliding window of 4096 tokens, eps 1e-5 (Mistral 7B v0.1).
+    - ``gemma``: pre-norm RMSNorm multiplying by 1 + its gain, embeddings x sqrt(hidden),
+      GeGLU with the tanh GELU, RoPE, tied head, no biases (Gemma 1).
+    - ``phi3``: ``modern`` with eps 1e-5, exported as ``Phi3ForCausalLM`` (fused projections).
     """
     base: dict[str, Any]
     if name == "paper":
@@ -254,6 +347,15 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
     elif name == "roberta":
         base = dict(kind="encoder", norm="layernorm", norm_position="post", activation="gelu", position="learned",
                     tie_embeddings=True, use_bias=True, norm_eps=1e-5, type_vocab_size=1, position_offset=2)
+    elif name in ("qwen2", "mistral", "phi3"):
+        base = dict(norm="rmsnorm", norm_position="pre", activation="swiglu", position="rope",
+                    tie_embeddings=False, use_bias=False)
+        base.update({"qwen2": dict(qkv_bias=True, norm_eps=1e-6, rope_theta=1e6),
+                     "mistral": dict(sliding_window=4096, norm_eps=1e-5),
+                     "phi3": dict(norm_eps=1e-5, hf_family="phi3")}[name])
+    elif name == "gemma":
+        base = dict(norm="rmsnorm", norm_position="pre", activation="geglu_tanh", position="rope",
+                    tie_embeddings=True, use_bias=False, norm_eps=1e-6, norm_gain="1+w", embed_scale="sqrt_hidden")
     else:
         raise ConfigError(f"unknown preset {name!r}; choose one of {PRESETS}")
     base.update(overrides)

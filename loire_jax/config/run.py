@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any, Literal, Mapping, Sequence
 
-from loire_jax.config.checks import is_int
+from loire_jax.config.checks import count_problems, is_int
 from loire_jax.config.data import DataConfig, TokenizerSpec
 from loire_jax.config.lineage import lineage_models
 from loire_jax.config.mesh import BATCH_AXES, MESH_AXES, mesh_problems, parse_mesh, simulate_hint
@@ -37,7 +37,8 @@ from loire_jax.config.xla_flags import GPU_FLAG_SETS
 from loire_jax.errors import ConfigError, raise_problems
 
 # How the chunked losses run (train.losses): each block's softmax reduction, and the dtype the
-# head writes the block's logits in (``compute`` rounds them to bf16/fp16 in such runs).
+# head writes the block's logits in (``compute`` rounds them to bf16/fp16 in such runs, as
+# PyTorch's autocast does; the softmax stays float32). Both are execution choices (rounding only).
 LOSS_SOFTMAX = ("two_pass", "online")
 LOSS_LOGITS = ("float32", "compute")
 
@@ -92,14 +93,7 @@ class CheckpointConfig:
     stop_check_every: int = 10
 
     def __post_init__(self) -> None:
-        problems = []
-        if not (is_int(self.stop_check_every) and self.stop_check_every >= 1):
-            problems.append(f"stop_check_every must be a positive integer, got {self.stop_check_every!r}")
-        if not (is_int(self.save_every) and self.save_every >= 0):
-            problems.append(f"save_every must be a non-negative integer, got {self.save_every!r}")
-        if not (is_int(self.keep) and self.keep >= 1):
-            problems.append(f"keep must be a positive integer, got {self.keep!r}")
-        raise_problems(problems, "checkpoint")
+        raise_problems(count_problems(self, stop_check_every=1, save_every=0, keep=1), "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,12 +105,7 @@ class EvalConfig:
     batches: int = 8  # validation batches per domain
 
     def __post_init__(self) -> None:
-        problems = []
-        if not (is_int(self.every) and self.every >= 0):
-            problems.append(f"every must be a non-negative integer, got {self.every!r}")
-        if not (is_int(self.batches) and self.batches >= 1):
-            problems.append(f"batches must be a positive integer, got {self.batches!r}")
-        raise_problems(problems, "eval")
+        raise_problems(count_problems(self, every=0, batches=1), "eval")
 
 
 # --------------------------------------------------------------------------- the run
@@ -138,7 +127,8 @@ class RunConfig:
     microbatches: int = role(1, EXECUTION)  # gradient accumulation: each step still sees batch_size sequences
     loss_chunk: int | str = role("auto", EXECUTION)  # tokens per block of the chunked losses (kernels.loss_chunk_for)
     loss_softmax: str = role("auto", EXECUTION)  # each loss block's softmax: two_pass | online (kernels)
-    loss_logits: str = "float32"  # the dtype the head writes loss logits in: float32 | compute (bf16 runs: rounds)
+    # the dtype the head writes loss logits in: auto | float32 | compute (bf16 runs: rounds once; kernels.loss_logits_for)
+    loss_logits: str = role("auto", EXECUTION)
     xla_gpu_flags: str = role("none", EXECUTION)  # a named set of XLA GPU flags (config.xla_flags.GPU_FLAG_SETS)
     seed: int = 0
     mesh: str = "1"
@@ -178,8 +168,8 @@ class RunConfig:
                 problems.append(f"{name} must be a positive integer{extra}, got {value!r}")
         if self.loss_softmax not in ("auto", *LOSS_SOFTMAX):
             problems.append(f"loss_softmax must be auto or one of {LOSS_SOFTMAX}, got {self.loss_softmax!r}")
-        if self.loss_logits not in LOSS_LOGITS:
-            problems.append(f"loss_logits must be one of {LOSS_LOGITS}, got {self.loss_logits!r}")
+        if self.loss_logits not in ("auto", *LOSS_LOGITS):
+            problems.append(f"loss_logits must be auto or one of {LOSS_LOGITS}, got {self.loss_logits!r}")
         if self.xla_gpu_flags not in GPU_FLAG_SETS:
             problems.append(f"xla_gpu_flags must be one of {tuple(GPU_FLAG_SETS)}, got {self.xla_gpu_flags!r}")
         top = max_seed(len(self.stages))

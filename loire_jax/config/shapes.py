@@ -37,12 +37,12 @@ def leaf_axes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
     for name in ("query", "key", "value"):
         heads = "heads:o" if name == "query" or not cfg.kv_heads else "kv_heads:o"
         axes[f"layers/attn/{name}/kernel"] = ("layers", "hidden:r", heads, "head_dim")
-        if cfg.use_bias:
+        if cfg.has_qkv_bias:
             axes[f"layers/attn/{name}/bias"] = ("layers", heads, "head_dim")
     axes["layers/attn/out/kernel"] = ("layers", "heads:i", "head_dim", "hidden:w")
     if cfg.use_bias:
         axes["layers/attn/out/bias"] = ("layers", "hidden:w")
-    ffn_in = ("up", "gate") if cfg.activation == "swiglu" else ("up",)
+    ffn_in = ("up", "gate") if cfg.gated_ffn else ("up",)
     for name in ffn_in:
         axes[f"layers/mlp/{name}/kernel"] = ("layers", "hidden:r", "ffn:o")
         if cfg.use_bias:
@@ -120,9 +120,10 @@ def param_count(cfg: ModelConfig, *, padded: bool = False) -> int:
     K = cfg.n_kv_heads
     V = cfg.padded_vocab if padded else cfg.vocab_size
     bias = 1 if cfg.use_bias else 0
-    n_ffn_in = 2 if cfg.activation == "swiglu" else 1
+    qkv_bias = 1 if cfg.use_bias or cfg.qkv_bias else 0
+    n_ffn_in = 2 if cfg.activation in ("swiglu", "geglu", "geglu_tanh") else 1
     norm_params = h * (2 if cfg.norm_has_bias else 1)
-    attn = 2 * h * H * d + 2 * h * K * d + bias * (H * d + 2 * K * d + h)  # Q and O, then K and V
+    attn = 2 * h * H * d + 2 * h * K * d + qkv_bias * (H * d + 2 * K * d) + bias * h  # Q and O, K and V, biases
     mlp = n_ffn_in * (h * f + bias * f) + f * h + bias * h
     per_layer = attn + mlp + 2 * norm_params
     total = V * h + L * per_layer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Iterator
 
 _WS = re.compile(r"[ \t\f\v\u00a0]+")
 _MANY_NL = re.compile(r"\n{3,}")
@@ -18,6 +19,34 @@ _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 def drop_controls(text: str) -> str:
     """``text`` without the control characters :func:`normalize` drops (tab and newlines stay)."""
     return _CTRL.sub("", text)
+
+
+# Where an over-long document may be cut, most natural first: a paragraph, a line, a
+# sentence, a word. The cut goes after the separator, so a sentence keeps its full stop.
+_BREAKS = ("\n\n", "\n", ". ", "? ", "! ", " ")
+
+
+def pieces(text: str, limit: int) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``limit`` characters that join back to it.
+
+    Why: one document of tens of megabytes (a dump on one line) would be held, split,
+    trained on and encoded whole; pieces bound each of those steps. Each cut is at the last
+    paragraph break in the second half of the window, else the last line break, sentence
+    end or space there, else at ``limit`` (text without spaces). Searching only the second
+    half keeps every piece but the last at least ``limit // 2`` long. Text within the limit
+    is yielded as it is."""
+    start, end = 0, len(text)
+    while end - start > limit:
+        stop = start + limit
+        cut = stop
+        for sep in _BREAKS:
+            at = text.rfind(sep, start + limit // 2, stop)
+            if at >= 0:
+                cut = at + len(sep)
+                break
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 def normalize(text: str) -> str:

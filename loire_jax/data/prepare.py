@@ -1,7 +1,8 @@
 """Build (or verify and reuse) everything a run needs under the data dir.
 
 Stages, each cached and each checked before reuse:
-1. per domain: read source → clean → seeded split → TFDS ArrayRecord dataset;
+1. per domain: read source → cut documents over ``max_doc_chars`` into pieces → clean →
+   seeded split → TFDS ArrayRecord dataset;
 2. the tokenizer (fetched, trained on the union of training splits, or a local file);
 3. per domain and split: the token stream (uint16/uint32, EOS after every document).
 
@@ -19,19 +20,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 
 from loire_jax import paths
-from loire_jax.config.data import DataConfig, DomainSpec, fingerprint
+from loire_jax.config.data import DEFAULT_MAX_DOC_CHARS, DataConfig, DomainSpec, fingerprint
 from loire_jax.data import builtin, cleaning, downloads, sources, splits, storage, tasks, tokenizers
 from loire_jax.data.errors import DataError, SourceError
 from loire_jax.data.fetch import sha256_file
+from loire_jax.data.progress import Phase
 from loire_jax.data.sources import iter_documents
 
 CLEANING_VERSION = 1  # bump when cleaning changes, so old caches are not reused
 TOKENS_META = "tokens_meta.json"
+ENCODE_BATCH = 256  # documents given to the tokenizer at once, ...
+ENCODE_BATCH_CHARS = 1 << 22  # ... and at most this many characters (a batch of long documents)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +72,8 @@ def domain_config_name(cfg: DataConfig, dom: DomainSpec) -> str:
            "min_doc_chars": cfg.min_doc_chars, "cleaning": CLEANING_VERSION, "name": dom.name}
     if dom.source.kind == "builtin":  # the corpus's own version, and the tasks whose text it leaves out
         key["corpus"] = {"version": builtin.CORPUS_VERSION, "excluded_tasks": sorted(tasks.TASKS)}
+    if cfg.max_doc_chars != DEFAULT_MAX_DOC_CHARS:  # only then: the names of streams made before it stay
+        key["max_doc_chars"] = cfg.max_doc_chars
     name = f"{dom.name.lower().replace('-', '_')}_{fingerprint(key)}"
     if dom.source.kind != "local":
         return name
@@ -119,21 +125,49 @@ def _build_domain(cfg: DataConfig, dom: DomainSpec, name: str, why: str, progres
               "rebuilding it from the source", file=sys.stderr)
     t0 = time.time()
     _log(progress, f"{dom.name}: reading {dom.source.kind} source ...")
-    docs, dropped = [], 0
-    for raw in iter_documents(dom.source, cfg.root / "downloads", dom.name):
-        doc = cleaning.normalize(raw)
-        if len(doc) >= cfg.min_doc_chars:
-            docs.append(doc)
-        else:
-            dropped += 1
+    docs, dropped, long_docs, long_pieces = [], 0, 0, 0
+    limit = cfg.max_doc_chars
+    with Phase(f"{dom.name}: reading", unit="characters", enabled=progress) as shown:
+        for raw in iter_documents(dom.source, cfg.root / "downloads", dom.name):
+            cut = int(len(raw) > limit)
+            long_docs += cut
+            for piece in cleaning.pieces(raw, limit):  # the document itself unless it is over the limit
+                long_pieces += cut
+                doc = cleaning.normalize(piece)
+                shown.update(len(piece))
+                if len(doc) >= cfg.min_doc_chars:
+                    docs.append(doc)
+                else:
+                    dropped += 1
+    extra: dict[str, Any] = {"domain": dom.name, "dropped_short_docs": dropped}
+    if long_docs:  # said even without a progress display: the documents are not the source's
+        print(f"{dom.name}: {long_docs} document(s) longer than max_doc_chars ({limit:,} characters) cut into "
+              f"{long_pieces} pieces, at paragraph, line, sentence or word breaks where it has them", file=sys.stderr,
+              flush=True)
+        extra["long_docs_cut"] = long_docs  # only then: markers of streams without any stay as they were
     idx = splits.assign_splits(len(docs), domain=dom.name, validation_docs=cfg.validation_docs,
                                recovery_fraction=cfg.recovery_fraction, seed=cfg.split_seed)
     split_docs = {s: [docs[i] for i in idx[s]] for s in splits.SPLITS}
-    meta = storage.write_domain(tfds_root, name, split_docs,
-                                {"domain": dom.name, "dropped_short_docs": dropped})
+    meta = storage.write_domain(tfds_root, name, split_docs, extra)
     _log(progress, f"{dom.name}: {len(docs)} documents ({dropped} too short dropped) "
                    f"written as ArrayRecord in {time.time() - t0:.1f}s")
     return meta
+
+
+def _training_texts(tfds_root: Path, names: list[str], progress: bool, training: list[Phase]) -> Iterator[str]:
+    """The documents the BPE learns from, every domain's pretrain then memory split, one at a
+    time (the trainer keeps its own copy). Shown as they are read; once the trainer has read
+    them all, its training shows its elapsed time (a phase put in ``training``, for the
+    caller to close when the trainer returns)."""
+    sources = [storage.data_source(tfds_root, n, s) for n in names for s in ("pretrain", "memory")]
+    with Phase("training the BPE: reading its text", total=sum(map(len, sources)), enabled=progress) as shown:
+        for src in sources:
+            for i in range(len(src)):
+                text = src[i]["text"]
+                yield text.decode("utf-8") if isinstance(text, bytes) else str(text)
+                shown.update()
+    training.append(Phase("training the BPE", unit=None, enabled=progress))
+    training[-1].start_ticking()
 
 
 def _tokenizer(cfg: DataConfig, names: list[str], progress: bool, build: bool = True) -> tokenizers.Tokenizer:
@@ -149,37 +183,58 @@ def _tokenizer(cfg: DataConfig, names: list[str], progress: bool, build: bool = 
     if not model.is_file():
         t0 = time.time()
         _log(progress, f"training a {spec.vocab_size}-piece BPE on the training splits ...")
-        texts: list[str] = []
-        for n in names:
-            for s in ("pretrain", "memory"):
-                texts.extend(storage.read_texts(cfg.root / "tfds", n, s))
+        training: list[Phase] = []
         try:
             with storage.writing(out_dir):
-                tokenizers.train_bpe(texts, out_dir, spec.vocab_size, cfg.split_seed)
+                tokenizers.train_bpe(_training_texts(cfg.root / "tfds", names, progress, training), out_dir,
+                                     spec.vocab_size, cfg.split_seed)
         except RuntimeError as e:
             raise DataError(f"BPE training failed ({e}); with very little text, lower "
                             "tokenizer.vocab_size") from None
+        finally:
+            for shown in training:
+                shown.close()
         _log(progress, f"BPE trained in {time.time() - t0:.1f}s")
     return tokenizers.SentencePieceTokenizer(model, "trained_bpe")
 
 
-def _tokenize_split(tok: tokenizers.Tokenizer, tfds_root: Path, name: str, split: str,
-                    dtype: np.dtype) -> np.ndarray:
-    """ArrayRecord source → grain MapDataset → batched encode → one flat EOS-joined stream."""
+def _tokenize_split(tok: tokenizers.Tokenizer, src: storage.CheckedSource, dtype: np.dtype, out: BinaryIO,
+                    shown: Phase) -> int:
+    """ArrayRecord source → grain → batched encode → the split's flat stream, EOS after every
+    document, written to ``out`` batch by batch; returns its number of tokens.
+
+    A batch holds at most ``ENCODE_BATCH`` documents and ``ENCODE_BATCH_CHARS`` characters
+    (or one longer document), so a split of long documents never has all its text and ids in
+    memory at once. A document's ids do not depend on the batch it is in."""
     import grain
 
-    src = storage.data_source(tfds_root, name, split)
-    eos = tok.eos_id
-    ds = (grain.MapDataset.source(src)
-          .map(lambda ex: ex["text"].decode("utf-8"))
-          .batch(256, batch_fn=list)
-          .map(tok.encode_batch))
-    parts: list[np.ndarray] = []
-    for ids_batch in ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)):
-        for ids in ids_batch:
-            parts.append(np.asarray(ids, dtype=dtype))
-            parts.append(np.asarray([eos], dtype=dtype))
-    return np.concatenate(parts) if parts else np.zeros((0,), dtype=dtype)
+    docs = (grain.MapDataset.source(src)
+            .map(lambda ex: ex["text"].decode("utf-8"))
+            .to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=64)))
+    eos = np.asarray([tok.eos_id], dtype=dtype)
+    written = 0
+
+    def flush(batch: list[str]) -> None:
+        nonlocal written
+        parts: list[np.ndarray] = []
+        for ids in tok.encode_batch(batch):
+            parts += [np.asarray(ids, dtype=dtype), eos]
+        flat = np.concatenate(parts)
+        out.write(memoryview(flat).cast("B"))  # not ndarray.tofile: its error on a full disk has no errno
+        written += flat.size
+        shown.update(len(batch))
+
+    batch: list[str] = []
+    chars = 0
+    for doc in docs:
+        if batch and (len(batch) == ENCODE_BATCH or chars + len(doc) > ENCODE_BATCH_CHARS):
+            flush(batch)
+            batch, chars = [], 0
+        batch.append(doc)
+        chars += len(doc)
+    if batch:
+        flush(batch)
+    return written
 
 
 def _token_cache_problem(d: Path, meta: dict, tok: tokenizers.Tokenizer, counts: dict, verify: bool) -> str | None:
@@ -198,7 +253,7 @@ def _token_cache_problem(d: Path, meta: dict, tok: tokenizers.Tokenizer, counts:
 
 
 def _token_cache(cfg: DataConfig, tok: tokenizers.Tokenizer, name: str, counts: dict,
-                 verify: bool, progress: bool) -> tuple[Path, dict]:
+                 verify: bool, progress: bool, label: str) -> tuple[Path, dict]:
     d = cfg.root / "tokens" / fingerprint(tok.identity) / name
     meta_path = d / TOKENS_META
     if meta_path.is_file():
@@ -219,10 +274,11 @@ def _token_cache(cfg: DataConfig, tok: tokenizers.Tokenizer, name: str, counts: 
         try:
             meta: dict[str, Any] = {"tokenizer": tok.identity}
             for s in splits.SPLITS:
-                arr = _tokenize_split(tok, cfg.root / "tfds", name, s, dtype)
-                with open(tmp / f"{s}.bin", "wb") as f:  # not ndarray.tofile: its error on a full disk has no errno
-                    f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
-                meta[s] = {"documents": counts[s], "tokens": int(arr.size), "dtype": dtype.name,
+                src = storage.data_source(cfg.root / "tfds", name, s)
+                with open(tmp / f"{s}.bin", "wb") as f, \
+                        Phase(f"{label}: tokenizing {s}", total=len(src), enabled=progress) as shown:
+                    tokens = _tokenize_split(tok, src, dtype, f, shown)
+                meta[s] = {"documents": counts[s], "tokens": tokens, "dtype": dtype.name,
                            "sha256": sha256_file(tmp / f"{s}.bin")}
             (tmp / TOKENS_META).write_text(json.dumps(meta, indent=1, sort_keys=True))
             if d.exists():
@@ -249,8 +305,8 @@ def load_prepared(cfg: DataConfig, *, progress: bool = False, verify: bool = Fal
              for dom, name, (meta, why) in zip(cfg.domains, names, found)]
     tok = _tokenizer(cfg, names, progress)
     dirs, tmetas = [], []
-    for n, m in zip(names, metas):
-        d, tm = _token_cache(cfg, tok, n, m["counts"], verify, progress)
+    for dom, n, m in zip(cfg.domains, names, metas):
+        d, tm = _token_cache(cfg, tok, n, m["counts"], verify, progress, dom.name)
         dirs.append(d)
         tmetas.append(tm)
     return PreparedData(cfg, tok, tuple(dirs), tuple(tmetas))

@@ -13,7 +13,8 @@ unless ``exact=False``.
   ``gate="open"`` starts them at alpha = 1 instead (not function-preserving).
 - ``"hidden"`` (eqs 9-11): the paper zero-pads the stream, which breaks LayerNorm (its
   App. G eq. 23 takes the statistics over the old width). Exact constructions instead:
-  ``zero_pad`` with RMSNorm (gains x sqrt(h1/h2), eps x h1/h2), ``mean_expand`` with pre-norm
+  ``zero_pad`` with RMSNorm (gains x sqrt(h1/h2), eps x h1/h2; Gemma's (1 + w) and sqrt(hidden)
+  embedding scale too, docs/growth.md), ``mean_expand`` with pre-norm
   LayerNorm (new stream coordinates hold the mean of the old ones), and ``duplicate``
   with any norm when h2 is a multiple of h1 (the stream is tiled, readers split).
 
@@ -53,6 +54,8 @@ class _Ctx:
     key: jax.Array | None
     moment: int  # 0: parameters; 1, 2: Adam first / second moment
 
+    offset = property(lambda self: self.plan.old.gain_offset)  # what the norms add to their stored gains
+
     @property
     def exact(self) -> bool:
         """LOIRE's constructions, not the ablations' random or zero new slots (``GrowthMethod.fill``)."""
@@ -75,7 +78,7 @@ class _Ctx:
             return jnp.zeros(block, x.dtype)
         noise = self.plan.old.init_std * jax.random.normal(self.leaf_key(path), block, x.dtype)
         if fill == "random" and _is_gain(path):
-            return 1.0 + noise
+            return (1.0 - self.offset) + noise  # a gain of about 1, as the norm applies it
         return noise
 
     def new_moment(self, x: jax.Array, ax: int, block: tuple[int, ...]) -> jax.Array:
@@ -93,6 +96,12 @@ class _Ctx:
         """A parameter multiplied by c, with the function preserved, gets its gradient divided
         by c: its first moment becomes m/c and its second v/c**2."""
         return x * (c if not self.moment else c ** (-self.moment))
+
+    def scaled_gain(self, x: jax.Array, c: float) -> jax.Array:
+        """A norm gain whose effect is multiplied by c: a norm by 1 + w (Gemma's) stores c (1 + w) - 1,
+        and its moments follow ``scaled`` (dL/dw = dL/d(1 + w) is divided by c all the same)."""
+        off = self.offset
+        return self.scaled(x, c) if self.moment or not off else (x + off) * c - off
 
 
 def _is_gain(path: str) -> bool:
@@ -166,8 +175,14 @@ def _grow_hidden(ctx: _Ctx, flat: dict[str, Any]) -> dict[str, Any]:
             if name.startswith("hidden:"):
                 x = _grow_hidden_axis(ctx, path, x, ax, name.split(":")[1])
         out[path] = x
-    if plan.method == "duplicate" and ctx.exact and plan.tied_rescale:
-        out = _rescale_tied_head(ctx, out, 1.0 / (plan.new.hidden // plan.old.hidden))
+    if not ctx.exact or plan.method == "paper":
+        return out
+    ratio, scaled = math.sqrt(plan.old.hidden / plan.new.hidden), plan.old.embed_scale != "none"
+    if scaled:  # x sqrt(h2), not sqrt(h1): stored sqrt(h1/h2) smaller, the embeddings enter as before
+        out["embed/embedding"] = ctx.scaled(out["embed/embedding"], ratio)
+    if plan.tied_rescale:  # a tied head reads a tiled stream m times over, and that smaller embedding
+        m = plan.new.hidden // plan.old.hidden if plan.method == "duplicate" else 1
+        out = _rescale_tied_head(ctx, out, 1.0 / m / (ratio if scaled else 1.0))
     return out
 
 
@@ -181,7 +196,7 @@ def _grow_hidden_axis(ctx: _Ctx, path: str, x: jax.Array, ax: int, role: str) ->
     if not ctx.exact or method == "paper":
         loire = {"w": "zero", "r": "random", "g": "one", "b": "zero"}[role]
         if loire == "one" and ctx.exact and not ctx.moment:
-            new = jnp.ones(block, x.dtype)
+            new = jnp.full(block, 1.0 - ctx.offset, x.dtype)  # a gain of 1, as the norm applies it
         else:
             new = ctx.fresh(path, x, ax, block, loire if loire != "one" else "zero")
         return _append(x, ax, new)
@@ -195,8 +210,8 @@ def _grow_hidden_axis(ctx: _Ctx, path: str, x: jax.Array, ax: int, role: str) ->
         if role == "r":
             return _append(x, ax, ctx.fresh(path, x, ax, block, "random"))
         if role == "g":
-            new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.full(block, ratio, x.dtype)
-            return _append(ctx.scaled(x, ratio), ax, new)
+            new = ctx.new_moment(x, ax, block) if ctx.moment else jnp.full(block, ratio - ctx.offset, x.dtype)
+            return _append(ctx.scaled_gain(x, ratio), ax, new)
         # 'b': the new coordinates normalise to 0, so a zero bias keeps them 0
         return _append(x, ax, ctx.new_moment(x, ax, block) if ctx.moment else jnp.zeros(block, x.dtype))
     m = h2 // h1  # duplicate
@@ -215,7 +230,8 @@ def _grow_hidden_axis(ctx: _Ctx, path: str, x: jax.Array, ax: int, role: str) ->
 
 
 def _rescale_tied_head(ctx: _Ctx, flat: dict[str, Any], c: float) -> dict[str, Any]:
-    """A tied head reads the tiled stream m times over; scale the norm feeding it by 1/m."""
+    """Multiply by ``c`` the output of the norm a tied head reads (its gain and bias): 1/m for a stream
+    tiled m times, sqrt(h2/h1) more for an embedding stored that much smaller (docs/growth.md)."""
     target = ctx.plan.tied_rescale
     out = dict(flat)
     for leaf in ("scale", "bias"):
@@ -223,10 +239,11 @@ def _rescale_tied_head(ctx: _Ctx, flat: dict[str, Any], c: float) -> dict[str, A
         x = out.get(path)
         if not _is_array(x):
             continue
+        scale = ctx.scaled_gain if leaf == "scale" else ctx.scaled
         if not target.startswith("layers/"):  # final_norm, or an encoder's mlm/norm
-            out[path] = ctx.scaled(x, c)
+            out[path] = scale(x, c)
         else:  # post-norm: the last layer's output norm
-            out[path] = x.at[-1].set(ctx.scaled(x[-1], c))
+            out[path] = x.at[-1].set(scale(x[-1], c))
     return out
 
 

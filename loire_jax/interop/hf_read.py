@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Container, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +22,9 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
-from loire_jax.interop import hf_encoders, hub
-from loire_jax.interop.hf_format import INDEX, PREFIX, SINGLE, HFError, Source, config_from_hf, tensor_sources
+from loire_jax.interop import hub
+from loire_jax.interop.families.base import Family
+from loire_jax.interop.hf_format import INDEX, SINGLE, HFError, Source, config_from_hf, import_family
 
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
@@ -57,13 +58,12 @@ def load(path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None,
     hf = read_config(folder)
     cfg = config_from_hf(hf, where=str(folder / "config.json"), **overrides)
     cfg.check_dtype_support()
-    arch = hf["architectures"][0]
-    store = _Checkpoint(folder, PREFIX[arch])
+    family = import_family(hf)
+    store = _Checkpoint(folder, family.prefix, family.head_prefixes)
     try:
-        sources = tensor_sources(cfg, arch, store.where)
-        _check_tensors(cfg, arch, sources, store)
-        if cfg.encoder:
-            _check_copies(store, hf_encoders.tied_copies(cfg, arch, store.where))
+        sources = family.tensors(cfg, store.where)
+        _check_tensors(cfg, family, sources, store)
+        _check_copies(store, family.tied_copies(cfg, store.where))
         shardings = None
         if mesh is not None:
             from loire_jax.parallel.sharding import check_divisible, param_shardings
@@ -103,7 +103,7 @@ def _build(shape: tuple[int, ...], cfg: ModelConfig, sharding: Any,
     return jax.make_array_from_callback(shape, sharding, lambda idx: np.asarray(block(idx), dtype))
 
 
-def _check_tensors(cfg: ModelConfig, arch: str, sources: Mapping[str, Source], store: _Checkpoint) -> None:
+def _check_tensors(cfg: ModelConfig, family: Family, sources: Mapping[str, Source], store: _Checkpoint) -> None:
     expected: dict[str, tuple[int, ...]] = {}
     for path_, shape in leaf_shapes(cfg).items():
         if path_ == GATES:
@@ -113,16 +113,16 @@ def _check_tensors(cfg: ModelConfig, arch: str, sources: Mapping[str, Source], s
         per_layer = shape[1:] if stacked else shape
         names = [src.name.format(i=i) for i in range(cfg.layers)] if stacked else [src.name]
         for name in names:
-            expected[name] = _stored_shape(src, per_layer, cfg, arch)
+            expected[name] = _stored_shape(src, per_layer, cfg)
     problems = [f"tensor {n!r} is missing" for n in expected if n not in store.where]
     for name in (n for n in expected if n in store.where):
         if store.shape(name) != expected[name]:
             problems.append(f"tensor {name!r} has shape {list(store.shape(name))}, config.json implies "
                             f"{list(expected[name])}")
-    extra = sorted(n for n in store.where if n not in expected and not _ignorable(n, cfg, arch, store.where))
+    extra = sorted(n for n in store.where if n not in expected and not family.ignorable(n, cfg, store.where))
     if extra:
         problems.append(f"tensor(s) {extra[:4]}{' ...' if len(extra) > 4 else ''} have no place in "
-                        f"{arch} as configured")
+                        f"{family.architecture} as configured")
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise HFError(f"{store.folder}: {problems[0]}{more}; refusing to load a partial or mismatched model")
@@ -142,31 +142,25 @@ def _check_copies(store: _Checkpoint, pairs: list[tuple[str, str]], rows: int = 
                           "to pick (set tie_word_embeddings false, or store one of them)")
 
 
-def _ignorable(name: str, cfg: ModelConfig, arch: str, stored: Container[str]) -> bool:
-    """Stored buffers that are not parameters (GPT-2's causal masks, RoPE caches), and the
-    tied head's copy of the embedding where a writer kept one (encoders: ``hf_encoders``)."""
-    if cfg.encoder:
-        return hf_encoders.ignorable(name, cfg, arch, stored)
-    return name.endswith((".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")) or (
-        cfg.tie_embeddings and name == "lm_head.weight")
-
-
 # --------------------------------------------------------------------------- stored tensor -> our blocks
-def _stored_shape(src: Source, shape: tuple[int, ...], cfg: ModelConfig, arch: str) -> tuple[int, ...]:
-    """The shape the stored tensor must have, given our per-layer leaf ``shape``."""
+def _stored_shape(src: Source, shape: tuple[int, ...], cfg: ModelConfig) -> tuple[int, ...]:
+    """The shape the stored tensor must have, given our per-layer leaf ``shape`` (a fused
+    tensor: ``src.total`` along its fused axis)."""
     if src.kind == "mat":
-        return shape[::-1] if src.transposed else shape
+        a, b = shape
+        b = src.total or b
+        return (b, a) if src.transposed else (a, b)
     if src.kind == "heads_out":
         a, n, d = shape
-        wide = 3 * n * d if arch == "GPT2LMHeadModel" else n * d
+        wide = src.total or n * d
         return (wide, a) if src.transposed else (a, wide)
     if src.kind == "heads_in":
         n, d, b = shape
         return (b, n * d) if src.transposed else (n * d, b)
     if src.kind == "vec":
-        return shape
+        return (src.total or shape[0],)
     if src.kind == "vec_heads":
-        return ((3 if arch == "GPT2LMHeadModel" else 1) * shape[0] * shape[1],)
+        return (src.total or shape[0] * shape[1],)
     if src.kind == "vocab_vec":
         return (cfg.vocab_size,)
     return (cfg.vocab_size, cfg.hidden)  # rows, cols
@@ -182,8 +176,8 @@ def _cut(src: Source, read: Callable[[tuple[slice, ...]], np.ndarray], index: tu
     def flip(block: tuple[slice, ...]) -> tuple[slice, ...]:
         return block[::-1] if src.transposed else block
 
-    if src.kind == "mat":
-        out = read(flip(tuple(rng)))
+    if src.kind == "mat":  # a fused one: our columns start at src.offset of its last axis
+        out = read(flip((rng[0], slice(src.offset + rng[1].start, src.offset + rng[1].stop))))
         return out.T if src.transposed else out
     if src.kind in ("heads_out", "heads_in"):
         d = shape[2] if src.kind == "heads_out" else shape[1]  # [A, n, d] or [n, d, B]
@@ -226,7 +220,7 @@ def _cut(src: Source, read: Callable[[tuple[slice, ...]], np.ndarray], index: tu
 class _Checkpoint:
     """The tensors of a checkpoint directory, by name, read slice by slice."""
 
-    def __init__(self, folder: Path, prefix: str = ""):
+    def __init__(self, folder: Path, prefix: str = "", heads: tuple[str, ...] = ()):
         from safetensors import safe_open
 
         self.folder = folder
@@ -247,7 +241,8 @@ class _Checkpoint:
         # prefix ("h.0.attn.c_attn.weight"); transformers accepts both, and so do we. Older
         # BERTs name their LayerNorms' gain and bias "gamma" and "beta", which it renames.
         bare = prefix and not any(k.startswith(prefix) for k in where)
-        self.stored = {_renamed(prefix + k if bare and not k.startswith(_HEADS) else k): k for k in where}
+        # (``heads``: the head's tensors, stored without the prefix in any case)
+        self.stored = {_renamed(prefix + k if bare and not k.startswith(heads) else k): k for k in where}
         if len(self.stored) < len(where):
             raise HFError(f"{folder}: a tensor is stored under two names (LayerNorm gamma/beta and weight/bias); "
                           "refusing to guess which one transformers would load")
@@ -303,9 +298,6 @@ def _inside(index: Path, name: Any) -> str:
         raise HFError(f"{index}: its weight_map names {name!r}, which is not a file inside {index.parent}; an index "
                       "names the shard files beside it")
     return name
-
-
-_HEADS = ("lm_head.",) + hf_encoders.HEAD_PREFIXES  # head tensors, stored without the base prefix
 
 
 def _renamed(name: str) -> str:

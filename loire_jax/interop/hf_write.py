@@ -1,6 +1,7 @@
-"""Writing a Hugging Face checkpoint directory: ``save(cfg, params, path)`` writes one that
-transformers loads unchanged, or refuses, naming why, what the target class cannot compute
-exactly (``hf_format.config_to_hf``). Tensors are written with ``safetensors`` (no torch)
+"""Writing a Hugging Face checkpoint directory: ``save(cfg, params, path, tokenizer=...)`` writes
+one that transformers loads unchanged, with the model's tokenizer, or refuses, naming why, what
+the target class cannot compute exactly (``hf_format.config_to_hf``). It is the one way a
+checkpoint is written: ``loire-export-hf`` calls it (through ``export_run``) as a user does. Tensors are written with ``safetensors`` (no torch)
 into a temporary folder that ``export_folder`` puts in place.
 """
 
@@ -19,34 +20,44 @@ from flax.traverse_util import flatten_dict
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES
-from loire_jax.interop import export_folder, hf_encoders
-from loire_jax.interop.hf_format import INDEX, SINGLE, TOKENIZER_IDENTITY, HFError, Source, config_to_hf, tensor_sources
+from loire_jax.data.special import special_tokens
+from loire_jax.data.tokenizers import Tokenizer
+from loire_jax.interop import export_folder
+from loire_jax.interop.families.base import Family
+from loire_jax.interop.hf_format import INDEX, SINGLE, TOKENIZER_IDENTITY, HFError, Source, config_to_hf, export_family
 
 
 def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *,
-         max_shard_bytes: int = 2 << 30, tokenizer_files: Mapping[str, str | os.PathLike] | None = None,
-         tokenizer_identity: Mapping[str, Any] | None = None, pad_token_id: int | None = None) -> Path:
+         max_shard_bytes: int = 2 << 30, tokenizer: Tokenizer | Mapping[str, Any] | None = None,
+         pad_token_id: int | None = None) -> Path:
     """Write ``params`` as a transformers checkpoint directory at ``path`` (created; an
     existing non-empty directory is refused, never overwritten, unless an earlier export
     made it and it holds nothing else: ``export_folder``).
 
     Exports only what the target class computes exactly: every layer's gate must be 1
-    (a half-ramped copied layer has no Hugging Face form), and the config must map to
-    ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``BertForMaskedLM`` or ``RobertaForMaskedLM``
-    (``config_to_hf`` says why not). The padded vocabulary rows are dropped. Tensors go in
-    shards of at most ``max_shard_bytes`` with an index when there is more than one.
-    ``tokenizer_files`` (name → file) are copied in beside the weights, and
-    ``tokenizer_identity`` (``Tokenizer.identity``) is written to ``loire_tokenizer.json``, so
-    that a later run starting from this directory can prove it uses the same tokenizer.
-    ``pad_token_id``: a BERT's [PAD] id (``data.special``); its ``config.json`` says null
-    without it, never an id that is not the model's padding.
+    (a half-ramped copied layer has no Hugging Face form), and the config must map to a
+    family's class (``loire_jax.interop.families``: ``ModelConfig.hf_family``, or the one the
+    architecture picks; ``config_to_hf`` says why not, and which growth would make it
+    expressible). Nothing is written before these checks. The padded vocabulary rows are
+    dropped. Tensors go in shards of at most ``max_shard_bytes`` with an index when there is
+    more than one.
+
+    ``tokenizer``: the model's ``loire_jax.data.Tokenizer`` (``load_tokenizer(run.data)``), as
+    ``loire-export-hf`` passes it: its file is copied in beside the weights, its identity is
+    written to ``loire_tokenizer.json`` (so that a later run starting from this directory can
+    prove it uses the same tokenizer), its EOS id goes into ``config.json`` and an encoder's
+    [PAD] id is read from it (``data.special``). A mapping is the identity alone, for a
+    tokenizer whose file is gone. ``pad_token_id``: a BERT's [PAD] id without a tokenizer;
+    its ``config.json`` says null without either, never an id that is not the model's padding.
     """
+    identity, files = (tokenizer.identity, tokenizer.files) if isinstance(tokenizer, Tokenizer) else \
+        (tokenizer, {})
+    if isinstance(tokenizer, Tokenizer) and cfg.encoder and pad_token_id is None:
+        pad_token_id = special_tokens(tokenizer, cfg.vocab_size).pad
     hf = config_to_hf(cfg)
+    family = export_family(cfg)
     # transformers' defaults (GPT-2's 50256) would name ids outside a smaller vocabulary
-    eos = (tokenizer_identity or {}).get("eos_id")
-    hf.update(eos_token_id=eos, bos_token_id=eos if hf["model_type"] == "gpt2" else None)
-    if hf["model_type"] == "bert":  # RoBERTa's is fixed by its position offset
-        hf["pad_token_id"] = pad_token_id
+    family.token_ids(hf, (identity or {}).get("eos_id"), pad_token_id)
     gates = np.asarray(jax.device_get(params[GATES]))
     if not np.all(gates == 1):
         raise HFError(f"cannot export: layer gate(s) {np.flatnonzero(gates != 1).tolist()} are not 1 (values "
@@ -54,7 +65,7 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
                       "Train through the gate ramp first")
     folder = Path(path).expanduser()
     export_folder.check_target(folder, HFError)
-    tensors = _stored_tensors(cfg, params, hf["architectures"][0])
+    tensors = _stored_tensors(cfg, params, family)
     # Written into a sibling directory, then renamed into place: an interrupted export leaves
     # no half-written checkpoint at ``path`` (and a retry is not refused as "not empty").
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +73,7 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        _write(tmp, tensors, hf, max_shard_bytes, tokenizer_files, tokenizer_identity)
+        _write(tmp, tensors, hf, max_shard_bytes, files, identity)
         export_folder.put_in_place(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -70,26 +81,25 @@ def save(cfg: ModelConfig, params: Mapping[str, Any], path: str | os.PathLike, *
     return folder
 
 
-def _stored_tensors(cfg: ModelConfig, params: Mapping[str, Any], arch: str) -> dict[str, np.ndarray]:
+def _stored_tensors(cfg: ModelConfig, params: Mapping[str, Any], family: Family) -> dict[str, np.ndarray]:
     """Every tensor of the export, by its stored name, in ``cfg.param_dtype`` (float64 stays
     float64: a round trip is bit-exact)."""
     flat = flatten_dict(dict(params), sep="/")
     tensors: dict[str, np.ndarray] = {}
-    fused: dict[str, list[tuple[int, np.ndarray]]] = {}
-    for path_, src in tensor_sources(cfg, arch).items():
+    fused: dict[str, list[tuple[Source, np.ndarray]]] = {}
+    for path_, src in family.tensors(cfg).items():
         value = np.asarray(jax.device_get(flat[path_]))
         stacked = path_.startswith("layers/")
         for i, part in enumerate(value if stacked else [value]):
             name = src.name.format(i=i)
             stored = _to_stored(src, part, cfg.vocab_size)
-            if src.kind in ("heads_out", "vec_heads") and arch == "GPT2LMHeadModel":
-                fused.setdefault(name, []).append((src.offset, stored))
+            if src.total is not None:
+                fused.setdefault(name, []).append((src, stored))
             else:
                 tensors[name] = stored
-    for name, parts in fused.items():  # c_attn: Q, K, V side by side along the output axis
-        tensors[name] = np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])], axis=-1)
-    if cfg.encoder:
-        hf_encoders.complete_export(cfg, arch, tensors)
+    for name, parts in fused.items():  # GPT-2's c_attn, Phi-3's qkv_proj and gate_up_proj
+        tensors[name] = _fuse(name, parts)
+    family.complete_export(cfg, tensors)
     out_dtype = jnp.dtype(cfg.param_dtype)
     return {k: np.ascontiguousarray(v.astype(out_dtype)) for k, v in tensors.items()}
 
@@ -116,6 +126,23 @@ def _write(folder: Path, tensors: Mapping[str, np.ndarray], hf: Mapping[str, Any
         (folder / name).write_bytes(Path(file).read_bytes())
     if tokenizer_identity is not None:
         (folder / TOKENIZER_IDENTITY).write_text(json.dumps(dict(tokenizer_identity), sort_keys=True) + "\n")
+
+
+def _fuse(name: str, parts: list[tuple[Source, np.ndarray]]) -> np.ndarray:
+    """The parts of one fused tensor side by side along its output axis (rows of a transposed
+    [out, in] weight, columns of an [in, out] one, a vector's only axis), in the order of their
+    offsets, which must tile the whole axis."""
+    parts = sorted(parts, key=lambda part: part[0].offset)
+    src = parts[0][0]
+    axis = 0 if src.transposed or src.kind in ("vec", "vec_heads") else -1
+    at = 0
+    for part, array in parts:
+        if part.offset != at:
+            raise AssertionError(f"{name}: a fused part starts at {part.offset}, after {at}")  # a family's bug
+        at += array.shape[axis]
+    if at != src.total:
+        raise AssertionError(f"{name}: fused parts fill {at} of {src.total}")
+    return np.concatenate([array for _, array in parts], axis=axis)
 
 
 def _to_stored(src: Source, ours: np.ndarray, vocab: int) -> np.ndarray:

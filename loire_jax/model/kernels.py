@@ -1,10 +1,11 @@
 """How the model executes on each platform: the attention kernel, layer rematerialisation,
-the layer loop's unrolling and where weights are cast to the compute dtype.
+the layer loop's unrolling, where weights are cast to the compute dtype, the fused
+element-wise kernels (``model.fused``), and how the chunked losses run.
 
-These choices never change what the model computes, only how fast and in how much memory,
-so they are resolved late, from the platform the step runs on, and are free to change on
-resume. ``ModelConfig.attention``, ``ModelConfig.remat`` and ``ModelConfig.scan_unroll``
-hold the user's choice (``auto`` by default); ``for_platform`` turns it into a concrete one.
+These choices never change what the model computes beyond rounding, only how fast and in
+how much memory, so they are resolved late, from the platform the step runs on, and are
+free to change on resume. The fields (``config.roles.EXECUTION``) hold the user's choice
+(``auto`` by default); ``for_platform`` and ``run_execution`` turn it into a concrete one.
 
 - ``xla``: scores and softmax written out (``einsum`` + ``softmax``), scores in float32 or
   wider. This is the path the exactness suite checks, and the only one on CPU.
@@ -13,6 +14,11 @@ hold the user's choice (``auto`` by default); ``for_platform`` turns it into a c
 - ``splash``: the Pallas splash-attention kernel JAX ships for TPU
   (``jax.experimental.pallas.ops.tpu.splash_attention``), one kernel per example. Off TPU it
   runs in Pallas interpret mode, which is slow and exists so the CPU tests can check it.
+
+A decoder's sliding window (``ModelConfig.sliding_window`` = w > 0: query i sees keys
+i-w+1..i, as transformers' Mistral) is honoured by every path: a band mask in ``xla``,
+cuDNN's own sliding-window mask (``local_window_size=(w - 1, 0)``, which JAX passes on as
+cuDNN's window of w keys), and splash's ``LocalMask``. None of them falls back silently.
 """
 
 from __future__ import annotations
@@ -71,11 +77,24 @@ def attention_for(cfg: ModelConfig, platform: str, seq_len: int | None = None) -
     return choice
 
 
-def remat_for(cfg: ModelConfig, platform: str) -> str:
-    """``auto``: save matmul outputs (``dots``) on accelerators, where activation memory is
-    the limit; keep everything (``none``) on CPU, where memory is plentiful and compute is not."""
+# The remat policies ``auto`` chooses among on a device that reports its memory, least
+# recomputation first: the first whose compiled step fits is taken (train.program).
+REMAT_CANDIDATES = ("none", "dots_names", "dots", "full")
+
+
+def remat_for(cfg: ModelConfig, platform: str, by_memory: str | None = None) -> str:
+    """``auto``: on a device that reports its memory, the least recomputation whose compiled
+    step fits it (``by_memory``: one of ``REMAT_CANDIDATES``, chosen by ``train.program`` from
+    the compiled candidates' memory analysis, ``analysis.memory.choose_remat``). Without that
+    choice: ``none`` on CPU, where memory is plentiful and compute is not, and ``dots`` on
+    accelerators (a program with no backward pass, such as evaluation or a teacher's
+    forward, computes the same under any policy)."""
     if cfg.remat != "auto":
         return cfg.remat
+    if by_memory is not None:
+        if by_memory not in REMAT_CANDIDATES:
+            raise ValueError(f"remat chosen by memory must be one of {REMAT_CANDIDATES}, got {by_memory!r}")
+        return by_memory
     return "none" if platform == "cpu" else "dots"
 
 
@@ -117,12 +136,41 @@ def loss_softmax_for(setting: str, platform: str) -> str:
     return "online" if platform == "gpu" else "two_pass"
 
 
-def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None) -> ModelConfig:
+def loss_logits_for(setting: str, platform: str) -> str:
+    """The dtype the head writes each loss block's logits in. ``auto``: ``compute`` on GPUs,
+    as torch.compile's reference computes under autocast (a bf16 logits matmul, its
+    cross-entropy upcast to float32; 1.05x the M5 step on one H100, 2026-11-27,
+    followup-h100.jsonl); ``float32`` elsewhere, so a CPU run computes what it always did.
+    In a float32 or float64 run the two are the same computation."""
+    if setting != "auto":
+        return setting
+    return "compute" if platform == "gpu" else "float32"
+
+
+FUSED_PLATFORMS = ("gpu", "cpu")  # Triton on GPUs; Pallas interpret mode on a CPU (slow: for tests)
+
+
+def fused_for(cfg: ModelConfig, platform: str) -> str:
+    """The fused Pallas kernels (``model.fused``, ``model.fused``'s kernels in ``model/fused.py``).
+    ``auto`` is ``none`` on every platform: the kernels are proven on the CPU, and a GPU
+    takes them by default only once the accelerator check's variants table shows them faster
+    (it has not run them yet). An explicit choice is refused on a platform they cannot run on."""
+    if cfg.fused == "auto":
+        return "none"
+    if cfg.fused != "none" and platform not in FUSED_PLATFORMS:
+        raise ValueError(f"model.fused={cfg.fused} runs Pallas Triton kernels on NVIDIA GPUs (and in interpret mode "
+                         f"on a CPU, for tests), but the step runs on {platform}; use fused=auto or none")
+    return cfg.fused
+
+
+def for_platform(cfg: ModelConfig, platform: str, seq_len: int | None = None,
+                 remat: str | None = None) -> ModelConfig:
     """``cfg`` with its execution choices (``config.roles.EXECUTION``) made concrete for
-    ``platform``: the one place an ``auto`` is resolved. A concrete choice is still checked
-    (an attention kernel this platform cannot run is refused)."""
-    return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform),
-                       scan_unroll=scan_unroll_for(cfg, platform))
+    ``platform``: the one place an ``auto`` is resolved. ``remat``: the policy chosen by
+    memory for an ``auto`` remat (``remat_for``), where the caller compiled the candidates.
+    A concrete choice is still checked (a kernel this platform cannot run is refused)."""
+    return cfg.replace(attention=attention_for(cfg, platform, seq_len), remat=remat_for(cfg, platform, remat),
+                       scan_unroll=scan_unroll_for(cfg, platform), fused=fused_for(cfg, platform))
 
 
 def execution(cfg: ModelConfig) -> dict[str, Any]:
@@ -132,8 +180,9 @@ def execution(cfg: ModelConfig) -> dict[str, Any]:
 
 def run_execution(run: RunConfig, platform: str) -> dict[str, Any]:
     """The run's own execution choices (``config.roles.EXECUTION`` on ``RunConfig``), each
-    ``auto`` resolved for ``platform``: the loss blocks and their softmax here, the rest as set."""
-    resolve = {"loss_chunk": loss_chunk_for, "loss_softmax": loss_softmax_for}
+    ``auto`` resolved for ``platform``: the loss blocks, their softmax and their logits' dtype
+    here, the rest as set."""
+    resolve = {"loss_chunk": loss_chunk_for, "loss_softmax": loss_softmax_for, "loss_logits": loss_logits_for}
     return {name: resolve[name](getattr(run, name), platform) if name in resolve else getattr(run, name)
             for name in fields_with(RunConfig, EXECUTION)}
 
@@ -192,14 +241,16 @@ def cast_weights(cfg: ModelConfig, params: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- attention
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str) -> jax.Array:
-    """Causal softmax attention (eq. 1) on [batch, seq, heads, head_dim] -> same shape."""
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str, window: int = 0) -> jax.Array:
+    """Causal softmax attention (eq. 1) on [batch, seq, heads, head_dim] -> same shape; with
+    ``window`` w > 0, query i attends to keys i-w+1..i only (a sliding window)."""
     if impl == "xla":
-        return _xla(q, k, v, causal=True)
+        return _xla(q, k, v, causal=True, window=window)
     if impl == "cudnn":
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+        local = (window - 1, 0) if window else None  # JAX hands cuDNN a window of left + 1 keys, itself included
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, local_window_size=local, implementation="cudnn")
     if impl == "splash":
-        return _splash(q, k, v)
+        return _splash(q, k, v, window=window)
     raise ValueError(f"unknown attention implementation {impl!r}")
 
 
@@ -221,12 +272,14 @@ def bidirectional_attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str,
     raise ValueError(f"unknown attention implementation {impl!r}")
 
 
-def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.Array | None = None) -> jax.Array:
+def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.Array | None = None,
+         window: int = 0) -> jax.Array:
     sdt = jnp.promote_types(q.dtype, jnp.float32)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sdt) / math.sqrt(q.shape[-1])
     seq = q.shape[1]
     if causal:
-        allowed = jnp.tril(jnp.ones((seq, seq), dtype=bool))[None, None]
+        back = jnp.arange(seq)[:, None] - jnp.arange(seq)[None, :]  # how far key j lies behind query i
+        allowed = ((back >= 0) & ((back < window) if window else True))[None, None]
     else:
         allowed = jnp.ones((1, 1, seq, seq), dtype=bool) if valid is None else valid[:, None, None, :]
     scores = jnp.where(allowed, scores, jnp.finfo(sdt).min)
@@ -234,19 +287,23 @@ def _xla(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, valid: jax.A
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-def _splash_kernel(heads: int, seq: int, interpret: bool, causal: bool = True) -> Any:
+def _splash_kernel(heads: int, seq: int, interpret: bool, causal: bool = True, window: int = 0) -> Any:
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     block = min(SPLASH_BLOCK * 4, seq) if seq % (SPLASH_BLOCK * 4) == 0 else min(SPLASH_BLOCK, seq)
     sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                           block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
-    one = sm.CausalMask((seq, seq)) if causal else sm.FullMask((seq, seq))
+    if causal and window:  # keys i-w+1..i: a local band, causal by its right edge 0
+        one = sm.LocalMask((seq, seq), window_size=(window - 1, 0), offset=0)
+    else:
+        one = sm.CausalMask((seq, seq)) if causal else sm.FullMask((seq, seq))
     mask = sm.MultiHeadMask([one for _ in range(heads)])
     return sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def _splash(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True, valid: jax.Array | None = None) -> jax.Array:
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True, valid: jax.Array | None = None,
+            window: int = 0) -> jax.Array:
     """Splash attention, vmapped over the batch. Pallas kernels are not auto-partitioned, so
     under a mesh set with ``jax.set_mesh`` the call is wrapped in ``shard_map`` over the batch
     axes and the heads' ``tensor`` axis."""
@@ -257,7 +314,7 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True, valid
     def local(q, k, v, seg):
         from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
-        kernel = _splash_kernel(q.shape[2], seq, interpret, causal)
+        kernel = _splash_kernel(q.shape[2], seq, interpret, causal, window)
         qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [b, heads, seq, head_dim]
         if causal and valid is None:
             out = jax.vmap(kernel)(qt / np.sqrt(head_dim).astype(q.dtype), kt, vt)

@@ -25,6 +25,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from loire_jax.config.model import ModelConfig
 from loire_jax.config.shapes import GATES, leaf_shapes
+from loire_jax.model.fused import DenseBiasGelu, FusedLayerNorm
 from loire_jax.model.kernels import (
     bidirectional_attention,
     causal_attention,
@@ -73,10 +74,31 @@ def apply_rope(x: jax.Array, sin: jax.Array, cos: jax.Array) -> jax.Array:
     return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
 
 
+class OffsetRMSNorm(nn.Module):
+    """Gemma's RMSNorm: x / sqrt(mean(x^2) + eps) * (1 + w), its gain ``w`` stored as an offset
+    from 1 (initialised to 0), computed in float32 at least and cast to ``dtype`` last."""
+
+    epsilon: float
+    dtype: Any
+    param_dtype: Any
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        scale = self.param("scale", nn.initializers.zeros, (x.shape[-1],), self.param_dtype)
+        dt = _softmax_dtype(jnp.dtype(x.dtype))
+        xf = x.astype(dt)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.epsilon)
+        return (y * (1 + scale.astype(dt))).astype(self.dtype)
+
+
 def _norm(cfg: ModelConfig, name: str) -> nn.Module:
+    if cfg.fused_norm:  # model.fused: the same LayerNorm in one Pallas kernel, residual add included
+        return FusedLayerNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name)
     if cfg.norm == "layernorm":
         return nn.LayerNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                             use_fast_variance=False, name=name)
+    if cfg.norm_gain == "1+w":
+        return OffsetRMSNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name)
     return nn.RMSNorm(epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name)
 
 
@@ -87,7 +109,8 @@ def _kernel_init(cfg: ModelConfig) -> Any:
 class Attention(nn.Module):
     """Multi-head attention, eq. 1, with ``heads`` heads of width ``head_dim``: causal in a
     decoder, bidirectional over the valid tokens in an encoder; with ``kv_heads``,
-    grouped-query attention (each key/value head serves a group of query heads)."""
+    grouped-query attention (each key/value head serves a group of query heads); with
+    ``sliding_window``, each query of a decoder sees itself and the window's earlier keys."""
 
     cfg: ModelConfig
 
@@ -97,7 +120,7 @@ class Attention(nn.Module):
         cfg = self.cfg
 
         def proj(name: str, heads: int) -> jax.Array:
-            return nn.DenseGeneral((heads, cfg.head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+            return nn.DenseGeneral((heads, cfg.head_dim), use_bias=cfg.has_qkv_bias, dtype=cfg.compute_dtype,
                                    param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name=name)(x)
 
         q = proj("query", cfg.heads)
@@ -110,7 +133,7 @@ class Attention(nn.Module):
         if cfg.encoder:
             out = bidirectional_attention(q, k, v, cfg.attention, valid)
         else:
-            out = causal_attention(q, k, v, cfg.attention)
+            out = causal_attention(q, k, v, cfg.attention, cfg.sliding_window)
         out = checkpoint_name(out, "attn_out")  # kept by remat=dots_names (kernels.SAVED_NAMES)
         return nn.DenseGeneral(cfg.hidden, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                                param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name="out")(out)
@@ -118,7 +141,7 @@ class Attention(nn.Module):
 
 class Mlp(nn.Module):
     """The FFN of eq. 2 (GELU, as in the paper; ``gelu_tanh``: GPT-2's approximation of it) or
-    its SwiGLU variant."""
+    a gated variant, act(gate) * up: SwiGLU (SiLU), GeGLU (GELU; Gemma's with the tanh form)."""
 
     cfg: ModelConfig
 
@@ -130,16 +153,23 @@ class Mlp(nn.Module):
             return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                             param_dtype=cfg.params_dtype, kernel_init=_kernel_init(cfg), name=name)
 
-        if cfg.activation == "swiglu":
-            hidden = jax.nn.silu(dense(cfg.ffn, "gate")(x)) * dense(cfg.ffn, "up")(x)
+        if cfg.gated_ffn:
+            gate = dense(cfg.ffn, "gate")(x)
+            act = jax.nn.silu(gate) if cfg.activation == "swiglu" else jax.nn.gelu(
+                gate, approximate=cfg.activation == "geglu_tanh")
+            hidden = act * dense(cfg.ffn, "up")(x)
+        elif cfg.fused_gelu:  # model.fused: the bias add and GELU in one Pallas kernel
+            hidden = DenseBiasGelu(cfg.ffn, cfg.compute_dtype, cfg.params_dtype, _kernel_init(cfg),
+                                   approximate=cfg.activation == "gelu_tanh", name="up")(x)
         else:
             hidden = jax.nn.gelu(dense(cfg.ffn, "up")(x), approximate=cfg.activation == "gelu_tanh")
         return dense(cfg.hidden, "down")(checkpoint_name(hidden, "ffn_act"))
 
 
 def _named(norm: nn.Module) -> Any:
-    """A norm whose output is named "norm", for remat=dots_names to keep (kernels.SAVED_NAMES)."""
-    return lambda x: checkpoint_name(norm(x), "norm")
+    """A norm whose output is named "norm", for remat=dots_names to keep (kernels.SAVED_NAMES);
+    a fused one takes the residual to add first (``residual``)."""
+    return lambda x, **residual: checkpoint_name(norm(x, **residual), "norm")
 
 
 class GatedBlock(nn.Module):
@@ -151,8 +181,16 @@ class GatedBlock(nn.Module):
     def __call__(self, x: jax.Array, gate: jax.Array, rope: Any, valid: Any = None) -> tuple[jax.Array, None]:
         cfg = self.cfg
         attn, mlp = Attention(cfg, name="attn"), Mlp(cfg, name="mlp")
-        norm_attn, norm_mlp = _named(_norm(cfg, "norm_attn")), _named(_norm(cfg, "norm_mlp"))
-        if cfg.norm_position == "pre":
+        raw_mlp = _norm(cfg, "norm_mlp")
+        norm_attn, norm_mlp = _named(_norm(cfg, "norm_attn")), _named(raw_mlp)
+        if cfg.fused_norm:  # each residual add goes into the kernel of the norm that reads it
+            if cfg.norm_position == "pre":
+                normed, h = raw_mlp(x, residual=attn(norm_attn(x), rope, valid), keep_sum=True)
+                y = h + mlp(checkpoint_name(normed, "norm"))
+            else:
+                h = norm_attn(x, residual=attn(x, rope, valid))
+                y = norm_mlp(h, residual=mlp(h))
+        elif cfg.norm_position == "pre":
             h = x + attn(norm_attn(x), rope, valid)
             y = h + mlp(norm_mlp(h))
         else:  # eq. 3: Layer_norm(H + MHA(H)), Layer_norm(H + FFN(H))
@@ -201,6 +239,8 @@ class Decoder(nn.Module):
         embed = nn.Embed(cfg.padded_vocab, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                          embedding_init=_kernel_init(cfg), name="embed")
         x = embed(tokens)
+        if cfg.embed_scale != "none":  # Gemma: x sqrt(hidden), rounded to the compute dtype as transformers does
+            x = x * jnp.asarray(cfg.embed_multiplier, x.dtype)
         rope = None
         if cfg.position == "learned":
             pos = nn.Embed(cfg.position_rows, cfg.hidden, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
@@ -241,8 +281,8 @@ class Decoder(nn.Module):
 def init_params(cfg: ModelConfig, key: jax.Array, *, out_shardings: Any = None) -> dict[str, Any]:
     """Fresh parameters for ``cfg`` as a plain nested dict, as one compiled program.
 
-    Weights and embeddings ~ N(0, init_std^2), biases 0, norm gains 1, gates 1 (every
-    layer active). Leaves are drawn from the layout table, one key per path, so the
+    Weights and embeddings ~ N(0, init_std^2), biases 0, norm gains 1 (stored as 0 where a
+    norm multiplies by 1 + its gain), gates 1 (every layer active). Leaves are drawn from the layout table, one key per path, so the
     values do not depend on how the model is sharded; pass ``out_shardings`` (see
     ``loire_jax.parallel.sharding.param_shardings``) to create a large model directly on a mesh.
     ``Decoder(cfg).init`` builds the same tree (a test checks it) but compiles far more.
@@ -261,7 +301,7 @@ def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
                 vocab_axis = 0 if path == "embed/embedding" else 1  # padding rows / columns start at 0
                 keep = jnp.arange(cfg.padded_vocab) < cfg.vocab_size
                 flat[path] = jnp.where(jnp.expand_dims(keep, 1 - vocab_axis), flat[path], 0)
-        elif path.endswith("bias"):
+        elif path.endswith("bias") or (path.endswith("scale") and cfg.gain_offset):
             flat[path] = jnp.zeros(shape, cfg.params_dtype)
         else:  # norm gains and layer gates
             flat[path] = jnp.ones(shape, cfg.params_dtype)

@@ -6,6 +6,13 @@ its teachers on inside it, ``StepSpec.distill_window``), and one evaluation step
 checked against the device's memory before it runs and logged as a "compile" record. A
 compiled executable refuses inputs it was not compiled for, so a phase runs exactly the one
 program compiled here, and nothing recompiles inside a phase.
+
+``model.remat: auto`` on a device that reports its memory is chosen here, once per stage,
+from the compiled step itself: the candidates (``kernels.REMAT_CANDIDATES``, least
+recomputation first) are compiled one at a time until one's peak fits the device with a
+margin (``analysis.memory.choose_remat``), and that program is the stage's step: a step that
+fits without remat compiles once, as before. The choice and its figures are logged and go
+into the stage's "execution" record. Backends that report no memory (CPU) keep ``none``.
 """
 
 from __future__ import annotations
@@ -24,13 +31,16 @@ from loire_jax.config.schedule import Phase, growth_plans, prompt_ids, stage_mod
 from loire_jax.config.stage import stage_number
 from loire_jax.errors import RunError
 from loire_jax.growth.transforms import ramp_layers
-from loire_jax.model.kernels import execution, for_platform, run_execution
+from loire_jax.model.kernels import REMAT_CANDIDATES, execution, for_platform, run_execution
+from loire_jax.model.params import abstract_params
 from loire_jax.parallel.sharding import batch_sharding, param_shardings
 from loire_jax.train.context import stage_label
 from loire_jax.train.masking import MaskingSpec
 from loire_jax.train.optimizer import optimizer_for, schedule_for
 from loire_jax.train.state import TrainState, abstract_state, state_shardings
 from loire_jax.train.step import StepSpec, frozen_teacher, make_eval_step, make_train_step
+
+BY_MEMORY = "auto (by memory)"  # a remat the stage's first compilation will choose (``Programs.execution``)
 
 
 class StageLayout(NamedTuple):
@@ -43,16 +53,18 @@ class StageLayout(NamedTuple):
 class Programs:
     """Every stage's model, growth plans, layout and compiled steps for one session.
 
-    ``emit`` receives the "compile" records; ``stop_point`` is called after each compilation
-    (a place where a multi-process run may stop: ``RunSession.stop_point``)."""
+    ``emit`` receives the "compile" and "execution" records; ``stop_point`` is called after
+    each compilation (a place where a multi-process run may stop: ``RunSession.stop_point``);
+    ``say`` logs a line (the remat chosen by memory)."""
 
     def __init__(self, run_config: RunConfig, mesh: Mesh, emit: Callable[[dict[str, Any]], None],
-                 stop_point: Callable[[str], None]) -> None:
+                 stop_point: Callable[[str], None], say: Callable[[str], None] | None = None) -> None:
         self.run_config, self.mesh = run_config, mesh
         self.platform = mesh.devices.flat[0].platform
         self.models = stage_models(run_config)
         self.plans = growth_plans(run_config)
-        self._emit, self._stop_point = emit, stop_point
+        self._emit, self._stop_point, self._say = emit, stop_point, say or (lambda line: None)
+        self._remat: dict[int, memory.RematChoice] = {}  # stage -> the remat chosen by memory
         self._layouts: dict[int, StageLayout] = {}
         self._steps: dict[tuple[int, StepSpec], Any] = {}  # one per stage: its phases share it
         self._evals: dict[int, Any] = {}
@@ -84,10 +96,29 @@ class Programs:
             self._exec[cfg] = for_platform(cfg, self.platform, self.run_config.seq_len)
         return self._exec[cfg]
 
+    def student(self, index: int):
+        """Stage ``index``'s model as its train step runs it: ``exec``, with the remat chosen
+        by memory once it is (``kernels.for_platform``'s ``remat``)."""
+        if index not in self._remat:
+            return self.exec(self.models[index])
+        return for_platform(self.models[index], self.platform, self.run_config.seq_len, self._remat[index].chosen)
+
+    def remat_by_memory(self, index: int) -> bool:
+        """Whether stage ``index``'s remat is chosen from its compiled step: ``auto`` on a device
+        that reports its memory."""
+        return self.models[index].remat == "auto" and self._device_memory() is not None
+
+    def _device_memory(self) -> tuple[int, int] | None:
+        return memory.device_memory(list(self.mesh.devices.flat))
+
     def execution(self, index: int) -> dict[str, Any]:
         """Stage ``index``'s execution choices as resolved here, the model's and the run's: what
-        its steps compile with, and what the run logs and records ("execution")."""
-        return {**execution(self.exec(self.models[index])), **self.run_execution}
+        its steps compile with, and what the run logs and records ("execution"). A remat that
+        the stage's first compilation will choose by memory reads ``BY_MEMORY`` until then."""
+        chosen = {**execution(self.student(index)), **self.run_execution}
+        if self.remat_by_memory(index) and index not in self._remat:
+            chosen["remat"] = BY_MEMORY
+        return chosen
 
     def knobs(self, index: int) -> dict[str, Any]:
         """The settings that trade memory for speed, for ``memory.advice`` and ``check_fits``."""
@@ -118,18 +149,58 @@ class Programs:
         """Each phase's step, one for the whole stage: the student, its frozen teachers and their
         betas (eq. 15) on over the distill phase's steps (``StepSpec.distill_window``), the
         gate ramp of the layers grown into this stage. One program per stage, not per phase:
-        a stage boundary compiles what the new shape needs and nothing more."""
+        a stage boundary compiles what the new shape needs and nothing more. A remat chosen by
+        memory is chosen here, on the first call (``_choose_remat``)."""
+        if self.remat_by_memory(index) and index not in self._remat:
+            self._choose_remat(index, stage_phases)
+        spec = self._spec(index, stage_phases, self.student(index))
+        return {p.name: spec for p in stage_phases}
+
+    def _spec(self, index: int, stage_phases: list[Phase], student) -> StepSpec:
         run, stage, teachers = self.run_config, self.run_config.stages[index], self.teacher_models(index)
         distill = [p for p in stage_phases if p.distill]
         window = (distill[0].start, distill[0].end) if distill and teachers else None
-        spec = StepSpec(self.exec(self.models[index]),
-                        teachers=tuple(frozen_teacher(self.exec(t)) for t in teachers) if window else (),
+        return StepSpec(student, teachers=tuple(frozen_teacher(self.exec(t)) for t in teachers) if window else (),
                         betas=(stage.beta,) * len(teachers) if window else (), distill_window=window,
                         ramp_layers=ramp_layers(self.plans[index]), ramp_steps=stage.gate_ramp_steps,
                         microbatches=run.microbatches, loss_chunk=self.loss_chunk,
                         masking=self._stage_masking(index),
-                        loss_softmax=self.run_execution["loss_softmax"], loss_logits=run.loss_logits)
-        return {p.name: spec for p in stage_phases}
+                        loss_softmax=self.run_execution["loss_softmax"], loss_logits=self.run_execution["loss_logits"])
+
+    def _choose_remat(self, index: int, stage_phases: list[Phase]) -> None:
+        """Compile stage ``index``'s step under each remat candidate, least recomputation first,
+        from its arguments' shapes, until one fits the device (``memory.choose_remat``); keep
+        that program as the stage's step, and log and record the choice."""
+        label = f"{stage_label(self.run_config, index)} {stage_phases[0].name} step"
+        limit = self._device_memory()[0]
+
+        def compile_one(policy: str):
+            spec = self._spec(index, stage_phases, for_platform(self.models[index], self.platform,
+                                                                self.run_config.seq_len, policy))
+            compiled, need, seconds = self._compile_only(f"{label} (remat {policy})", index, self._step_jit(index, spec),
+                                                         self._step_args(index, spec), stage_phases[0].name,
+                                                         remat=policy)
+            return (spec, compiled), need, seconds
+
+        knobs = self.knobs(index)
+        try:
+            choice, (spec, compiled) = memory.choose_remat(REMAT_CANDIDATES, compile_one, limit, label, knobs)
+        except memory.OutOfMemory as err:
+            raise RunError(str(err)) from None
+        self._remat[index] = choice
+        self._say(f"  stage {stage_number(index)}: {choice.line()}")
+        self._emit({"kind": "execution", "stage": stage_number(index), **self.execution(index), **choice.record()})
+        self._check_fits(label, index, memory.step_memory(compiled))
+        self._steps[index, spec] = compiled
+
+    def _step_args(self, index: int, spec: StepSpec) -> tuple:
+        """The shapes and dtypes of a step's arguments, as the stage loop passes them: the state
+        as laid out, a batch of windows, the teachers' parameters in their frozen dtype."""
+        import jax.numpy as jnp
+
+        batch = {"tokens": jax.ShapeDtypeStruct((self.run_config.batch_size, self.run_config.seq_len + 1), jnp.int32)}
+        teachers = tuple(abstract_params(t) for t in spec.teachers)
+        return self.abstract(index), batch, teachers
 
     def _stage_masking(self, index: int) -> MaskingSpec | None:
         """Each stage draws its own masks (its index salts the key), as it draws its own data."""
@@ -143,18 +214,19 @@ class Programs:
         return (index, spec) in self._steps
 
     def step_fn(self, index: int, spec: StepSpec, phase: Phase, args: tuple):
-        """The compiled step of ``spec``, compiled for ``args`` on first use."""
+        """The compiled step of ``spec``, compiled for ``args`` on first use (or, with a remat
+        chosen by memory, when the stage's specs were made)."""
         if (index, spec) not in self._steps:
-            opt, shardings, _, learning_rate = self.layout(index)
-            teacher_sh = tuple(param_shardings(t, self.mesh) for t in self.teacher_models(index)) \
-                if spec.teachers else ()
-            fn = jax.jit(make_train_step(spec, opt, learning_rate), donate_argnums=0,
-                         in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh),
-                         out_shardings=(shardings, None))
             self._emit({"kind": "execution", "stage": stage_number(index), **self.execution(index)})
             self._steps[index, spec] = self._compile(f"{stage_label(self.run_config, index)} {phase.name} step",
-                                                     index, fn, args, phase.name)
+                                                     index, self._step_jit(index, spec), args, phase.name)
         return self._steps[index, spec]
+
+    def _step_jit(self, index: int, spec: StepSpec):
+        opt, shardings, _, learning_rate = self.layout(index)
+        teacher_sh = tuple(param_shardings(t, self.mesh) for t in self.teacher_models(index)) if spec.teachers else ()
+        return jax.jit(make_train_step(spec, opt, learning_rate), donate_argnums=0,
+                       in_shardings=(shardings, batch_sharding(self.mesh), teacher_sh), out_shardings=(shardings, None))
 
     def eval_fn(self, index: int, args: tuple):
         """Stage ``index``'s evaluation step, compiled at "highest" matmul precision: init vs
@@ -168,6 +240,13 @@ class Programs:
 
     def _compile(self, what: str, index: int, fn, args: tuple, phase: str, precision: str | None = None):
         """Compile ahead of time, check that it fits the device before it runs, log the cost."""
+        compiled, need, _ = self._compile_only(what, index, fn, args, phase, precision)
+        self._check_fits(what, index, need)
+        return compiled
+
+    def _compile_only(self, what: str, index: int, fn, args: tuple, phase: str, precision: str | None = None,
+                      **extra: Any) -> tuple[Any, memory.StepMemory | None, float]:
+        """(program, its memory analysis, seconds), its "compile" record emitted (with ``extra``)."""
         t = time.perf_counter()
         with jax.set_mesh(self.mesh), jax.default_matmul_precision(precision) if precision else contextlib.nullcontext():
             lowered = fn.lower(*args)
@@ -177,10 +256,12 @@ class Programs:
         self._stop_point(f"compiling {what}")
         need = memory.step_memory(compiled)
         self._emit({"kind": "compile", "stage": stage_number(index), "phase": phase, "seconds": seconds,
-                    "lower_seconds": traced - t,
+                    "lower_seconds": traced - t, **extra,
                     **({"peak_bytes": need.peak, "temp_bytes": need.temporaries} if need else {})})
+        return compiled, need, seconds
+
+    def _check_fits(self, what: str, index: int, need: memory.StepMemory | None) -> None:
         try:
-            memory.check_fits(what, need, memory.device_memory(list(self.mesh.devices.flat)), self.knobs(index))
+            memory.check_fits(what, need, self._device_memory(), self.knobs(index))
         except memory.OutOfMemory as err:
             raise RunError(str(err)) from None
-        return compiled

@@ -131,7 +131,7 @@ class Trainer:
         self.peak: Peak | None = None
         self.session = RunSession(run_config, workdir, async_save=self.platform != "cpu")
         self.workdir = self.session.workdir
-        self.programs = Programs(run_config, mesh, self.emit, self.session.stop_point)
+        self.programs = Programs(run_config, mesh, self.emit, self.session.stop_point, self.session.say)
         self.evaluator = Evaluator(self.programs, self.emit, self.session.stop_point, self.session.say)
         self.ctx = RunContext(run_config, self.workdir, mesh, self.emit, self._evaluate_mid_stage)
         self._current = self.ctx  # what on_record sees: the context of the stage under way

@@ -67,7 +67,7 @@ def test_config_errors_are_one_line_naming_the_key_and_the_valid_ones(tmp_path):
     for load, needle in (
         (lambda: data_config_from_dict({**good, "typo_field": 1}),
          "unknown key 'typo_field' in the data config; valid keys are ['cache_dir', 'data_dir', 'domains', "
-         "'min_doc_chars', 'recovery_fraction', 'split_seed', 'tokenizer', 'validation_docs']"),
+         "'max_doc_chars', 'min_doc_chars', 'recovery_fraction', 'split_seed', 'tokenizer', 'validation_docs']"),
         (lambda: data_config_from_dict(bad_source), "unknown key 'fromat' in domains.0.source; valid keys are ["),
         (lambda: data_config_from_dict({**good, "validation_docs": "ten"}),
          "validation_docs: Input should be a valid integer"),
