@@ -13,7 +13,18 @@ Both do the same work (the same runs, compiled programs loaded from the same cac
 the N processes do more is N-1 times the per-index part: the process and its imports, JAX's
 start, loading the suite and its plan, the workdir and binding checks, the run's lock taken
 and released. ``overhead = (N processes - one process) / (N - 1)``, the median over repeats.
-It also times an item that is already done (``finished earlier``): the per-index part alone.
+That difference is more than the suite's part: each process also starts Python and JAX, and
+traces its programs again and loads them from the cache, which one process does once for
+every run of the same shapes. So it also times
+- an item that is already done (``finished earlier``), one process: the process, its imports
+  and JAX's start, the suite's plan and checks, no compiling or training;
+- the suite's own part of an index in this process (what issue 54 bounds at 2 s: the plan,
+  the checks, the lock and its release; no process start, no compiling or training): load
+  the suite and number its plan, resolve the index, check the workdir's plan and that the
+  item may start, take the workdir, read whether its run is over, take and release its
+  run's lock, for each item of the finished workdir.
+Each process's CPU seconds (user + system, its children's) are kept beside its wall time:
+on a shared machine the wall time grows with the load, the CPU time much less.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,16 +67,51 @@ def _suite(base: Path) -> Path:
     return base / "suite.yaml"
 
 
-def _experiment(suite: Path, workdir: Path, cache: Path, *args: str) -> float:
-    """One ``launch/experiment.py`` process; its wall seconds (a failure stops the benchmark)."""
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _experiment(suite: Path, workdir: Path, cache: Path, *args: str) -> tuple[float, float]:
+    """One ``launch/experiment.py`` process; its wall and CPU seconds (a failure stops the benchmark)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _cpu()
     done = subprocess.run([sys.executable, str(ROOT / "launch" / "experiment.py"), "--suite", str(suite),
                            "--workdir", str(workdir), "--compile-cache", str(cache), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
-    seconds = time.perf_counter() - t
+    seconds, cpu = time.perf_counter() - t, _cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    return seconds, cpu
+
+
+def _suite_part(suite: Path, workdir: Path, indices: list[int]) -> list[float]:
+    """The suite's own part of each index, in this process: what ``launch/experiment.py --index I``
+    does around the run (cli/experiment.py's order), the run's lock and its release included."""
+    from loire_jax.cli.experiment import _take
+    from loire_jax.experiments import plan as plans
+    from loire_jax.experiments import suite as suites
+    from loire_jax.experiments.runner import Experiment
+    from loire_jax.store.locks import WorkdirLock
+
+    seconds = []
+    for index in indices:
+        t = time.perf_counter()
+        loaded = suites.load_suite(str(suite))
+        source = str(suites.suite_path(str(suite)).resolve())
+        (item,) = plans.resolve(plans.items(loaded), [index], "--index", loaded, None)
+        plans.check_binding(workdir, loaded, source, write=False)
+        Experiment(loaded, workdir).ready(item)
+        root = _take(workdir, loaded, source)
+        experiment = Experiment(loaded, root)
+        setting, _ = experiment.setting(item)
+        planned = next(p for p in suites.main_runs(loaded, setting) if p.workdir == item.workdir)
+        if experiment.outcome(planned) is None:
+            raise SystemExit(f"error: item {index} of {workdir} is not over; the benchmark measures a finished one")
+        lock = WorkdirLock(root / item.workdir, doing="bench_suite_index.py")
+        lock.acquire()
+        lock.release()
+        seconds.append(time.perf_counter() - t)
     return seconds
 
 
@@ -84,21 +131,33 @@ def main(argv: list[str] | None = None) -> int:
         indices = list(range(args.items))
         span = f"0-{args.items - 1}"
         _experiment(suite, base / "warm", cache, "--index", span)  # corpus prepared, programs cached
-        one, each, done = [], [], []
+        one, each, done, part = [], [], [], []
         for r in range(args.repeats):
             one.append(_experiment(suite, base / f"one{r}", cache, "--index", span))
-            each.append(sum(_experiment(suite, base / f"each{r}", cache, "--index", str(i)) for i in indices))
+            runs = [_experiment(suite, base / f"each{r}", cache, "--index", str(i)) for i in indices]
+            each.append((sum(w for w, _ in runs), sum(c for _, c in runs)))
             done.append(_experiment(suite, base / "warm", cache, "--index", "0"))  # finished earlier: no run
-    overhead = [(e - o) / (args.items - 1) for e, o in zip(each, one)]
-    result = {"items": args.items, "repeats": args.repeats, "one_process_s": one, "one_per_item_s": each,
-              "overhead_per_index_s": overhead, "median_overhead_s": statistics.median(overhead),
-              "done_item_s": done, "median_done_item_s": statistics.median(done),
+            part += _suite_part(suite, base / "warm", indices)
+    overhead = [(e - o) / (args.items - 1) for (e, _), (o, _) in zip(each, one)]
+    overhead_cpu = [(e - o) / (args.items - 1) for (_, e), (_, o) in zip(each, one)]
+    median = statistics.median
+    result = {"items": args.items, "repeats": args.repeats, "one_process_s": [w for w, _ in one],
+              "one_process_cpu_s": [c for _, c in one], "one_per_item_s": [w for w, _ in each],
+              "one_per_item_cpu_s": [c for _, c in each], "overhead_per_index_s": overhead,
+              "median_overhead_s": median(overhead), "overhead_per_index_cpu_s": overhead_cpu,
+              "median_overhead_cpu_s": median(overhead_cpu), "done_item_s": [w for w, _ in done],
+              "done_item_cpu_s": [c for _, c in done], "median_done_item_s": median(w for w, _ in done),
+              "median_done_item_cpu_s": median(c for _, c in done), "suite_part_s": part,
+              "median_suite_part_s": median(part), "max_suite_part_s": max(part),
               "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
               "python": sys.version.split()[0]}
-    print(f"{args.items} items, one process: {statistics.median(one):.1f} s; one process each: "
-          f"{statistics.median(each):.1f} s; per-index overhead {result['median_overhead_s']:.2f} s "
-          f"(runs: {', '.join(f'{x:.2f}' for x in overhead)}); an item already done: "
-          f"{result['median_done_item_s']:.2f} s; load average {result['load_average'][0]}")
+    print(f"{args.items} items, one process: {median(w for w, _ in one):.1f} s; one process each: "
+          f"{median(w for w, _ in each):.1f} s; per-index overhead {result['median_overhead_s']:.2f} s wall "
+          f"(runs: {', '.join(f'{x:.2f}' for x in overhead)}), {result['median_overhead_cpu_s']:.2f} s CPU; "
+          f"an item already done: {result['median_done_item_s']:.2f} s wall, "
+          f"{result['median_done_item_cpu_s']:.2f} s CPU; the suite's part of an index: "
+          f"{result['median_suite_part_s']:.3f} s (at most {result['max_suite_part_s']:.3f}); "
+          f"load average {result['load_average'][0]}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0
