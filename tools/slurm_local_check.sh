@@ -28,7 +28,7 @@
 # batch script to check), STEPS_LONG (stage-1 steps of the time-limit run, default 2500: longer
 # than its first attempt), STEPS_MID (of the preempted and killed runs and their uninterrupted
 # reference, default 500), STEPS_SUITE (stage 1 of every run of the suite scenario, default 150),
-# KEEP=1. About 12-15 min on 2 shared cores, and the suite scenario about 10 more.
+# KEEP=1. About 12-15 min on 2 shared cores, and the suite scenario about 15 more.
 #
 # The suite scenario submits a small comparison suite whole with launch/slurm_suite.sh (GPT_L
 # and LOIRE at seeds 1 and 2 after a two-setting sweep on LOIRE: 8 planned items in 4 chained
