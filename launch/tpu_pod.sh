@@ -5,6 +5,9 @@
 #   launch/tpu_pod.sh [--watch] TPU_NAME ZONE WORKDIR [train.py arguments ...]
 #   e.g. launch/tpu_pod.sh --watch my-v5p-32 us-east5-a gs://my-bucket/runs/paper \
 #          --config configs/gpt_paper.yaml data.data_dir=gs://my-bucket/loire_data
+#   launch/tpu_pod.sh --watch my-v5p-32 us-east5-a gs://my-bucket/suites/paper --suite paper --index 7-41
+#          a suite's planned items on this slice, in order (launch/experiment.py --plan numbers them;
+#          docs/operations.md, "A suite on a cluster"); WORKDIR is then the suite's directory
 #
 # TPU VMs share no disk: WORKDIR and the config's data.data_dir must be gs:// URIs (or on a
 # filesystem every worker mounts, such as Filestore over NFS). JAX finds the coordinator and the ranks itself on
@@ -74,7 +77,7 @@ while :; do
       continue ;;
     *) continue ;;  # CREATING, RESTARTING, REPAIRING, ...: wait
   esac
-  status=$(on_first "cd ~/loire_jax 2>/dev/null && { pgrep -f loire_jax.cli.train > /dev/null && echo running || \
+  status=$(on_first "cd ~/loire_jax 2>/dev/null && { pgrep -f 'loire_jax.cli.(train|experiment)' > /dev/null && echo running || \
                      cat last_exit 2>/dev/null || echo gone; }" 2>/dev/null | tail -n 1 || echo unreachable)
   case "$status" in
     running | unreachable) ;;

@@ -2,6 +2,7 @@
 # One TPU worker's process of a run (started by launch/tpu_pod.sh on every worker):
 #
 #   launch/tpu_worker.sh WORKDIR [train.py arguments ...]
+#   launch/tpu_worker.sh WORKDIR --suite SUITE --index I [experiment.py arguments ...]   (a suite's items)
 #
 # Runs the training CLI under loire_jax.cli.supervise (a lost coordinator is one line and
 # exit 76), records its exit code in ~/loire_jax/last_exit for tpu_pod.sh --watch, and starts
@@ -15,10 +16,13 @@ WORKDIR=$1
 shift
 stop=0
 trap 'stop=1' TERM INT  # this loop was told to stop: do not start the run again
+# A suite's planned items (launch/experiment.py --suite ... --index I) instead of one run: WORKDIR
+# is then the suite's directory, and a rerun skips the items that are done.
+MODULE=loire_jax.cli.train QUIET=(--no-progress)
+if [ "${1:-}" = --suite ]; then MODULE=loire_jax.cli.experiment QUIET=(); fi
 restarts=0
 while :; do
-  python -m loire_jax.cli.supervise -- python -m loire_jax.cli.train --distributed auto --workdir "$WORKDIR" \
-    --no-progress "$@" &
+  python -m loire_jax.cli.supervise -- python -m "$MODULE" --distributed auto --workdir "$WORKDIR" "${QUIET[@]}" "$@" &
   run=$!
   code=0
   wait "$run" || code=$?

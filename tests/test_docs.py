@@ -534,9 +534,32 @@ SHELL = {
     "python launch/experiment.py --suite paper-gpu-probe --dry-run --compile-cache /scratch/xla":
         "not run here: it needs the GPT-2-tokenized corpus; tests/test_experiment.py runs the same dry run on the "
         "fixture corpus",
-    "python launch/experiment.py --suite paper-gpu-probe --compile-cache /scratch/xla --workdir "
-    "runs/experiments/paper-gpu-probe":
-        "not run here: it is for one GPU (about 6-8 minutes on an H100); tests/test_experiment.py runs its dry run",
+    "python launch/experiment.py --suite paper-gpu-probe --seeds 1 --compile-cache /scratch/xla --workdir "
+    "runs/probe/seed1":
+        "not run here: it is for one GPU (about 6-8 minutes on an H100); tests/test_experiment.py runs the same "
+        "procedure (one seed a workdir, merged) at its dry-run shapes",
+    "python launch/experiment.py --suite paper-gpu-probe --seeds 2 --compile-cache /scratch/xla --workdir "
+    "runs/probe/seed2": "not run here: as the line above",
+    "python launch/experiment.py --suite paper-gpu-probe --seeds 3 --compile-cache /scratch/xla --workdir "
+    "runs/probe/seed3": "not run here: as the line above",
+    "python launch/experiment.py --suite paper-gpu-probe --workdir runs/probe/all --merge runs/probe/seed1 "
+    "runs/probe/seed2 runs/probe/seed3":
+        "not run here: it needs the three seeds' GPU runs; tests/test_experiment.py merges three dry-run seeds the "
+        "same way, and tests/test_suite_plan.py every refusal",
+    # docs/operations.md, a suite on a cluster
+    "python launch/experiment.py --suite paper --plan": "run",
+    "python launch/experiment.py --suite paper --workdir /shared/suites/paper --index 7":
+        "not run here: the paper's scale; tests/test_experiment.py runs one item of a micro suite by --index",
+    "launch/slurm_suite.sh --max-running 16 /shared/suites/paper --nodes=1 --gpus-per-node=8 --time=24:00:00 -- "
+    "--suite paper --mesh 8 --compile-cache /shared/xla":
+        "not run here: no SLURM; tests/test_slurm_suite.py runs it with a stand-in for sbatch, and "
+        "tools/slurm_local_check.sh suite on a real one",
+    "launch/tpu_pod.sh my-v5p-32 us-east5-a gs://BUCKET/suites/paper --suite paper --index 0-6":
+        "not run here: no Cloud TPU (it has not run on a real one yet)",
+    "launch/tpu_pod.sh my-v5p-32 us-east5-a gs://BUCKET/suites/paper --suite paper --index 7-41":
+        "not run here: as the line above",
+    "python launch/experiment.py --suite paper --workdir /shared/suites/paper --status":
+        "not run here: it needs the suite's workdir; tests/test_suite_plan.py reads a fabricated one",
     "python benchmarks/bench_compile.py":
         "not run here: minutes (six five-stage runs); it made docs/results/bench-compile, and the accelerator "
         "check's dry run (tests/test_accelerator_check.py) runs it on a two-stage toy config",
@@ -579,7 +602,7 @@ SHELL = {
         "not run here: it needs the paper's TFDS datasets and an accelerator; tests/test_run_config.py loads every "
         "preset",
 }
-LAUNCHERS = ("launch/slurm.sbatch", "launch/tpu_pod.sh")  # they pass their arguments on to launch/train.py
+LAUNCHERS = ("launch/slurm.sbatch", "launch/tpu_pod.sh")  # they pass their arguments on to launch/train.py (or experiment.py)
 
 
 def shell_commands() -> list[str]:
@@ -647,9 +670,10 @@ def test_a_shell_command_not_run_names_scripts_and_flags_that_exist(command):
                 words = words[1:]
             flags = [w for w in words if w.startswith("--")]
         script = words[0]
-        if script in LAUNCHERS:
+        if script in LAUNCHERS:  # they pass their arguments to launch/train.py, or from --suite on to experiment.py
             assert (ROOT / script).exists(), script
-            assert all(flag in _help("launch/train.py") for flag in flags), flags
+            to = "launch/experiment.py" if "--suite" in flags else "launch/train.py"
+            assert all(flag in _help(to) for flag in flags), (flags, to)
             continue
         if (ROOT / script).is_file():  # a script of the checkout (.ci/run)
             assert os.access(ROOT / script, os.X_OK), f"{script} is not executable"

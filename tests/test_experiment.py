@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -119,13 +121,78 @@ def test_list_and_bad_input(micro):
     assert "unknown system(s) ['bert2BERT']" in one_line_error(experiment("--suite", str(bad)))
     bad.write_text(yaml.safe_dump({"name": "bad", "base": "loire.yaml", "systems": ["LOIRE"], "seeds": 3}))
     assert "seeds must be a list of integers" in one_line_error(experiment("--suite", str(bad)))
-    # the suite's directory holds runs of another config: refused, nothing touched
+    # the suite's directory holds another plan (its sweep's seed changed): refused, nothing touched
     other = base / "other.yaml"
     other.write_text((base / "micro.yaml").read_text().replace("seed: 0", "seed: 5"))
     before = (base / "suite" / "runs" / "LOIRE" / "seed1" / "metrics.jsonl").read_bytes()
-    assert "holds a run of another config" in one_line_error(
+    assert "holds the plan of suite 'micro' from" in one_line_error(
         experiment("--suite", str(other), "--workdir", str(base / "suite")))
     assert (base / "suite" / "runs" / "LOIRE" / "seed1" / "metrics.jsonl").read_bytes() == before
+    # a directory an earlier version made (no plan.json) holding runs of another config: refused, and not bound
+    legacy = base / "legacy"
+    shutil.copytree(base / "suite" / "sweep", legacy / "sweep")
+    (legacy / "python.log").write_text("")
+    assert "holds a run of another config than this suite plans (name: 'micro-LOIRE-s0' -> 'micro-LOIRE-s5'" in \
+        one_line_error(
+        experiment("--suite", str(other), "--workdir", str(legacy)))
+    assert not (legacy / "plan.json").exists()
+
+
+def _steps(workdir) -> list:
+    """Every logged training step of a run: (stage, step, loss, gradient norm)."""
+    return [(r["stage"], r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads,
+            (workdir / "metrics.jsonl").read_text().splitlines()) if r.get("kind") == "train"]
+
+
+def test_runs_made_apart_merge_into_one_report_and_an_item_runs_alone_as_the_whole_suite_ran_it(micro):
+    """--merge brings a workdir's runs (every one checked against the plan, its checkpoints'
+    meta and last arrays included) into another, and writes the report over the merged set,
+    naming where each run was made; one item run alone by --index trains exactly what the
+    whole suite trained there, step for step; --status then reads where every item stands."""
+    base, _ = micro
+    whole, merged = base / "suite", base / "merged"
+    out = experiment("--suite", str(base / "micro.yaml"), "--workdir", str(merged), "--merge", str(whole))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"merged runs/LOIRE/seed1 from {whole / 'runs' / 'LOIRE' / 'seed1'} (made on cpu)" in out.stdout
+    assert "took suite.json from" in out.stdout and "took entropy.json from" in out.stdout
+    mine, theirs = (json.loads((w / "report" / "report.json").read_text()) for w in (merged, whole))
+    assert [(v["where"], v["verdict"], v["numbers"]) for v in mine["verdicts"]] == \
+        [(v["where"], v["verdict"], v["numbers"]) for v in theirs["verdicts"]]
+    report = (merged / "report" / "report.md").read_text()
+    assert "## Where the runs were made" in report and f"merged from {whole / 'runs' / 'GPT_L' / 'seed1'}" in report
+    # the GPT_L run (item 3) made again, alone, in a process of its own: the same steps
+    shutil.rmtree(merged / "runs" / "GPT_L" / "seed1")
+    out = experiment("--suite", str(base / "micro.yaml"), "--workdir", str(merged), "--index", "3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "item 3/7: main runs/GPT_L/seed1" in out.stdout and "done in" in out.stdout
+    assert _steps(merged / "runs" / "GPT_L" / "seed1") == _steps(whole / "runs" / "GPT_L" / "seed1")
+    out = experiment("--suite", str(base / "micro.yaml"), "--workdir", str(merged), "--status")
+    assert out.returncode == 0, out.stderr[-3000:]
+    states = [re.search(r" (done|running|failed \(gate\)|failed|stopped|waiting|not started)(:|$)", line).group(1)
+              for line in out.stdout.splitlines()[1:9]]
+    gate = {s: "done" if runs[0]["gate"]["passed"] else "failed (gate)" for s, runs in theirs["runs"].items()}
+    # the sweep's diverged point failed the gate; the fine-tuning went with the run's folder, so it is
+    # not started again, and the report waits for it
+    sweep = "done" if theirs["sweep"][0]["gate_passed"] else "failed (gate)"
+    assert states == [sweep, "failed (gate)", "done", gate["GPT_L"], gate["LOIRE"], "not started", "done",
+                      "waiting"], out.stdout
+    assert out.stdout.splitlines()[8].endswith("waiting: for item(s) 5")
+
+
+def test_a_merge_source_whose_checkpoint_is_damaged_is_refused_and_nothing_is_copied(micro, tmp_path):
+    base, _ = micro
+    source = tmp_path / "source"
+    shutil.copytree(base / "suite", source)
+    stage = source / "runs" / "LOIRE" / "seed1" / "stage_2"
+    step = max(p for p in stage.iterdir() if p.name.isdigit())
+    target = max((p for p in (step / "params").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x10  # one flipped bit in the largest file of its params
+    target.write_bytes(bytes(data))
+    line = one_line_error(experiment("--suite", str(base / "micro.yaml"), "--workdir", str(tmp_path / "dest"),
+                                     "--merge", str(source)))
+    assert f"--merge: {source / 'runs' / 'LOIRE' / 'seed1'} is damaged: step {step.name} in {stage} is damaged" in line
+    assert line.endswith("nothing was merged") and not (tmp_path / "dest").exists()
 
 
 @pytest.fixture(scope="module")
@@ -171,29 +238,49 @@ def test_an_encoder_suite_reports_under_the_bert_names_with_init_equal_to_the_pr
     assert "inconclusive: growth preserves the function" in out.stdout
 
 
-def test_the_gpu_probe_runs_at_toy_shapes_as_a_dry_run(tmp_path):
-    """paper-gpu-probe --dry-run (issue 40 item 6), its first two stages: the shipped suite, its
-    data replaced by the fixture corpus under the five domains' names, runs LOIRE (both readings), ELLE and
-    GPT_L at toy shapes end to end and reports, under its own name."""
+def test_the_gpu_probe_runs_one_seed_a_workdir_and_merged_judges_the_claims_over_three_seeds(tmp_path):
+    """paper-gpu-probe as docs/operations.md runs it on a GPU, one seed a device call (issue 54
+    item 6), at its dry-run shapes and first two stages: one command per seed into a workdir
+    of its own, then --merge of the three, whose report judges the claims over three paired
+    seeds. The shipped suite, its data replaced by a periodic text under WB's and NEWS's names
+    (REV, BIO and CS the fixtures', which the BPE also learns from), which every system
+    learns past the sanity gate in 50 steps a stage at the batch and learning rate added to
+    the dry run here: a run that failed the gate would count in no verdict."""
     from data_helpers import local_domain
 
+    cycle = tmp_path / "cycle.txt"
+    words = "alpha bravo"
+    cycle.write_text("\n\n".join(" ".join([words] * 12) + "." for _ in range(40)) + "\n")
     data = tiny_config_dict(tmp_path / "data")
-    data["domains"] = [local_domain(name, path) for name, path in (
-        ("WB", "science.txt"), ("NEWS", "news.jsonl"), ("REV", "reviews.txt"), ("BIO", "science.txt"),
-        ("CS", "reviews.txt"))]
+    data["domains"] = [{"name": name, "source": {"kind": "local", "paths": [str(cycle)]}} for name in ("WB", "NEWS")]
+    data["domains"] += [local_domain(name, path) for name, path in (("REV", "reviews.txt"), ("BIO", "science.txt"),
+                                                                    ("CS", "news.jsonl"))]
     (tmp_path / "data.yaml").write_text(yaml.safe_dump(data))
     suite = yaml.safe_load((ROOT / "configs" / "suites" / "paper-gpu-probe.yaml").read_text())
-    assert sum(o.startswith("data=") for o in suite["overrides"]) == 1
+    assert sum(o.startswith("data=") for o in suite["overrides"]) == 1 and suite["seeds"] == [1, 2, 3]
     suite["base"] = str(ROOT / "configs" / "gpt_paper.yaml")
     suite["overrides"] = [f"data={tmp_path / 'data.yaml'}" if o.startswith("data=") else o for o in suite["overrides"]]
+    suite["dry_run"] += ["batch_size=8", "stage_defaults.steps=50", "optimizer.lr=0.02"]
     (tmp_path / "probe.yaml").write_text(yaml.safe_dump(suite))
-    out = experiment("--suite", str(tmp_path / "probe.yaml"), "--dry-run", "--stages", "2", "--workdir",
-                     str(tmp_path / "suite"), "--compile-cache", str(tmp_path / "xla"), timeout=300)
+    probe = ("--suite", str(tmp_path / "probe.yaml"), "--dry-run", "--stages", "2")
+    for seed in (1, 2, 3):  # three device calls, each into a workdir it returns as files
+        out = experiment(*probe, "--seeds", str(seed), "--workdir", str(tmp_path / f"seed{seed}"), "--compile-cache",
+                         str(tmp_path / "xla"), timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+    out = experiment(*probe, "--workdir", str(tmp_path / "all"), "--merge", *(str(tmp_path / f"seed{s}") for s in (1, 2, 3)))
     assert out.returncode == 0, out.stderr[-3000:]
-    data = json.loads((tmp_path / "suite" / "report" / "report.json").read_text())
-    assert data["suite"]["name"] == "paper-gpu-probe-dry-run-first2"
-    assert {s: [r["finished"] for r in runs] for s, runs in data["runs"].items()} == \
-        {"LOIRE": [True], "LOIRE-start": [True], "ELLE": [True], "GPT_L": [True]}
-    config = json.loads((tmp_path / "suite" / "runs" / "LOIRE" / "seed1" / "config.json").read_text())
+    assert out.stdout.count("merged runs/") == 12 and "report: " in out.stdout
+    report = json.loads((tmp_path / "all" / "report" / "report.json").read_text())
+    assert report["suite"]["name"] == "paper-gpu-probe-dry-run-first2" and report["suite"]["seeds"] == [1, 2, 3]
+    assert {s: [(r["name"][-2:], r["finished"], r["gate"]["passed"]) for r in runs] for s, runs in
+            report["runs"].items()} == {s: [("s1", True, True), ("s2", True, True), ("s3", True, True)]
+                                        for s in ("LOIRE", "LOIRE-start", "ELLE", "GPT_L")}
+    judged = [v for v in report["verdicts"] if v["verdict"] != "not run"]
+    assert {v["where"] for v in judged} >= {"Table 2", "Table 2 (vs ELLE)", "Table 4"}
+    assert all(p["n"] == 3 and p["seeds"] == ["1", "2", "3"] for v in judged for p in v["pairs"].values())
+    assert all("fewer than 3" not in v["why"] for v in judged)
+    made = (tmp_path / "all" / "report" / "report.md").read_text().split("## Where the runs were made", 1)[1]
+    assert all(f"merged from {tmp_path / f'seed{s}' / 'runs' / 'LOIRE' / f'seed{s}'}" in made for s in (1, 2, 3))
+    config = json.loads((tmp_path / "all" / "runs" / "LOIRE" / "seed3" / "config.json").read_text())
     assert (config["model"]["hidden"], config["seq_len"], len(config["stages"])) == (16, 16, 2)
     assert config["model"]["vocab_size"] == 50257  # the paper's head, at toy width

@@ -405,7 +405,7 @@ def test_the_gpu_probe_is_gpt_papers_shapes_at_a_short_sequence_and_its_dry_run_
     from loire_jax.experiments.suite import dry_run, load_suite, main_runs
 
     suite = load_suite("paper-gpu-probe")
-    assert suite.systems == ("LOIRE", "LOIRE-start", "ELLE", "GPT_L") and suite.seeds == (1,) and suite.sweep is None
+    assert suite.systems == ("LOIRE", "LOIRE-start", "ELLE", "GPT_L") and suite.seeds == (1, 2, 3) and suite.sweep is None
     paper = load_run_config(ROOT / "configs" / "gpt_paper.yaml")
     runs = {r.system: r.config for r in main_runs(suite, ())}
     loire = runs["LOIRE"]

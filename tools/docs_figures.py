@@ -62,6 +62,7 @@ suites = _script("figures_suites")  # comparison suites: paper-mini's verdicts, 
 bench = _script("figures_bench")  # the CPU benchmarks: throughput, memory, encoder vs decoder, the data pipeline
 compile_time = _script("figures_compile")  # GPT_L vs LOIRE compile time
 accelerator = _script("figures_accelerator")  # README's Performance section and the GPU table
+cost = _script("figures_cost")  # --suite paper on H100s: GPU-hours and wall time, from the GPU records and the plan
 
 # The names its callers use (tests/test_docs.py).
 RECORDINGS, load, demo_rows = records.RECORDINGS, records.load, records.demo_rows
@@ -86,6 +87,8 @@ FIGURES: dict[str, Callable[[text.Got], str]] = {
     "bench-encoder": bench.fig_bench_encoder,
     "paper-mini": suites.fig_paper_mini,
     "paper-mini-verdicts": suites.fig_paper_mini_verdicts,
+    "paper-cost": cost.fig_paper_cost,
+    "suite-index": cost.fig_suite_index,
 }
 
 

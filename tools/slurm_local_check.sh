@@ -6,7 +6,7 @@
 #   sudo tools/slurm_local_check.sh timelimit lock     # some of them
 #
 # Scenarios: timelimit preempt_grace preempt_hard kill_worker kill_coordinator lock cancel
-#            log_append finished bad_input bitwise
+#            log_append finished bad_input bitwise suite
 # Prints one line per scenario, `PASS <scenario>: <evidence>` or `FAIL <scenario>: <evidence>`,
 # on stdout (progress goes to stderr) and exits 1 if any failed, 2 if the set-up failed.
 #
@@ -27,7 +27,13 @@
 # and launch/slurm.sbatch are used; default the one holding this script), LOIRE_SBATCH (another
 # batch script to check), STEPS_LONG (stage-1 steps of the time-limit run, default 2500: longer
 # than its first attempt), STEPS_MID (of the preempted and killed runs and their uninterrupted
-# reference, default 500), KEEP=1. About 12-15 min on 2 shared cores.
+# reference, default 500), STEPS_SUITE (stage 1 of every run of the suite scenario, default 150),
+# KEEP=1. About 12-15 min on 2 shared cores, and the suite scenario about 15 more.
+#
+# The suite scenario submits a small comparison suite whole with launch/slurm_suite.sh (GPT_L
+# and LOIRE at seeds 1 and 2 after a two-setting sweep on LOIRE: 8 planned items in 4 chained
+# job arrays, two processes a task, the main array one task at a time), preempts its first
+# main run mid-run, and compares every run's steps with the same suite run whole by one job.
 {  # the whole file is parsed before anything runs: editing it while it runs changes nothing
 set -uo pipefail
 
@@ -39,7 +45,8 @@ HELP="$VENV/bin/python $HERE/slurm_local/helpers.py"
 STEPS_LONG=${STEPS_LONG:-2500}   # the time-limit run: longer than its first attempt
 STEPS_MID=${STEPS_MID:-500}      # preempted and killed runs, and their uninterrupted reference
 STEPS_TWO=20                     # stage 2 of every run
-ALL="timelimit preempt_grace preempt_hard kill_worker kill_coordinator lock cancel log_append finished bad_input bitwise"
+STEPS_SUITE=${STEPS_SUITE:-150}  # stage 1 of every run of the suite scenario
+ALL="timelimit preempt_grace preempt_hard kill_worker kill_coordinator lock cancel log_append finished bad_input bitwise suite"
 T0=$(date +%s)
 
 note() { echo "[$(date +%T) +$(( $(date +%s) - T0 ))s] $*" >&2; }
@@ -444,11 +451,70 @@ sc_bitwise() {  # the interrupted runs end with the same final PPL as an uninter
     verdict bitwise "$ok" "final eval records vs uninterrupted job $j: $(IFS=';'; echo "${ev[*]}"); reference $($HELP summary "$wd")"
 }
 
+sc_suite() {  # a suite's phases as chained job arrays, one task preempted, against one job running it whole
+    local dir=$SCR/suite wd=$SCR/w_suite ref=$SCR/w_suite_ref ok=0 why=() out ids sweep choice mainj report
+    local t3 b j st rs same states tasks
+    mkdir -p "$dir"
+    sed -e 's/^name: slurmcheck/name: suitecheck/' "$SCR/run.yaml" >"$dir/loire.yaml"
+    cat >"$dir/suite.yaml" <<EOF
+# tools/slurm_local_check.sh's suite: GPT_L and LOIRE at seeds 1 and 2 after a sweep of two learning rates.
+name: suitecheck
+base: loire.yaml
+overrides: [stages.M1.steps=$STEPS_SUITE]
+systems: [GPT_L, LOIRE]
+seeds: [1, 2]
+sweep: {systems: [LOIRE], seed: 0, grid: {optimizer.lr: [1.0e-2, 3.0e-3]}}
+EOF
+    # as a user submits it: the venv active, from the checkout; two processes of one CPU each a
+    # task (MESH=2), the main array one task at a time (--max-running 1) so that one is preempted
+    out=$( cd "$REPO" && MESH=2 VIRTUAL_ENV=$VENV PATH="$VENV/bin:$PATH" LOIRE_SBATCH=$SBATCH_SCRIPT \
+        bash "$REPO/launch/slurm_suite.sh" --max-running 1 "$wd" -p low --nodes=1 --ntasks=2 --ntasks-per-node=2 \
+        --cpus-per-task=1 --gpus-per-node=0 --time=15 --output="$SCR/suite-%A_%a.out" -- --suite "$dir/suite.yaml" \
+        2>>"$SCR/sbatch.err")
+    ids=$(echo "$out" | sed -n 's/^submitted: //p')
+    read -r sweep choice mainj report <<<"$(echo "$ids" | grep -o -E '[a-z]+ [0-9]+' | awk '{printf "%s ", $2}')"
+    for j in $sweep $choice $mainj $report; do track "$j"; done
+    if [ -z "$report" ]; then
+        verdict suite 1 "launch/slurm_suite.sh submitted no chain: $(echo "$out" | short) $(tail -2 "$SCR/sbatch.err" | short)"
+        return
+    fi
+    note "suite: $ids"
+    t3="${mainj}_3"   # item 3, the first main run (GPT_L at seed 1): preempted once it trains
+    if wait_step "$t3" "$wd/runs/GPT_L/seed1" 15 900; then
+        b=$(blocker)
+        note "suite: task $t3 at $($HELP progress "$wd/runs/GPT_L/seed1") (stage step); blocker job $b on high"
+        wait_restart "$t3" 180 || note "suite: no requeue seen ($(jobinfo "$t3"))"
+    else
+        why+=("item 3 never reached step 15 of stage 1 ($(jobinfo "$t3"))")
+    fi
+    wait_end "$report" 1500 || why+=("the report job did not end in 1500 s")
+    states=$(for j in $sweep $choice $mainj $report; do scontrol show job -o "$j" 2>/dev/null; done |
+        tr ' ' '\n' | sed -n 's/^JobState=//p' | sort | uniq -c | awk '{print $1, $2}' | paste -sd, -)
+    tasks=$(for j in $sweep $choice $mainj $report; do scontrol show job -o "$j" 2>/dev/null; done | grep -c 'JobState=')
+    [ "$tasks" = 8 ] && [ "$states" = "8 COMPLETED" ] || { ok=1; why+=("$tasks array tasks: $states"); }
+    [ "$(field "$t3" Restarts)" -ge 1 ] 2>/dev/null || { ok=1; why+=("item 3 was not requeued"); }
+    st=$(stop_step "$SCR/suite-${mainj}_3.out"); rs=$(resume_step "$SCR/suite-${mainj}_3.out")
+    [ -n "$st" ] && [ "$rs" = "$st" ] || { ok=1; why+=("item 3: stop at step '${st}', resume at '${rs}'"); }
+    [ -f "$wd/report/report.md" ] || { ok=1; why+=("no report"); }
+    [ "$(cat "$SCR"/suite-*.out | grep -c -E "$CRASH")" = 0 ] || { ok=1; why+=("crash/traceback lines in the task logs"); }
+    # the same suite run whole by one job (no array: every item in order, in one command)
+    j=$( cd "$REPO" && WORKDIR=$ref MESH=2 VIRTUAL_ENV=$VENV PATH="$VENV/bin:$PATH" sbatch --parsable \
+        --job-name=lc-suite-ref -p low --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
+        --time=20 --output="$SCR/suite-ref.out" "$SBATCH_SCRIPT" --suite "$dir/suite.yaml" 2>>"$SCR/sbatch.err" |
+        cut -d';' -f1)
+    track "$j"
+    wait_end "$j" 1200 || why+=("the reference job did not end")
+    [ "$(field "$j" JobState)" = COMPLETED ] || { ok=1; why+=("reference job $j: $(jobinfo "$j")"); }
+    same=$($HELP suite_compare "$wd" "$ref" 2>&1 | tail -1)
+    case "$same" in identical:*) ;; *) ok=1 ;; esac
+    verdict suite "$ok" "$( [ ${#why[@]} -gt 0 ] && echo "${why[*]}; ")$ids; tasks: $states; item 3 ($t3) $(jobinfo "$t3"), stopped at step ${st:--}, resumed at step ${rs:--}; every run's steps against job $j running the suite whole: $same; status: $("$VENV/bin/python" -m loire_jax.cli.experiment --suite "$dir/suite.yaml" --workdir "$wd" --status 2>&1 | head -1 | cut -d: -f2- | short 120)"
+}
+
 # --------------------------------------------------------------------------- order
 # The short, quick scenarios first; log_append reads the requeued runs' logs; bitwise
 # compares the interrupted runs that completed with a reference.
 main() {
-    for s in finished bad_input lock cancel timelimit preempt_grace preempt_hard kill_worker kill_coordinator log_append bitwise; do
+    for s in finished bad_input lock cancel timelimit preempt_grace preempt_hard kill_worker kill_coordinator log_append bitwise suite; do
         if want "$s"; then note "== $s"; "sc_$s"; fi
     done
 

@@ -88,9 +88,11 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
         for r in runs:
             below = [g["below"] for g in r["gate"]["stages"] if g["below"] is not None]
             rows.append([s, r["name"], "diverged" if r.get("diverged") else
+                         f"failed (exit {r['failed'].get('code', '?')})" if r.get("failed") is not None else
                          "finished" if r["finished"] else "not finished",
                          f"{min(below):.3f}" if below else "-", "pass" if r["gate"]["passed"] else "**fail**"])
     lines += markdown_table(["system", "run", "state", "min nats below unigram", "gate"], rows)
+    lines += _made_section(results)
     if sweep:
         lines += ["", "## Hyperparameter sweep", "",
                   f"One shared setting for every system, chosen on {', '.join(sorted({r['system'] for r in sweep}))}"
@@ -100,6 +102,33 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                           f"{r['final_ap']:.2f}" if r.get("final_ap") is not None else "-",
                           "pass" if r.get("gate_passed") else "fail"] for r in sweep])
     return "\n".join(lines) + "\n"
+
+
+def _made_section(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Where each run was made (its ``made.json``: host, device, commit, date), those made on
+    another device kind than most marked, and each failed run's line: a suite's runs may
+    come from several machines (``loire-experiment --merge``)."""
+    runs = [(s, r) for s, rs in results.items() for r in rs]
+    if not any(r.get("made") or r.get("failed") for _, r in runs):
+        return []
+    kinds = [r["made"]["device_kind"] for _, r in runs if (r.get("made") or {}).get("device_kind")]
+    common = max(set(kinds), key=kinds.count) if kinds else None
+    rows = []
+    for s, r in runs:
+        made, notes = r.get("made") or {}, []
+        kind = made.get("device_kind")
+        if common and kind and kind != common:
+            notes.append(f"**another device** (most runs: {common})")
+        if made.get("merged_from"):
+            notes.append(f"merged from {made['merged_from']}")
+        if r.get("failed") is not None:
+            notes.append(f"failed (exit {r['failed'].get('code', '?')}): {r['failed'].get('error', '')}")
+        device = f"{kind} x {made['devices']}" if kind and made.get("devices") else (kind or "-")
+        rows.append([s, r["name"], made.get("host") or "-", device, str(made.get("commit") or "-")[:12],
+                     str(made.get("finished") or "-"), "; ".join(notes)])
+    return ["", "## Where the runs were made", "",
+            "Each run's host, devices and commit when it finished (its `made.json`; `-` where it was not recorded).",
+            ""] + markdown_table(["system", "run", "host", "device", "commit", "finished", "note"], rows)
 
 
 def verdict_note(family_size: int) -> str:

@@ -3,6 +3,11 @@
     python launch/experiment.py --suite paper-mini|bert-mini|PATH.yaml [--list] [--seeds 1,2,3]
                                 [--workdir DIR] [--mesh M] [--compile-cache DIR|auto|off] [--dry-run]
                                 [--stages N]
+    python launch/experiment.py --suite S --plan                  the numbered plan, each phase's index range
+    python launch/experiment.py --suite S --workdir DIR --index I one planned item (also $SLURM_ARRAY_TASK_ID,
+                                                                  $JOB_COMPLETION_INDEX; --phase P counts from P's first)
+    python launch/experiment.py --suite S --workdir DIR --status  every item: done, running, failed, waiting ...
+    python launch/experiment.py --suite S --workdir DIR --merge DIR2 [DIR3 ...]   runs made elsewhere, brought in
 
 A suite (``configs/suites/<name>.yaml``) derives every system from one LOIRE config
 (``loire_jax.experiments.systems``), so all of them see the same data order, seeds, tokens per stage
@@ -11,7 +16,14 @@ then every system runs at every seed; then ``report/report.md`` gives AP and AP+
 stage, Init versus Final, cost ratios, where the wall time went and a verdict on each of
 the paper's claims. Rerunning the command skips finished runs and resumes a killed one.
 The workdir is the experiment's own (``.loire_experiment``): a new or empty directory, or
-one an experiment made; any other is refused before anything is written.
+one an experiment made; any other is refused before anything is written. It holds one
+suite's plan (``plan.json``): another suite file or seed list on it is refused.
+
+On a cluster, each planned item is one index (``loire_jax.experiments.plan``): sweep runs,
+the choice, main runs, fine-tunings, the report. ``launch/slurm_suite.sh`` submits the phases
+as SLURM job arrays, each after the one before; an item run before what it needs exits at
+once with one line naming it. ``--merge`` brings finished runs from other workdirs of the
+same suite, each checked against the plan before anything is copied.
 
 The base's model kind names the fixed-size baselines: GPT_S, GPT_L and GPT_R beside a
 decoder (paper-mini), BERT_S, BERT_L and BERT_R beside an encoder (bert-mini, LOIRE-Bert);
@@ -26,16 +38,12 @@ name, so a suite sized for an accelerator is checked end to end in seconds on a 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any
 
 from loire_jax.cli import devices, usage
-from loire_jax.errors import ENVIRONMENT, USER_ERRORS, RunError, command, fail, os_reason
-
-DIVERGED = "diverged.json"  # in a run's workdir: the run diverged with this config (kept, not retried)
+from loire_jax.errors import ENVIRONMENT, PEER_LOST, LoireError, PeerLost, command, fail, first_line
 
 
 def _seeds(text: str) -> list[int]:
@@ -58,11 +66,23 @@ def _positive(text: str) -> int:
     return value
 
 
-@command()
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = usage.parser(__doc__)
     parser.add_argument("--suite", default="paper-mini", help="a suite name in configs/suites, or a YAML path")
-    parser.add_argument("--list", action="store_true", help="print every system's resolved config and exit")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--list", action="store_true", help="print every system's resolved config and exit")
+    mode.add_argument("--plan", action="store_true",
+                      help="print the numbered plan: each phase's index range and array size, then every item")
+    mode.add_argument("--status", action="store_true",
+                      help="where every planned item stands in --workdir, and the time left (reads only)")
+    mode.add_argument("--merge", nargs="+", metavar="DIR", default=None,
+                      help="bring the finished runs of these workdirs of the suite into --workdir, each checked "
+                           "against the plan first; then the report, once every run is there")
+    parser.add_argument("--index", default=None, metavar="I",
+                        help="run planned item I only (a range 0-5 or a list 0-5,8 runs them in order); default: "
+                             "$SLURM_ARRAY_TASK_ID or $JOB_COMPLETION_INDEX if set, else the whole suite")
+    parser.add_argument("--phase", default=None, choices=("sweep", "choice", "main", "finetune", "report"),
+                        help="count the index from this phase's first item (a Kubernetes Indexed Job per phase)")
     parser.add_argument("--seeds", type=_seeds, default=None, help="e.g. 1,2,3 (default: the suite's)")
     parser.add_argument("--workdir", default=None, help="default: runs/experiments/<suite>")
     parser.add_argument("--mesh", default=None, help="device mesh for every run (default: the base config's)")
@@ -74,66 +94,214 @@ def main(argv: list[str] | None = None) -> int:
                         help="the suite at toy shapes (its dry_run overrides), under <suite>-dry-run")
     parser.add_argument("--stages", type=_positive, default=None, metavar="N",
                         help="only the first N stages of every run, under <suite>-firstN")
-    args = parser.parse_args(argv)
+    devices.add_process_flags(parser)
+    return parser
 
+
+@command()
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _main(args)
+    except (ValueError, FileNotFoundError) as err:  # a suite or system refused by a check that raises ValueError
+        return fail(err)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from loire_jax.experiments import plan as plans
+    from loire_jax.experiments import suite as suites
+
+    if args.phase is not None and args.index is None and not any(os.environ.get(v) for v in plans.INDEX_VARIABLES):
+        return fail("--phase counts an index from a phase's first item: give --index (or run it as an array task)")
+    suite = suites.load_suite(args.suite, args.seeds)
+    if args.dry_run:
+        suite = suites.dry_run(suite)
+    if args.stages is not None:
+        suite = suites.first_stages(suite, args.stages)
+    source = str(suites.suite_path(args.suite).resolve())
+    plan = plans.items(suite)
+    asked = None if (args.list or args.plan or args.status or args.merge) else plans.requested(args.index, os.environ)
+    todo = plans.resolve(plan, asked[0], asked[1], suite, args.phase) if asked else None
+    root = suites.workdir_for(suite, args.workdir)
+    if args.status:
+        return _status(suite, source, plan, root)
+    from loire_jax.experiments.runner import chosen
+
+    got = chosen(root, suite)
+    if args.plan:
+        if root.is_dir():
+            plans.check_binding(root, suite, source, write=False)
+        _print(plans.plan_lines(suite, plan, got[0] if got else None))
+        return 0
+    sweep = suites.sweep_runs(suite)
+    main_runs = suites.main_runs(suite, got[0] if got else ())  # every system derives, or one line says why
+    if args.list:
+        _print_list(suite, sweep, main_runs, got)
+        return 0
+    if args.merge:
+        return _merge(suite, source, root, args.merge)
+    return _run(args, suite, source, root, todo)
+
+
+def _print(lines) -> None:
+    try:
+        print("\n".join(lines))
+        sys.stdout.flush()
+    except BrokenPipeError:  # piped into head: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _print_list(suite, sweep, main_runs, got) -> None:
+    try:
+        _list(suite, sweep, main_runs, got)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _status(suite, source, plan, root) -> int:
+    """``--status``: reads the workdir, never writes it nor takes a lock."""
+    from loire_jax.experiments import plan as plans
+    from loire_jax.experiments import status
+
+    status.check_root(root)
+    plans.check_binding(root, suite, source, write=False)
+    _print(status.status_lines(suite, root, plan))
+    return 0
+
+
+def _take(root, suite, source):
+    """The suite's workdir, made, marked and bound to this plan, before anything runs there.
+    Array tasks start at once: one that finds the root being made by another (its marker not
+    yet in place) looks again."""
+    from loire_jax import outputs
+    from loire_jax.experiments import plan as plans
+    from loire_jax.store import workdir as rundir
+
+    for attempt in range(5):
+        try:
+            taken = rundir.take_experiment_root(root)
+            break
+        except rundir.WorkdirError:
+            being_made = root.is_dir() and all(p.name.startswith(outputs.EXPERIMENT) for p in root.iterdir())
+            if attempt == 4 or not being_made:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    if not (taken / plans.PLAN_FILE).exists():  # an earlier version's workdir: its runs must be this plan's
+        from loire_jax.experiments.runner import Experiment
+
+        Experiment(suite, taken).check_runs()
+    plans.check_binding(taken, suite, source, write=True)
+    return taken
+
+
+def _merge(suite, source, root, sources) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from loire_jax.cli.logs import library_logs_to
+    from loire_jax.experiments import merge
+    from loire_jax.experiments.runner import Experiment
+
+    early = Path(tempfile.gettempdir()) / f"loire-merge-{os.getpid()}.log"  # the libraries' logs until the root is ours
+    library_logs_to(early)
+    try:
+        checked = merge.check(suite, root, sources)  # every source whole, before anything is written
+        taken = _take(root, suite, source)
+        library_logs_to(taken / "python.log", carry_over=early)
+    finally:
+        early.unlink(missing_ok=True)
+    for line in merge.apply(checked, taken):
+        print(line)
+    experiment = Experiment(suite, taken)
+    report = experiment.plan[-1]
+    try:
+        code = experiment.item(report)
+    except LoireError as err:
+        print(f"the report waits: {first_line(err)}")
+        return 0
+    return code or 0
+
+
+def _run(args, suite, source, root, todo) -> int:
+    """The whole suite, or the items ``todo`` names, on the devices."""
     from loire_jax.config.mesh import parse_mesh
     from loire_jax.experiments import suite as suites
 
-    try:
-        suite = suites.load_suite(args.suite, args.seeds)
-        if args.dry_run:
-            suite = suites.dry_run(suite)
-        if args.stages is not None:
-            suite = suites.first_stages(suite, args.stages)
-        sweep = suites.sweep_runs(suite)
-        chosen = _chosen(suites.workdir_for(suite, args.workdir), suite)
-        main_runs = suites.main_runs(suite, chosen[0] if chosen else ())  # every system derives, or one line says why
-        if args.list:
-            try:
-                _list(suite, sweep, main_runs, chosen)
-                sys.stdout.flush()
-            except BrokenPipeError:  # piped into head: the reader has what it wanted
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-        devices.check_environment()  # $XLA_FLAGS, $JAX_PLATFORMS: before the suite's root is taken
-        base = suites.base_config(suite)
-        mesh_spec = args.mesh or base.mesh
-        # every system shares the base's batch: a mesh that cannot split it creates no device
-        devices.check_batch(parse_mesh(mesh_spec), base.batch_size // base.microbatches,
-                            "the suite's microbatch (batch_size / microbatches)")
-        from loire_jax.store import workdir as rundir
+    devices.check_environment()  # $XLA_FLAGS, $JAX_PLATFORMS: before the suite's root is taken
+    base = suites.base_config(suite)
+    mesh_spec = args.mesh or base.mesh
+    # every system shares the base's batch: a mesh that cannot split it creates no device
+    devices.check_batch(parse_mesh(mesh_spec), base.batch_size // base.microbatches,
+                        "the suite's microbatch (batch_size / microbatches)")
+    processes = devices.processes_from_args(args)
+    trains = todo is None or any(item.runs for item in todo)
+    if not trains and processes is not None and _rank(args) != 0:
+        return 0  # the choice and the report are process 0's; the others have nothing to do
+    from loire_jax.experiments import plan as plans
+    from loire_jax.experiments.runner import Experiment
+    from loire_jax.store import workdir as rundir
 
-        try:  # resolved (.., links), refused if it holds other work or is not an experiment's, before any device
-            root = rundir.take_experiment_root(suites.workdir_for(suite, args.workdir))
-        except (rundir.WorkdirError, OSError) as err:
-            return fail(err)
-        sizes, devs, note = devices.configure(mesh_spec, enable_x64=base.precision == "float64")
+    if todo:  # a main run before the choice, say: one line, before the workdir is touched or any device starts
+        if root.is_dir():
+            plans.check_binding(root, suite, source, write=False)
+        Experiment(suite, root).ready(todo[0])
+    try:  # resolved (.., links), refused if it holds other work or is not an experiment's, before any device
+        root = _take(root, suite, source)
+    except (rundir.WorkdirError, OSError) as err:
+        return fail(err)
+    from loire_jax.cli.logs import library_logs_to
+
+    if not trains:
+        library_logs_to(root / "python.log")
+        return Experiment(suite, root).run_items(todo)
+    try:
+        sizes, devs, note = devices.configure(mesh_spec, enable_x64=base.precision == "float64", processes=processes,
+                                              heartbeat_s=args.heartbeat_s, xla_gpu_flags=base.xla_gpu_flags)
+    except PeerLost as err:
+        return fail(err, PEER_LOST)
     except (ValueError, FileNotFoundError) as err:
         return fail(err)
+    except RuntimeError as err:  # jax.distributed could not reach the coordinator or the other processes
+        return fail(f"joining the other processes failed: {first_line(err)[:300]}", ENVIRONMENT)
     try:
         devices.compile_cache(args.compile_cache)
     except OSError as err:
         return fail(f"compilation cache {args.compile_cache}: {err.strerror or err}")
-    from loire_jax.cli.logs import library_logs_to
+    import jax
+
+    from loire_jax.experiments import records
     from loire_jax.parallel.sharding import make_mesh
 
-    library_logs_to(root / "python.log")
-    extra = f" (+{len(suite.extra_seeds.seeds)} for {len(suite.extra_seeds.systems)})" if suite.extra_seeds else ""
-    print(f"devices: {note}; suite {suite.name}: {len(suite.planned_systems)} systems x {len(suite.seeds)} seeds{extra}"
-          f"{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")
-    mesh = make_mesh(sizes, devs)
-    return Experiment(suite, root, mesh, progress=args.progress).run(sweep)
-
-
-def _chosen(root, suite) -> tuple[tuple[str, ...], str] | None:
-    """The setting a previous session chose, if it is this suite's (suite.json)."""
+    lead = jax.process_index() == 0
+    library_logs_to(root / ("python.log" if lead else f"python.{jax.process_index()}.log"))
+    experiment = Experiment(suite, root, make_mesh(sizes, devs), progress=args.progress, failed=devices.failed,
+                            lead=lead, device=records.device)
+    if lead:
+        if todo is None:
+            extra = (f" (+{len(suite.extra_seeds.seeds)} for {len(suite.extra_seeds.systems)})"
+                     if suite.extra_seeds else "")
+            sweep = suites.sweep_runs(suite)
+            print(f"devices: {note}; suite {suite.name}: {len(suite.planned_systems)} systems x {len(suite.seeds)} seeds"
+                  f"{extra}{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")
+        else:
+            print(f"devices: {note}; suite {suite.name}, item(s) {', '.join(str(i.index) for i in todo)} of "
+                  f"{len(experiment.plan)}, in {root}")
     try:
-        saved = json.loads((root / "suite.json").read_text())
-        if suite.sweep is not None and [list(s) for s in suite.sweep.settings()] != saved.get("grid"):
-            return None
-        return tuple(saved["setting"]), str(saved["why"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent or not ours: the sweep decides
-        return None
+        code = experiment.run() if todo is None else experiment.run_items(todo)
+    except PeerLost as err:
+        return devices.failed(err, PEER_LOST)
+    if experiment.last_error is not None:  # reported through devices.failed: every process has left
+        return code
+    return devices.finished(code or 0)  # every process ended the same way: leave in order
+
+
+def _rank(args) -> int:
+    """This process's rank in a multi-process job, before JAX has joined them."""
+    for value in (args.process_id, os.environ.get("JAX_PROCESS_ID"), os.environ.get("SLURM_PROCID")):
+        if value is not None and str(value).strip().isdigit():
+            return int(value)
+    return 0
 
 
 def _stage_line(stage) -> str:
@@ -220,175 +388,6 @@ def _dedupe(models):
                                                                 out[-1].layers):
             out.append(m)
     return out
-
-
-class Experiment:
-    """Carries a suite's plan out: the sweep, the choice, every run, the report."""
-
-    def __init__(self, suite, root, mesh, progress: bool = False) -> None:
-        self.suite, self.root, self.mesh, self.progress = suite, root, mesh, progress
-        self.entropy: dict[str, float] = {}
-        self._results: dict[str, dict[str, Any]] = {}  # workdir -> result of a run that is over
-
-    def run(self, sweep) -> int:
-        from loire_jax import paths
-        from loire_jax.experiments import suite as suites
-
-        try:
-            self.entropy = self._entropy(suites.base_config(self.suite))
-            sweep_rows = []
-            for i, planned in enumerate(sweep):
-                code = self._one(planned, f"sweep {i + 1}/{len(sweep)}")
-                if code is not None:
-                    return code
-                result = self._outcome(planned)
-                sweep_rows.append({"setting": list(planned.setting), "system": planned.system,
-                                   "final_ap": result["AP"][-1] if result["AP"] else None,
-                                   "gate_passed": result["gate"]["passed"]})
-            setting, why = suites.choose_setting(
-                self.suite, {(tuple(r["setting"]), r["system"]): r for r in sweep_rows})
-            if sweep:
-                print(f"setting: {' '.join(setting)} ({why})")
-            paths.write_atomic(self.root / "suite.json", json.dumps(
-                {"suite": self.suite.name, "setting": list(setting), "why": why,
-                 "grid": [list(s) for s in self.suite.sweep.settings()] if self.suite.sweep else None}, indent=1))
-            main = suites.main_runs(self.suite, setting)
-            for i, planned in enumerate(main):
-                code = self._one(planned, f"run {i + 1}/{len(main)}")
-                if code is not None:
-                    return code
-            jobs = suites.downstream_jobs(self.suite, main)
-            for i, (planned, task) in enumerate(jobs):
-                code = self._finetune(planned, task, f"downstream {i + 1}/{len(jobs)}")
-                if code is not None:
-                    return code
-            return self._report(main, setting, why, sweep_rows)
-        except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError
-            return fail(f"{os_reason(err)}; finished runs are kept: fix this and rerun the same command", ENVIRONMENT)
-        except USER_ERRORS as err:
-            return fail(err)
-
-    def _entropy(self, base) -> dict[str, float]:
-        """Unigram entropy (nats) of each domain's training split: the sanity gate's bar."""
-        import numpy as np
-
-        from loire_jax.data import prepare
-        from loire_jax.data.pipeline import load_prepared
-
-        prepare(base.data, progress=self.progress)
-        prep = load_prepared(base.data)
-        out = {}
-        for i, d in enumerate(base.data.domains):
-            counts = np.bincount(np.asarray(prep.tokens(i, "pretrain")), minlength=base.model.vocab_size)
-            p = counts[counts > 0] / counts.sum()
-            out[d.name] = float(-(p * np.log(p)).sum())
-        return out
-
-    def _outcome(self, planned) -> dict[str, Any] | None:
-        """The run's result if it is over (every stage evaluated, or recorded as diverged),
-        else None; read once and kept. A workdir holding another config is refused: its
-        numbers would pass for this one's."""
-        from loire_jax.analysis.reports import ReportError, load_run
-        from loire_jax.analysis.suite_results import run_result
-
-        if planned.workdir in self._results:
-            return self._results[planned.workdir]
-        workdir = self.root / planned.workdir
-        try:
-            run, records = load_run(workdir)
-        except (ReportError, ValueError, OSError):
-            return None
-        if run.to_dict() != planned.config.to_dict():
-            raise RunError(f"{workdir} holds a run of another config than this suite plans (the suite, its seeds "
-                             "or its sweep changed); give the suite another --workdir, or move that run away")
-        try:
-            saved = json.loads((workdir / DIVERGED).read_text())
-            diverged = saved.get("error") if saved.get("config") == planned.config.to_dict() else None
-        except (OSError, ValueError):
-            diverged = None
-        result = run_result(run, records, self.entropy, self.suite.gate_margin, diverged=diverged)
-        if not result["finished"]:
-            return None
-        self._results[planned.workdir] = result
-        return result
-
-    def _one(self, planned, where: str) -> int | None:
-        """Run (or resume) one planned run; None when it is over, else the exit code."""
-        from loire_jax import paths, run
-        from loire_jax.errors import Diverged
-        from loire_jax.train import hooks
-
-        label = f"[{where}] {planned.workdir}"
-        if (done := self._outcome(planned)) is not None:
-            print(f"{label}: {'diverged' if done['diverged'] else 'finished'} earlier")
-            return None
-        t = time.perf_counter()
-        print(f"{label}: {planned.config.name}", flush=True)
-        try:
-            result = run(planned.config, self.root / planned.workdir, mesh=self.mesh, progress=self.progress,
-                         hooks=hooks.default_hooks(planned.config, progress=self.progress), report=False)
-        except Diverged as err:  # a result, not a reason to stop: it fails the gate and the suite goes on
-            paths.write_atomic(self.root / planned.workdir / DIVERGED,
-                               json.dumps({"config": planned.config.to_dict(), "error": str(err)}))
-            print(f"{label}: diverged ({err}); recorded, it counts as failing the sanity gate", flush=True)
-            return None
-        except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError
-            return fail(f"{planned.workdir}: {os_reason(err)}; rerun the same command to resume", ENVIRONMENT)
-        except USER_ERRORS as err:
-            return fail(f"{planned.workdir}: {err}")
-        if not result.complete:
-            print(f"stopped in {planned.workdir}; rerun the same command to resume the suite")
-            return result.exit_code
-        res = self._outcome(planned)
-        print(f"{label}: done in {time.perf_counter() - t:.0f} s; final AP {res['AP'][-1]:.2f}, "
-              f"gate {'pass' if res['gate']['passed'] else 'FAIL'}", flush=True)
-        return None
-
-    def _finetune(self, planned, task: str, where: str) -> int | None:
-        """Fine-tune one run's final model on one task (its seed the run's); None when done,
-        else the exit code. A run that diverged has no final model to fine-tune; one that
-        failed the sanity gate is fine-tuned, and the report does not count it."""
-        from loire_jax.downstream.finetune import finetune
-
-        label = f"[{where}] {planned.workdir} {task}"
-        if self._outcome(planned).get("diverged"):
-            print(f"{label}: skipped (the run diverged)")
-            return None
-        t = time.perf_counter()
-        got = finetune(self.root / planned.workdir, task, overrides=self.suite.downstream.overrides,
-                       seeds=[planned.seed], mesh=self.mesh, log=lambda line: None)
-        if not got.complete:
-            print(f"stopped in {planned.workdir} ({task}); rerun the same command to resume the suite")
-            return 130 if got.stopped == 2 else 75
-        seed = got.seeds[0]
-        print(f"{label}: {'done earlier' if seed.skipped else f'done in {time.perf_counter() - t:.0f} s'}; "
-              f"{seed.metric} {seed.score:.2f}", flush=True)
-        return None
-
-    def _report(self, main, setting, why, sweep_rows) -> int:
-        from loire_jax.analysis import claims, comparison
-        from loire_jax.analysis.downstream import read_baselines, read_scores
-        from loire_jax.config.loader import load_finetune_config
-        from loire_jax.store.checkpoints import stage_digest
-
-        results: dict[str, list] = {}
-        ds = self.suite.downstream
-        tasks = [load_finetune_config(t, ds.overrides).job_name for t in ds.tasks] if ds else []
-        for planned in main:
-            result = dict(self._outcome(planned))
-            if tasks and planned.system in ds.systems:
-                result["downstream"] = read_scores(self.root / planned.workdir, tasks, len(planned.config.stages),
-                                                   planned.seed, checkpoint_digest=stage_digest)
-                result["downstream_baseline"] = read_baselines(self.root / planned.workdir, tasks,
-                                                               len(planned.config.stages), planned.seed)
-            results.setdefault(planned.system, []).append(result)
-        meta = {"name": self.suite.name, "seeds": list(self.suite.all_seeds), "setting": list(setting), "why": why,
-                "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}
-        out = comparison.write(self.root / "report", meta, results, sweep_rows)
-        print(f"report: {out / 'report.md'}")
-        for v in claims.verdicts(results, tasks):
-            print(f"  {v['verdict']:>18}: {v['claim']} ({v['where']})")
-        return 0
 
 
 def entry() -> None:

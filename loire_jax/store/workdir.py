@@ -50,19 +50,19 @@ from loire_jax.store.locks import (  # noqa: F401  (re-exported: the workdir's l
 )
 
 MARKER = outputs.RUN
-# The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py,
-# the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
+# The top-level names a run writes (trainer, hooks, launch/train.py, launch/experiment.py's
+# diverged.json and made.json, the report): all that ``--fresh`` deletes. Workdirs of earlier versions hold the same names.
 # A stage's folder, and beside it that of a phase its growth method adds (``stage_<n>_<phase>``,
 # LiGO's operator: ``is_run_entry`` reads the phases from config.growth_methods).
 RUN_ENTRIES = re.compile(r"stage_\d+|config\.json|metrics\.jsonl|tb|report|python(\.\d+)?\.log|crash-[\d-]+\.log"
-                         r"|diverged\.json|init_from\.json|\.slurm"  # .slurm: launch/slurm.sbatch's exit codes
+                         r"|diverged\.json|made\.json|init_from\.json|\.slurm"  # .slurm: launch/slurm.sbatch's exit codes
                          r"|\.lock-[0-9a-f]{32}")  # a reader's lock left by a process that died (live ones refuse)
 # What other commands derive from a run's checkpoints (loire-finetune's results): --fresh
 # retrains those checkpoints, so it moves these aside as ``<name>.stale-<n>``, where they
 # can no longer pass for the new model's results; it never deletes them.
 DERIVED = ("finetune",)
 # A killed ``paths.write_atomic`` leaves ``.<name>.<random>.tmp`` next to the file it wrote.
-_RUN_TEMPORARY = re.compile(r"\.(config\.json|init_from\.json|diverged\.json|crash-[\d-]+\.log|\.loire_run|\.lock)"
+_RUN_TEMPORARY = re.compile(r"\.(config\.json|init_from\.json|diverged\.json|made\.json|crash-[\d-]+\.log|\.loire_run|\.lock)"
                             r"\..+\.tmp")
 
 

@@ -8,6 +8,8 @@
     helpers.py lock PATH JOBID HOST        -> writes a fresh lock claimed by HOST for job JOBID
     helpers.py lockinfo PATH               -> the lock's host and job, or "absent"
     helpers.py pids JOBID PROCID           -> pids of the job's python processes of that task
+    helpers.py suite_compare DIR_A DIR_B   -> "identical: N runs", or the runs whose steps differ
+                                              (tools/figures_records.py's suite_runs digests)
 """
 
 from __future__ import annotations
@@ -142,9 +144,28 @@ def pids(jobid: str, procid: str) -> str:
     return " ".join(str(p) for p in sorted(chosen))
 
 
+def suite_compare(workdir_a: str, workdir_b: str) -> str:
+    """Two suite workdirs' runs step by step: tools/figures_records.py's ``suite_runs`` (a
+    SHA-256 of every logged step of every sweep and main run, and every evaluation) of both,
+    and its ``suite_differences``, as a suite record's rerun is checked."""
+    from pathlib import Path
+
+    from loire_jax.cli.scripts import script
+
+    tools = Path(__file__).resolve().parents[1]
+    script(tools / "figures_folder.py")  # figures_records imports it by name
+    records = script(tools / "figures_records.py")
+    a, b = records.suite_runs(Path(workdir_a)), records.suite_runs(Path(workdir_b))
+    diffs = records.suite_differences(a, b)
+    if not a or diffs:
+        return "differs: " + ("; ".join(diffs) if diffs else f"no run in {workdir_a}")
+    return f"identical: {len(a)} runs, {sum(r['steps'] for r in a.values())} steps"
+
+
 def main(argv: list[str]) -> int:
     cmd, args = argv[0], argv[1:]
-    fn = {"progress": progress, "finals": finals, "summary": summary, "compare": compare, "lock": lock, "lockinfo": lockinfo, "pids": pids}[cmd]
+    fn = {"progress": progress, "finals": finals, "summary": summary, "compare": compare, "lock": lock,
+          "lockinfo": lockinfo, "pids": pids, "suite_compare": suite_compare}[cmd]
     out = fn(*args)
     if out:
         print(out)
