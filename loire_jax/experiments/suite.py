@@ -31,6 +31,8 @@ from loire_jax import paths
 from loire_jax.config import presets
 from loire_jax.config.loader import load_run_config
 from loire_jax.config.run import RunConfig
+from loire_jax.config.schedule import phases, teacher_stages
+from loire_jax.config.stream import stage_stream
 from loire_jax.errors import ConfigError
 from loire_jax.experiments.systems import SYSTEMS, derive
 
@@ -170,6 +172,39 @@ def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
     except ConfigError as err:
         problems.append(f"downstream.tasks: {err}")
     return problems
+
+
+def windowed_systems(base: RunConfig) -> list[str]:
+    """The systems that keep LOIRE's recovery window where ``base`` puts it, so that their
+    runs differ between the two readings (``analysis.readings``): those whose phases or data
+    stream of some stage change when every later stage's window moves to the other end.
+    (A reading's own row, ``LOIRE-start``, is not a system of its own here.)"""
+    flip = {"end": "start", "start": "end"}
+    moved = base.replace(stages=(base.stages[0], *(dataclasses.replace(s, recovery=flip[s.recovery])
+                                                   for s in base.stages[1:])))
+
+    def trains(run: RunConfig) -> list[Any]:
+        return [(phases(s, bool(teacher_stages(run, k))), _replayed(stage_stream(run, k)))
+                for k, s in enumerate(run.stages)]
+
+    out = []
+    for name in SYSTEMS:
+        if name.endswith("-start"):
+            continue
+        try:
+            if trains(derive(name, base)) != trains(derive(name, moved)):
+                out.append(name)
+        except ValueError:  # a system of the other kind of model, or one this base cannot build
+            continue
+    return out
+
+
+def _replayed(stream: Any) -> Any:
+    """A stage's stream as it trains: a stream that replays nothing reads no memory, its own
+    included (``data.pipeline``), so where its (empty) window would sit changes nothing."""
+    if stream.recover_steps or stream.replay_ratio > 0 and stream.replay_end != 0:
+        return stream
+    return dataclasses.replace(stream, own_memory=False)
 
 
 def suite_path(name_or_path: str) -> Path:
