@@ -27,15 +27,17 @@ def _suite_rows(suite: dict[str, Any]) -> list[str]:
 
 
 def _verdict_rows(suite: dict[str, Any], *, numbers: bool) -> list[str]:
-    """The verdicts judged anew from the recorded runs (``analysis.claims.verdicts``), so the
-    docs show today's rule on the record's numbers, with what each verdict tests."""
-    from loire_jax.analysis.claims import verdicts
+    """The verdicts judged anew from the recorded runs (``analysis.comparison.verdict_section``),
+    so the docs show today's rule on the record's numbers, with what each verdict tests: every
+    claim under both readings of the recovery window, the systems that keep LOIRE's window
+    found from the suite's base config as it is now (a claim whose runs of a reading the
+    record lacks says so)."""
+    from loire_jax.analysis.comparison import verdict_section
+    from loire_jax.experiments.suite import base_config, load_suite, windowed_systems
 
-    header = ("the paper's claim (where)", "paper", "what it tests", *(("measured",) if numbers else ()), "verdict")
-    rows = [[f"{v['claim']} ({v['where']})", v["paper"], v["tests"],
-             *((f"{v['metric']}: {'; '.join(v['numbers'])}",) if numbers else ()), f"**{v['verdict']}**"]
-            for v in verdicts(suite["runs"], suite["suite"].get("downstream_tasks") or ())]
-    return markdown_table(header, rows)
+    meta = suite["suite"]
+    windowed = windowed_systems(base_config(load_suite(meta["name"]), meta.get("setting") or ()))
+    return verdict_section(suite["runs"], meta.get("downstream_tasks") or (), windowed, numbers=numbers)
 
 
 def _finetune_seconds(stdout: str) -> list[float]:
