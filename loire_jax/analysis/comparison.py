@@ -99,31 +99,38 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     return "\n".join(lines) + "\n"
 
 
+def judged_readings(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
+                    windowed: Sequence[str] | None) -> dict[str, Any]:
+    """``readings.both_readings`` given the ``windowed`` systems; without them, ``end`` alone."""
+    if windowed is not None:
+        return readings.both_readings(results, tasks, windowed)
+    end = readings.view(results, "end")
+    return {"end": verdicts(end, tasks), "family_size": claims_judged(end, tasks), "outside": claims.family_outside(end)}
+
+
 def verdict_section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
-                    windowed: Sequence[str] | None, *, numbers: bool) -> list[str]:
+                    windowed: Sequence[str] | None, *, numbers: bool, compact: bool = False) -> list[str]:
     """The verdict tables: the claims in the Bonferroni family, then the rows outside it, and
     the note. Given the ``windowed`` systems (those that keep LOIRE's recovery window), each
     claim is judged under both readings, a verdict column each (``readings``); without them,
     under ``end`` alone. ``numbers``: with the paired numbers behind each verdict (the
-    ``end`` reading's)."""
-    if windowed is None:
-        end = readings.view(results, "end")
-        judged = {"end": verdicts(end, tasks), "family_size": claims_judged(end, tasks),
-                  "outside": claims.family_outside(end)}
-    else:
-        judged = readings.both_readings(results, tasks, windowed)
+    ``end`` reading's). ``compact`` (README's): one table, the rows outside the family last
+    and marked †, no note."""
+    judged = judged_readings(results, tasks, windowed)
     columns = [r for r in readings.READINGS if r in judged]
     header = ["the paper's claim (where)", "paper", "what it tests", *(("measured",) if numbers else ()),
               *(f"verdict, recovery: {r}" for r in columns)]
 
     def rows(outside: bool) -> list[list[str]]:
-        return [[f"{v['claim']} ({v['where']})", v["paper"], v.get("tests", ""),
+        return [[f"{v['claim']} ({v['where']}){' †' if compact and outside else ''}", v["paper"], v.get("tests", ""),
                  *((": ".join([v["metric"], "; ".join(v["numbers"])] if v["numbers"] else [v["metric"]]),)
                    if numbers else ()),
                  *(f"**{judged[r][i]['verdict']}** ({judged[r][i]['why']})" if numbers else
                    f"**{judged[r][i]['verdict']}**" for r in columns)]
                 for i, v in enumerate(judged["end"]) if v["outside"] == outside]
 
+    if compact:
+        return markdown_table(header, rows(False) + rows(True))
     lines = markdown_table(header, rows(False))
     if outside := rows(True):
         lines += ["", "Outside the family (computed, not measured, or not a claim of the paper: no interval "
