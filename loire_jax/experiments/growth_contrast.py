@@ -74,7 +74,6 @@ def measure(run: RunConfig, run_dir: paths.Path, mesh: Any = None, log: Callable
     from loire_jax.config.mesh import parse_mesh
     from loire_jax.config.schedule import seen_domains_at, stage_vocab
     from loire_jax.errors import RunError
-    from loire_jax.growth.transforms import grow_like
     from loire_jax.parallel.sharding import make_mesh, param_shardings
     from loire_jax.store.checkpoints import restore_params, stage_dir
     from loire_jax.train.evaluation import Evaluator
@@ -98,17 +97,34 @@ def measure(run: RunConfig, run_dir: paths.Path, mesh: Any = None, log: Callable
                 programs.set_masking(special)
             if prev is None:
                 prev = restore_params(stage_dir(run_dir, stage_number(index - 1)), programs.abstract(index - 1).params)
-            params = prev
-            for i, plan in enumerate(programs.plans[index]):
-                params = grow_like(plan, params, jax.random.fold_in(key, i))
             model = programs.models[index]
-            params = jax.device_put(params, param_shardings(model, mesh))
+            params = _grown(tuple(programs.plans[index]), prev, key, param_shardings(model, mesh))
             evaluator = evaluators.setdefault(repr(model), Evaluator(programs, lambda r: None, lambda where: None,
                                                                lambda *a, **k: None))
             ppl = evaluator.evaluate(index, params, "init")
             out[label].append(average_perplexity([ppl[d] for d in before]))
             log(f"stage {stage_number(index)} {label}: Init AP {out[label][-1]:.3f}")
     return out
+
+
+def _grown(plans: tuple, params: Any, key: Any, shardings: Any) -> Any:
+    """``params`` grown by ``plans`` (plan i drawing from ``fold_in(key, i)``, as the trainer
+    grows them), as one compiled program laid out as ``shardings`` (op by op, each random
+    draw compiled on its own, it took several times as long); a method that picks on the
+    host (``GrowthMethod.eager``) runs eagerly."""
+    import jax
+
+    from loire_jax.config.growth_methods import growth_method
+    from loire_jax.growth.transforms import grow_like
+
+    def grow(plans: tuple, params: Any, key: Any) -> Any:
+        for i, plan in enumerate(plans):
+            params = grow_like(plan, params, jax.random.fold_in(key, i))
+        return params
+
+    if any(growth_method(plan.init).eager for plan in plans):
+        return jax.device_put(grow(plans, params, key), shardings)
+    return jax.jit(grow, static_argnums=0, out_shardings=shardings)(plans, params, key)
 
 
 def _special_tokens(run: RunConfig) -> Any:
