@@ -5,7 +5,7 @@
 #   launch/tpu_pod.sh [--watch] TPU_NAME ZONE WORKDIR [train.py arguments ...]
 #   e.g. launch/tpu_pod.sh --watch my-v5p-32 us-east5-a gs://my-bucket/runs/paper \
 #          --config configs/gpt_paper.yaml data.data_dir=gs://my-bucket/loire_data
-#   launch/tpu_pod.sh --watch my-v5p-32 us-east5-a gs://my-bucket/suites/paper --suite paper --index 7-41
+#   launch/tpu_pod.sh --watch my-v5p-32 us-east5-a gs://my-bucket/suites/paper --suite paper --index 7-65
 #          a suite's planned items on this slice, in order (launch/experiment.py --plan numbers them;
 #          docs/operations.md, "A suite on a cluster"); WORKDIR is then the suite's directory
 #

@@ -556,7 +556,7 @@ SHELL = {
         "tools/slurm_local_check.sh suite on a real one",
     "launch/tpu_pod.sh my-v5p-32 us-east5-a gs://BUCKET/suites/paper --suite paper --index 0-6":
         "not run here: no Cloud TPU (it has not run on a real one yet)",
-    "launch/tpu_pod.sh my-v5p-32 us-east5-a gs://BUCKET/suites/paper --suite paper --index 7-41":
+    "launch/tpu_pod.sh my-v5p-32 us-east5-a gs://BUCKET/suites/paper --suite paper --index 7-65":
         "not run here: as the line above",
     "python launch/experiment.py --suite paper --workdir /shared/suites/paper --status":
         "not run here: it needs the suite's workdir; tests/test_suite_plan.py reads a fabricated one",

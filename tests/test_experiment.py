@@ -79,11 +79,17 @@ def test_the_micro_suite_runs_and_reports(micro):
     # one seed decides nothing, by rule; claims whose systems are not in the suite are not run
     assert verdict == {"Table 2": "inconclusive", "Table 2 (vs ELLE)": "not run", "Table 4": "inconclusive",
                        "Fig. 6, Table 11": "not run",
-                       "Table 7/11": "not run", "Table 12": "not run", "Fig. 4": "not run",
+                       "Table 7/11": "not run", "Table 12": "not run", "Fig. 4": "inconclusive",
+                       "Fig. 4 (trajectories)": "not run", "Fig. 4 (growth gap)": "not run",
                        "Table 2 (bottom), Fig. 4": "inconclusive", "Table 4 (vs LiGO)": "not run",
                        "Table 4 (vs LiGO, FLOPs)": "not run", "Table 2 (vs ER, equal replay)": "not run",
                        "Table 2 (vs ELLE, equal replay)": "not run", "Table 5": "inconclusive", "Table 11": "not run"}
     assert [r["gate"]["passed"] for r in data["runs"]["LOIRE"]] == [False]  # 4 steps learn nothing: flagged
+    # Fig. 4 from the same checkpoint: LOIRE's stage-1 Final grown three ways, the exact one its own Init
+    contrast, loire = data["runs"]["LOIRE"][0]["growth_contrast"], data["runs"]["LOIRE"][0]
+    assert {k: v[0] for k, v in contrast.items()} == {"exact": None, "random": None, "zero": None}
+    assert contrast["exact"][1] == pytest.approx(loire["init_AP"][1], rel=1e-5) != contrast["random"][1]
+    assert (root / "runs" / "LOIRE" / "seed1" / "growth_contrast.json").is_file()
     assert "**fail**" in report and "## Hyperparameter sweep" in report
     assert (root / "report" / "ap_by_stage.png").stat().st_size > 0
     ratio = data["cost"][0]

@@ -94,9 +94,10 @@ def test_a_suite_without_a_sweep_has_no_choice_and_the_shipped_suites_number_as_
     assert all(i.needs == () for i in probe if i.phase == "main")
     assert [i.seed for i in probe[:12]] == [1] * 4 + [2] * 4 + [3] * 4  # one seed a device call: items 0-3, 4-7, 8-11
     paper = plans.items(suites.load_suite("paper"))
-    assert plans.phase_ranges(paper) == [("sweep", 0, 5), ("choice", 6, 6), ("main", 7, 76), ("report", 77, 77)]
+    # 29 systems (every windowed one under both readings) x 3 seeds, then 15 of them at seeds 4 and 5
+    assert plans.phase_ranges(paper) == [("sweep", 0, 5), ("choice", 6, 6), ("main", 7, 123), ("report", 124, 124)]
     # the extra seeds come after every system's first seeds: a suite cut short has whole seeds
-    assert [i.seed for i in paper if i.phase == "main"][-16:] == [4] * 8 + [5] * 8
+    assert [i.seed for i in paper if i.phase == "main"][-30:] == [4] * 15 + [5] * 15
 
 
 def test_plan_prints_each_phases_range_and_array_size_then_every_item(micro, capsys):

@@ -4,8 +4,9 @@ Owns AP and AP+ (``metrics``), FLOPs and peak throughput (``flops``), memory est
 (``memory``), the metrics file format (``records``), a run's report (``reports``; its plots
 ``report_plots``, where its numbers come from: tokenizer and pretrained M1, ``run_origin``), the
 markdown tables every report shares (``tables``) and the comparison of systems: what each
-run measured (``suite_results``), the paper's claims and their verdicts (``claims``), and
-the report (``comparison``).
+run measured (``suite_results``), the paper's claims and their verdicts (``claims``), each
+under both readings of the recovery window (``readings``), the paper's own FLOPs accounting
+(``paper_flops``), and the report (``comparison``).
 
 May import: ``config``, ``errors``, ``paths``, jax (device queries), matplotlib.
 """

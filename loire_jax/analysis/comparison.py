@@ -14,7 +14,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis import claims, downstream
+from loire_jax.analysis import claims, downstream, readings
 from loire_jax.analysis.claims import PAPER_FLOPS, PAPER_MODEL, claims_judged, verdicts
 from loire_jax.analysis.paired import ALPHA
 from loire_jax.analysis.report_plots import save_png
@@ -40,11 +40,8 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                   "the train loss of the sanity gate is the masked-LM loss.", ""]
     lines += ["## Verdicts", ""]
     tasks = suite.get("downstream_tasks") or ()
-    judged = verdicts(results, tasks)
-    lines += markdown_table(["the paper's claim", "where", "paper", "what it tests", "measured", "verdict"],
-                    [[v["claim"], v["where"], v["paper"], v.get("tests", ""), f"{v['metric']}: " + "; ".join(v["numbers"]),
-                      f"**{v['verdict']}** ({v['why']})"] for v in judged])
-    lines += ["", verdict_note(claims_judged(results, tasks)), ""]
+    lines += verdict_section(results, tasks, suite.get("windowed"), numbers=True)
+    lines += [""]
     stages = max((len(a["AP"]) for a in agg.values()), default=0)
     lines += _ap_table(agg, stages)
     lines += ["", "## Init versus Final (Fig. 4; Table 2's bottom rows)", "",
@@ -131,9 +128,48 @@ def _made_section(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[st
             ""] + markdown_table(["system", "run", "host", "device", "commit", "finished", "note"], rows)
 
 
-def verdict_note(family_size: int) -> str:
+def judged_readings(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
+                    windowed: Sequence[str] | None) -> dict[str, Any]:
+    """``readings.both_readings`` given the ``windowed`` systems; without them, ``end`` alone."""
+    if windowed is not None:
+        return readings.both_readings(results, tasks, windowed)
+    end = readings.view(results, "end")
+    return {"end": verdicts(end, tasks), "family_size": claims_judged(end, tasks), "outside": claims.family_outside(end)}
+
+
+def verdict_section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
+                    windowed: Sequence[str] | None, *, numbers: bool, compact: bool = False) -> list[str]:
+    """The verdict tables: the claims in the Bonferroni family, then the rows outside it, and
+    the note. Given the ``windowed`` systems (those that keep LOIRE's recovery window), each
+    claim is judged under both readings, a verdict column each (``readings``); without them,
+    under ``end`` alone. ``numbers``: with the paired numbers behind each verdict (the
+    ``end`` reading's). ``compact`` (README's): one table, the rows outside the family last
+    and marked †, no note."""
+    judged = judged_readings(results, tasks, windowed)
+    columns = [r for r in readings.READINGS if r in judged]
+    header = ["the paper's claim (where)", "paper", "what it tests", *(("measured",) if numbers else ()),
+              *(f"verdict, recovery: {r}" for r in columns)]
+
+    def rows(outside: bool) -> list[list[str]]:
+        return [[f"{v['claim']} ({v['where']}){' †' if compact and outside else ''}", v["paper"], v.get("tests", ""),
+                 *((": ".join([v["metric"], "; ".join(v["numbers"])] if v["numbers"] else [v["metric"]]),)
+                   if numbers else ()),
+                 *(f"**{judged[r][i]['verdict']}** ({judged[r][i]['why']})" if numbers else
+                   f"**{judged[r][i]['verdict']}**" for r in columns)]
+                for i, v in enumerate(judged["end"]) if v["outside"] == outside]
+
+    if compact:
+        return markdown_table(header, rows(False) + rows(True))
+    lines = markdown_table(header, rows(False))
+    if outside := rows(True):
+        lines += ["", "Outside the family (computed, not measured, or not a claim of the paper: no interval "
+                  "to share the error rate with):", ""] + markdown_table(header, outside)
+    return lines + ["", verdict_note(judged["family_size"], judged["outside"], len(columns))]
+
+
+def verdict_note(family_size: int, outside: int = 0, columns: int = 1) -> str:
     """The report's footnote on how its verdicts are judged (docs/results.md#verdicts)."""
-    return (f"Each claim pairs LOIRE with each opponent seed by seed (the same seed, the same stage-1 model): the "
+    note = (f"Each claim pairs LOIRE with each opponent seed by seed (the same seed, the same stage-1 model): the "
             f"differences LOIRE - opponent at the seeds with a counted run of both (at least {MIN_SEEDS}), their "
             "mean, how many favour LOIRE, and a paired Student t interval. **no material effect**: the interval lies "
             f"inside the claim's margin (±{claims.PPL_MARGIN.absolute:g} perplexity point for AP, AP+ and Init AP, "
@@ -144,6 +180,16 @@ def verdict_note(family_size: int) -> str:
             f"every opponent, and is reversed if reversed against any. {family_size} claims are judged at once: "
             f"Bonferroni at a family-wise {ALPHA:g}, each claim's share {ALPHA:g}/{family_size} split evenly over "
             "its opponents, which sets each interval's level.")
+    if outside:
+        note += (f" {outside} row(s) stand outside the family, judged as a point against the margin: computed, not "
+                 f"measured (the same at every seed), or not a claim of the paper; inside it, the family would be "
+                 f"{family_size + outside}.")
+    if columns > 1:
+        note += (f" Every claim is judged under both readings of the recovery window, by the same rules and the "
+                 f"same family of {family_size} in each column (`start`: each system that keeps LOIRE's window "
+                 "run with it right after growth, the others the same runs); each column keeps its family-wise "
+                 f"{ALPHA:g}, the two together at most {2 * ALPHA:g}.")
+    return note
 
 
 def _ap_table(agg: Mapping[str, Any], stages: int) -> list[str]:
@@ -195,6 +241,13 @@ def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):
     return fig
 
 
+def _judged(results: Mapping[str, Sequence[Mapping[str, Any]]], suite: Mapping[str, Any]) -> Any:
+    """Every claim under both readings, where the suite names its windowed systems (else None)."""
+    if suite.get("windowed") is None:
+        return None
+    return readings.both_readings(results, suite.get("downstream_tasks") or (), suite["windowed"])
+
+
 def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
           sweep: Sequence[Mapping[str, Any]] = ()) -> paths.Path:
     """report.md, report.json and ap_by_stage.png in ``out`` (made and marked; a folder the
@@ -203,7 +256,8 @@ def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Seque
     paths.write_atomic(out / "report.md", markdown(suite, results, sweep))
     paths.write_atomic(out / "report.json", json.dumps(
         {"suite": suite, "runs": results, "aggregate": aggregate(results),
-         "verdicts": verdicts(results, suite.get("downstream_tasks") or ()),
+         "verdicts": verdicts(readings.view(results, "end"), suite.get("downstream_tasks") or ()),
+         "readings": _judged(results, suite),
          "cost": cost_ratios(results), "sweep": list(sweep)}, indent=1, default=str))
     save_png(figure(results), out / "ap_by_stage.png")
     return out

@@ -1,5 +1,6 @@
 """Experiments: the paper's systems (LOIRE, its baselines and ablations, ``systems``) and
-the comparison suites that run them and write verdicts (``suite``).
+the comparison suites that run them and write verdicts (``suite``), and Fig. 4's growth
+step measured from a run's own checkpoints (``growth_contrast``).
 
 May import every layer below, ``train`` included. Never ``cli``.
 """

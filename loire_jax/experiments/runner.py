@@ -261,9 +261,11 @@ class Pieces:
                                                             "passed": False}, "breakdown": {}}
 
     def _report(self, main, setting, why, sweep_rows) -> int:
-        from loire_jax.analysis import claims, comparison
+        from loire_jax.analysis import comparison, readings
         from loire_jax.analysis.downstream import read_baselines, read_scores
         from loire_jax.config.loader import load_finetune_config
+        from loire_jax.experiments.growth_contrast import growth_contrast
+        from loire_jax.experiments.suite import windowed_systems
         from loire_jax.store.checkpoints import stage_digest
 
         results: dict[str, list] = {}
@@ -281,15 +283,19 @@ class Pieces:
                                                    planned.seed, checkpoint_digest=stage_digest)
                 result["downstream_baseline"] = read_baselines(self.root / planned.workdir, tasks,
                                                                len(planned.config.stages), planned.seed)
+            if planned.system == "LOIRE" and result["finished"] and not result.get("diverged"):  # Fig. 4's step
+                result["growth_contrast"] = growth_contrast(self.root / planned.workdir, self.mesh)
             results.setdefault(planned.system, []).append(result)
         meta = {"name": self.suite.name, "seeds": list(self.suite.all_seeds), "setting": list(setting), "why": why,
-                "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}
+                "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks,
+                "windowed": windowed_systems()}
         if not self.lead:
             return 0
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         self.say(f"report: {out / 'report.md'}")
-        for v in claims.verdicts(results, tasks):
-            self.say(f"  {v['verdict']:>18}: {v['claim']} ({v['where']})")
+        judged = readings.both_readings(results, tasks, meta["windowed"])
+        for end, start in zip(judged["end"], judged["start"]):
+            self.say(f"  {end['verdict']:>18}: {end['claim']} ({end['where']}); recovery: start {start['verdict']}")
         return 0
 
 

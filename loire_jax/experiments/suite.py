@@ -200,6 +200,13 @@ def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
     return problems
 
 
+def windowed_systems() -> list[str]:
+    """The systems that keep LOIRE's recovery window (``System.window``), so that their runs
+    differ between the two readings (``analysis.readings``); each reading's own row
+    (``LOIRE-start``) is not one of them."""
+    return [name for name, system in SYSTEMS.items() if system.window]
+
+
 def suite_path(name_or_path: str) -> Path:
     """A suite by name (``configs/suites/<name>.yaml``) or by path: a YAML name, a path with a
     folder in it, or anything that exists here (a directory is then refused as one)."""
