@@ -14,7 +14,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis import claims, downstream
+from loire_jax.analysis import claims, downstream, paper_figures
 from loire_jax.analysis.claims import PAPER_FLOPS, PAPER_MODEL, claims_judged, verdicts
 from loire_jax.analysis.paired import ALPHA
 from loire_jax.analysis.report_plots import save_png
@@ -27,7 +27,8 @@ from loire_jax.config.stage import model_name, stage_number
 def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
              sweep: Sequence[Mapping[str, Any]] = ()) -> str:
     """The whole report as markdown. ``suite`` carries name, seeds, setting, why, margin and
-    entropy; ``sweep`` rows carry setting, system, final_ap, gate_passed."""
+    entropy, and where the suite computed them ``vocabulary_overlap`` (Fig. 2) and
+    ``attention`` (Fig. 5); ``sweep`` rows carry setting, system, final_ap, gate_passed."""
     agg = aggregate(results)
     fam = family(results)
     lines = [f"# Comparison suite `{suite['name']}`", "",
@@ -53,7 +54,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     header = ["system"] + [f"{model_name(k)} {m}" for k in range(1, stages) for m in ("Init", "prev. Final")]
     lines += markdown_table(header, [[s] + [stat_cell(a[m][k]) for k in range(1, stages)
                                     for m in ("init_AP", "previous_final_AP")] for s, a in agg.items()])
-    lines += downstream.section(results, tasks) if tasks else []
+    lines += downstream.section(results, tasks, fam) if tasks else []
     lines += ["", "## Cost (Table 4)", ""]
     ratios = cost_ratios(results)
     if ratios:
@@ -91,6 +92,8 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                          "finished" if r["finished"] else "not finished",
                          f"{min(below):.3f}" if below else "-", "pass" if r["gate"]["passed"] else "**fail**"])
     lines += markdown_table(["system", "run", "state", "min nats below unigram", "gate"], rows)
+    lines += ["", *paper_figures.overlap_section(suite.get("vocabulary_overlap")),
+              *paper_figures.attention_section(suite.get("attention"))]
     if sweep:
         lines += ["", "## Hyperparameter sweep", "",
                   f"One shared setting for every system, chosen on {', '.join(sorted({r['system'] for r in sweep}))}"
@@ -169,12 +172,18 @@ def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):
 def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
           sweep: Sequence[Mapping[str, Any]] = ()) -> paths.Path:
     """report.md, report.json and ap_by_stage.png in ``out`` (made and marked; a folder the
-    report did not make is refused, as ``reports.report_folder`` says)."""
-    out = report_folder(out, {"report.md", "report.json", "ap_by_stage.png"}, {"suite", "runs", "verdicts"})
+    report did not make is refused, as ``reports.report_folder`` says), and vocab_overlap.png
+    (Fig. 2) and attention.png (Fig. 5) where ``suite`` carries their data."""
+    out = report_folder(out, {"report.md", "report.json", "ap_by_stage.png", "vocab_overlap.png", "attention.png"},
+                        {"suite", "runs", "verdicts"})
     paths.write_atomic(out / "report.md", markdown(suite, results, sweep))
     paths.write_atomic(out / "report.json", json.dumps(
         {"suite": suite, "runs": results, "aggregate": aggregate(results),
          "verdicts": verdicts(results, suite.get("downstream_tasks") or ()),
          "cost": cost_ratios(results), "sweep": list(sweep)}, indent=1, default=str))
     save_png(figure(results), out / "ap_by_stage.png")
+    if suite.get("vocabulary_overlap"):
+        save_png(paper_figures.overlap_figure(suite["vocabulary_overlap"]), out / "vocab_overlap.png")
+    if suite.get("attention"):
+        save_png(paper_figures.attention_figure(suite["attention"]), out / "attention.png")
     return out

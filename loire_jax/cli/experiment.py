@@ -215,6 +215,7 @@ class Experiment:
     def __init__(self, suite, root, mesh, progress: bool = False) -> None:
         self.suite, self.root, self.mesh, self.progress = suite, root, mesh, progress
         self.entropy: dict[str, float] = {}
+        self.overlap: dict[str, Any] | None = None  # Fig. 2, from the same token counts as the entropy
         self._results: dict[str, dict[str, Any]] = {}  # workdir -> result of a run that is over
 
     def run(self, sweep) -> int:
@@ -256,20 +257,39 @@ class Experiment:
             return fail(err)
 
     def _entropy(self, base) -> dict[str, float]:
-        """Unigram entropy (nats) of each domain's training split: the sanity gate's bar."""
+        """Unigram entropy (nats) of each domain's training split: the sanity gate's bar. The
+        same counts give the domains' vocabulary overlap (Fig. 2), kept in ``overlap``."""
         import numpy as np
 
+        from loire_jax.analysis.paper_figures import overlap_top, vocabulary_overlap
         from loire_jax.data import prepare
         from loire_jax.data.pipeline import load_prepared
 
         prepare(base.data, progress=self.progress)
         prep = load_prepared(base.data)
-        out = {}
+        out, counted = {}, {}
         for i, d in enumerate(base.data.domains):
             counts = np.bincount(np.asarray(prep.tokens(i, "pretrain")), minlength=base.model.vocab_size)
+            counted[d.name] = counts.tolist()
             p = counts[counts > 0] / counts.sum()
             out[d.name] = float(-(p * np.log(p)).sum())
+        self.overlap = vocabulary_overlap(counted, overlap_top(base.model.vocab_size))
         return out
+
+    def _attention(self, main) -> dict[str, Any] | None:
+        """Fig. 5's maps of LOIRE's run at its first seed (None, with a warning line, where
+        they cannot be drawn: the report holds without them)."""
+        from loire_jax.errors import LoireError
+        from loire_jax.experiments.attention import run_attention
+
+        loire = next((p for p in main if p.system == "LOIRE"), None)
+        if loire is None:
+            return None
+        try:
+            return run_attention(loire.config, self.root / loire.workdir)
+        except (LoireError, OSError, ValueError) as err:
+            print(f"warning: the attention patterns (Fig. 5) were not drawn: {str(err).splitlines()[0]}")
+            return None
 
     def _outcome(self, planned) -> dict[str, Any] | None:
         """The run's result if it is over (every stage evaluated, or recorded as diverged),
@@ -370,7 +390,8 @@ class Experiment:
                                                                len(planned.config.stages), planned.seed)
             results.setdefault(planned.system, []).append(result)
         meta = {"name": self.suite.name, "seeds": list(self.suite.all_seeds), "setting": list(setting), "why": why,
-                "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks}
+                "margin": self.suite.gate_margin, "entropy": self.entropy, "downstream_tasks": tasks,
+                "vocabulary_overlap": self.overlap, "attention": self._attention(main)}
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         print(f"report: {out / 'report.md'}")
         for v in claims.verdicts(results, tasks):
