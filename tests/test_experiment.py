@@ -96,7 +96,7 @@ def test_the_micro_suite_runs_and_reports(micro):
         assert data["runs"][system][0]["downstream_baseline"] == {"tiny-task": job["baseline"]}  # beside it
     assert "| trivial baseline | - |" in report  # Table 5 shows the task's baseline, and its rule below
     assert verdict["Table 5"] == "inconclusive" and verdict["Table 11"] == "not run"  # one seed decides nothing
-    assert "## Downstream (Table 5; Table 11)" in report
+    assert "## Downstream (Table 5; Table 7; Table 11)" in report
 
 
 def test_a_rerun_skips_finished_runs(micro):
