@@ -257,6 +257,22 @@ def test_runs_reruns_only_the_named_runs_and_names_one_that_parts(results, monke
     assert figures.main(["--reproduce", "paper-mini", "--runs", names[1]]) == 1
     err = capsys.readouterr().err
     assert "differs: runs/GPT_L/seed2: its steps differ from the record's" in err and "seed1" not in err, err
+    # the same difference where the record's CPU model is this one's: no excuse is offered
+    recorded_cpu = json.loads((results / "paper-mini" / "record.json").read_text())["machine"]
+    monkeypatch.setattr(records, "cpu_model", lambda: recorded_cpu.split("-core ", 1)[1].rsplit(" x86_64", 1)[0])
+    assert figures.main(["--reproduce", "paper-mini", "--runs", names[1]]) == 1
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_a_rerun_that_differs_on_another_cpu_model_says_the_record_was_made_elsewhere(results, monkeypatch):
+    """XLA's CPU kernels round differently between CPU models, so a spot check on another
+    model than the record's differs in the last digits: the tool says where each was made."""
+    recorded = json.loads((results / "paper-mini" / "record.json").read_text())["machine"]
+    monkeypatch.setattr(records, "cpu_model", lambda: "AMD EPYC 7B13")
+    note = records.other_cpu("paper-mini")
+    assert note is not None and recorded in note and "a machine" in note and "round differently" in note
+    monkeypatch.setattr(records, "cpu_model", lambda: recorded.split("-core ", 1)[1].rsplit(" x86_64", 1)[0])
+    assert records.other_cpu("paper-mini") is None
 
 
 def test_a_record_folder_left_by_another_tool_keeps_its_files_when_refused_at_store_time(results, monkeypatch):

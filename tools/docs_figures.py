@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                 diffs = records.reproduce(args.reproduce)
             for line in diffs:
                 print(f"differs: {line}", file=sys.stderr)
+            note = records.other_cpu(args.reproduce) if diffs else None
+            if note:
+                print(f"note: {note}", file=sys.stderr)
             same = "every step of the named runs equals the record's" if args.runs else \
                 "the deterministic figures equal the record's"
             if not diffs:

@@ -95,15 +95,32 @@ def terminal_text(raw: str) -> str:
     return "\n".join(line for line in lines if line) + "\n"
 
 
-def machine() -> str:
-    """The machine in words: cores, CPU model, memory."""
-    model = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """This machine's CPU model, as /proc/cpuinfo names it (else what platform knows)."""
     try:
         names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                  if line.startswith("model name")]
-        model = names[0] if names else model
     except OSError:
-        pass
+        names = []
+    return names[0] if names else platform.processor() or platform.machine()
+
+
+def other_cpu(name: str) -> str | None:
+    """Why a rerun of record NAME may differ here although nothing is wrong: the record was made
+    on another CPU model, whose XLA kernels round floats differently, so per-step losses (and
+    their digests) differ in the last places. None when the models are the same or unknown."""
+    recorded = str(load(name)["record"].get("machine", ""))
+    here = cpu_model()
+    if not recorded or here in recorded:
+        return None
+    return (f"{name} was recorded on {recorded}; this is {machine()}: XLA's CPU kernels round differently "
+            "between CPU models, so losses differ in their last digits and so do the digests; rerun on the "
+            "record's CPU model, or record it anew here, to compare bit for bit")
+
+
+def machine() -> str:
+    """The machine in words: cores, CPU model, memory."""
+    model = cpu_model()
     try:
         pages = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         memory = f", {pages / 2**30:.0f} GiB"

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     library_logs_to(root / "python.log")
     extra = f" (+{len(suite.extra_seeds.seeds)} for {len(suite.extra_seeds.systems)})" if suite.extra_seeds else ""
-    print(f"devices: {note}; suite {suite.name}: {len(suite.systems)} systems x {len(suite.seeds)} seeds{extra}"
+    print(f"devices: {note}; suite {suite.name}: {len(suite.planned_systems)} systems x {len(suite.seeds)} seeds{extra}"
           f"{f' + a sweep of {len(sweep)} runs' if sweep else ''}, in {root}")
     mesh = make_mesh(sizes, devs)
     return Experiment(suite, root, mesh, progress=args.progress).run(sweep)
@@ -166,7 +166,7 @@ def _stage_line(stage) -> str:
 
 def _list(suite, sweep, main, chosen) -> None:
     from loire_jax.config.schedule import prompt_ids, stage_models
-    from loire_jax.experiments.systems import SYSTEMS
+    from loire_jax.experiments.systems import SYSTEMS, derive
 
     base = main[0].config
     o = base.optimizer
@@ -189,15 +189,28 @@ def _list(suite, sweep, main, chosen) -> None:
         print(f"downstream (Tables 5, 11): {', '.join(ds.tasks)} on the final models of {', '.join(ds.systems)} at "
               f"every seed{' with ' + ' '.join(ds.overrides) if ds.overrides else ''}; "
               f"{len(ds.tasks) * sum(len(suite.seeds_of(s)) for s in ds.systems)} fine-tunings")
-    for system in suite.systems:
+    from loire_jax.experiments.suite import base_config
+
+    loire = _flops(derive("LOIRE", base_config(suite, chosen[0] if chosen else ())))  # each row's FLOPs beside it
+    for system in suite.planned_systems:
         run = next(r.config for r in main if r.system == system)
         info = SYSTEMS[system]
         shapes = " -> ".join(f"({m.hidden},{m.ffn},{m.heads},{m.layers})" for m in _dedupe(stage_models(run)))
-        print(f"\n{system}: {info.what} [{info.where}]\n  model {shapes}")
+        flops = _flops(run)
+        print(f"\n{system}: {info.what} [{info.where}]\n  model {shapes}\n  training FLOPs {flops:.3g} (analytic; "
+              f"LOIRE's {loire:.3g}, {flops / loire:.1%} of it)")
         if run.domain_prompts:
             print("  domain prompts (token ids): " + ", ".join(f"{d} {t}" for d, t in prompt_ids(run).items()))
         for stage in run.stages:
             print("  " + _stage_line(stage))
+
+
+def _flops(run) -> float:
+    """A run's analytic training FLOPs (``analysis.flops.stage_flops``), all stages."""
+    from loire_jax.analysis.flops import stage_flops
+    from loire_jax.config.schedule import stage_models
+
+    return sum(stage_flops(run, stage_models(run)))
 
 
 def _dedupe(models):

@@ -134,9 +134,10 @@ def phases(stage: StageConfig, has_teachers: bool) -> list[Phase]:
     """recover: ELLE's first recover_steps on the memory alone, or the phase the stage's
     growth method adds (LiGO's operator training, ``growth_methods.StagePhase``, run by its
     own runner, not the step loop); distill: the first beta_steps of the recovery window
-    (with teachers); warmup: the rest of the window, replay without teachers; train: the
-    rest of the stage. The window is the stage's first warmup_steps, or with ``recovery:
-    end`` its last (``recovery_window``)."""
+    (with teachers; with a recovering warmup, the window starts with it, so the teachers
+    distil its first steps, on the memory alone: LOIRE at ELLE's replay); warmup: the rest
+    of the window, replay without teachers; train: the rest of the stage. The window is the
+    stage's first warmup_steps, or with ``recovery: end`` its last (``recovery_window``)."""
     grown = stage_phase(stage.growth)
     if grown is not None:  # never with a recovering warmup (StageConfig)
         head = Phase(grown.name, 0, getattr(stage, grown.steps_field), False, False)
@@ -151,8 +152,11 @@ def phases(stage: StageConfig, has_teachers: bool) -> list[Phase]:
                Phase("warmup", start + kd, stage.steps, replay, False)]
         return [p for p in out if p.end > p.start]
     warm_end = max(stage.warmup_steps, kd, rec)
-    out = [head, Phase("distill", rec, kd, replay, True),
-           Phase("warmup", max(kd, rec), warm_end, replay, False), Phase("train", warm_end, stage.steps, False, False)]
+    if grown is None and rec and kd:  # teachers with a recovering warmup: they distil its first steps
+        out = [Phase("distill", 0, kd, True, True), Phase("recover", kd, rec, True, False)]
+    else:
+        out = [head, Phase("distill", rec, kd, replay, True)]
+    out += [Phase("warmup", max(kd, rec), warm_end, replay, False), Phase("train", warm_end, stage.steps, False, False)]
     return [p for p in out if p.end > p.start]
 
 

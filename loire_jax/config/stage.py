@@ -130,7 +130,9 @@ class StageConfig:
       exp'd, from the final evaluations of the earlier stages).
     - ``recover_steps``: ELLE's function-recovering warmup (Qin et al., 2022): the first
       ``recover_steps`` train on the recovery memory of earlier domains alone, before the
-      domain's data arrives; the replay share then applies from there on, as set.
+      domain's data arrives; the replay share then applies from there on, as set. With
+      teachers, the distillation is the first ``beta_steps`` of these steps, as it is the
+      first of any recovery window (LOIRE at ELLE's replay, ``experiments.systems``).
     - ``ligo_steps``: LiGO's operator training (Wang et al., 2023): with growth of ``init:
       ligo``, the first ``ligo_steps`` train the learned growth operator on the stage's data
       with the previous model frozen (AdamW, lr 2e-4, weight decay 0.1, clip 1.0); the grown
@@ -208,10 +210,7 @@ class StageConfig:
                                 "set teachers to 'all' or 'last', or beta to 0")
             if self.replay_ratio > 0 and self.warmup_steps == 0:
                 problems.append(f"replay_ratio={self.replay_ratio} acts during the warmup, but warmup_steps=0")
-            if self.recover_steps and self.distills:
-                problems.append(f"recover_steps={self.recover_steps} (ELLE's recovering warmup) runs without "
-                                "teachers; set teachers: none or recover_steps: 0")
-            elif self.recover_steps and self.recovery == "end":
+            if self.recover_steps and self.recovery == "end":
                 problems.append(f"recover_steps={self.recover_steps} (ELLE's recovering warmup) runs before the "
                                 "domain's data, at the stage start: set recovery: start")
             elif self.recover_steps and self.warmup_steps and self.warmup_steps < self.recover_steps:

@@ -2,7 +2,8 @@
 
 A suite YAML (``configs/suites/``) names a LOIRE run config (``base``, plus ``key=value``
 ``overrides``), the systems to compare (``loire_jax.experiments.systems``), the seeds (and
-``extra_seeds`` for the systems the headline verdicts rest on), and a sweep:
+``extra_seeds`` for the systems the headline verdicts rest on), the ``readings`` of LOIRE's
+recovery window each system that keeps it runs under (``systems.READINGS``), and a sweep:
 a grid of overrides tried on a few systems at a seed of its own. The setting with the
 best mean final AP over the sweep's systems (among settings where all of them pass the
 sanity gate) is then shared by every system, so no system is tuned and another not.
@@ -32,7 +33,7 @@ from loire_jax.config import presets
 from loire_jax.config.loader import load_run_config
 from loire_jax.config.run import RunConfig
 from loire_jax.errors import ConfigError
-from loire_jax.experiments.systems import SYSTEMS, derive
+from loire_jax.experiments.systems import READINGS, SYSTEMS, derive, reading_name
 
 SUITES_DIR = presets.presets_dir() / "suites"  # the checkout's configs/suites, or the wheel's copy
 
@@ -76,7 +77,11 @@ class ExtraSeeds:
 @dataclasses.dataclass(frozen=True)
 class Suite:
     """One experiment. ``gate_margin``: nats a run's final train loss must lie below the
-    unigram entropy of its data to count (the sanity gate)."""
+    unigram entropy of its data to count (the sanity gate). ``readings``: where LOIRE's
+    recovery window sits in the systems that keep it (``System.window``): each such system
+    runs once per reading, ``end`` under its own name and ``start`` as ``<name>-start``
+    (``planned_systems``), so every claim can be judged under both; a system without the
+    window runs once."""
 
     name: str
     base: str
@@ -90,9 +95,19 @@ class Suite:
     extra_seeds: ExtraSeeds | None = None
 
     def seeds_of(self, system: str) -> tuple[int, ...]:
-        """The seeds ``system`` runs at: the suite's, and the extra ones if it is named there."""
+        """The seeds ``system`` runs at: the suite's, and the extra ones if it is named there
+        (a reading's row, ``LOIRE-start``, runs at the seeds of the system it reads)."""
         extra = self.extra_seeds
-        return self.seeds + (extra.seeds if extra is not None and system in extra.systems else ())
+        named = system in self.systems or system not in SYSTEMS or not SYSTEMS[system].of
+        listed = system if named else SYSTEMS[system].of
+        return self.seeds + (extra.seeds if extra is not None and listed in extra.systems else ())
+
+    @property
+    def planned_systems(self) -> tuple[str, ...]:
+        """Every system the suite runs, in its order: each listed system that keeps LOIRE's
+        recovery window once per reading (``reading_name``), the others once."""
+        return tuple(reading_name(s, r) if SYSTEMS[s].window else s
+                     for s in self.systems for r in (self.readings if SYSTEMS[s].window else ("end",)))
 
     @property
     def all_seeds(self) -> tuple[int, ...]:
@@ -100,6 +115,7 @@ class Suite:
         return self.seeds + (self.extra_seeds.seeds if self.extra_seeds is not None else ())
     dry_run: tuple[str, ...] = ()  # overrides, applied last, that shrink the suite to toy shapes
     first_stages: int | None = None  # run only the first n stages of every system (None: all)
+    readings: tuple[str, ...] = ("end",)  # where the recovery window sits in the systems that keep it
 
     def __post_init__(self) -> None:
         problems = []
@@ -110,6 +126,7 @@ class Suite:
             problems.append(f"unknown system(s) {unknown}; choose from {', '.join(SYSTEMS)}")
         if not self.systems or len(set(self.systems)) != len(self.systems):
             problems.append(f"systems must be a non-empty list without repeats, got {list(self.systems)}")
+        problems += _reading_problems(self.readings, self.systems)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or \
                 not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             problems.append(f"seeds must be distinct integers, got {list(self.seeds)}")
@@ -121,8 +138,9 @@ class Suite:
             if self.sweep.seed in self.all_seeds:
                 problems.append(f"sweep.seed={self.sweep.seed} is one of the seeds: choose the setting on a seed "
                                 "the comparison does not use")
-        if self.downstream is not None:
-            problems += _downstream_problems(self.downstream, self.systems)
+        if self.downstream is not None:  # a reading's row (LOIRE-start) may be fine-tuned too
+            planned = self.systems if unknown or problems else self.planned_systems
+            problems += _downstream_problems(self.downstream, planned)
         if self.first_stages is not None and not (isinstance(self.first_stages, int) and self.first_stages >= 1):
             problems.append(f"first_stages must be a positive integer, got {self.first_stages!r}")
         if not (isinstance(self.gate_margin, (int, float)) and self.gate_margin >= 0):
@@ -145,6 +163,16 @@ def _extra_seed_problems(extra: ExtraSeeds, seeds: Sequence[int], systems: Seque
         problems.append(f"extra_seeds.systems must be systems of the suite without repeats; got "
                         f"{list(extra.systems)}" + (f" (not in it: {missing})" if missing else ""))
     return problems
+
+
+def _reading_problems(readings: Sequence[str], systems: Sequence[str]) -> list[str]:
+    """What is wrong with ``readings``: known, distinct, and no system listed twice by them
+    (``LOIRE-start`` listed beside ``LOIRE`` and ``readings: [end, start]``)."""
+    if not readings or len(set(readings)) != len(readings) or not set(readings) <= set(READINGS):
+        return [f"readings must be a non-empty list of distinct readings from {list(READINGS)}, got {list(readings)}"]
+    twice = [s for s in systems if s in SYSTEMS and SYSTEMS[s].of in systems and SYSTEMS[s].reading in readings]
+    return [f"systems {twice} are planned by readings {list(readings)} already: list only "
+            f"{[SYSTEMS[s].of for s in twice]}"] if twice else []
 
 
 def _downstream_problems(ds: Downstream, systems: Sequence[str]) -> list[str]:
@@ -197,10 +225,10 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
     known = {"name", "base", "overrides", "systems", "seeds", "sweep", "gate_margin", "about", "downstream",
-             "extra_seeds", "dry_run"}
+             "extra_seeds", "dry_run", "readings"}
     if not isinstance(raw, Mapping) or set(raw) - known or not {"name", "base", "systems", "seeds"} <= set(raw):
         raise ConfigError(f"{path}: a suite is a mapping with name, base, systems and seeds (and optionally "
-                         f"overrides, sweep, gate_margin, about, downstream, extra_seeds, dry_run); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
+                         f"overrides, sweep, gate_margin, about, downstream, extra_seeds, dry_run, readings); got {sorted(raw) if isinstance(raw, Mapping) else raw}")
     def names(key: str, value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{path}: {key} must be a list of strings, got {value!r}")
@@ -248,7 +276,8 @@ def load_suite(name_or_path: str, seeds: Sequence[int] | None = None) -> Suite:
                  seeds=tuple(seeds) if seeds is not None else tuple(integer("seeds", s) for s in raw["seeds"]),
                  overrides=names("overrides", raw.get("overrides") or []), sweep=sweep,
                  gate_margin=raw.get("gate_margin", 0.25), about=str(raw.get("about", "")), downstream=downstream,
-                 extra_seeds=extra, dry_run=names("dry_run", raw.get("dry_run") or []))
+                 extra_seeds=extra, dry_run=names("dry_run", raw.get("dry_run") or []),
+                 readings=names("readings", raw.get("readings") or ["end"]))
 
 
 
@@ -334,8 +363,8 @@ def sweep_runs(suite: Suite) -> list[PlannedRun]:
 def main_runs(suite: Suite, setting: tuple[str, ...]) -> list[PlannedRun]:
     """Every system at each of its seeds with the chosen setting; seeds outermost, so a
     suite stopped early has whole seeds of every system (the extra seeds come last)."""
-    return _planned(suite, "main", setting, suite.all_seeds, suite.systems, "runs/{system}/seed{seed}",
-                    {s: suite.seeds_of(s) for s in suite.systems})
+    return _planned(suite, "main", setting, suite.all_seeds, suite.planned_systems, "runs/{system}/seed{seed}",
+                    {s: suite.seeds_of(s) for s in suite.planned_systems})
 
 
 def downstream_jobs(suite: Suite, main: Sequence[PlannedRun]) -> list[tuple[PlannedRun, str]]:

@@ -8,8 +8,12 @@ the model, the growth or the warmup of its stages, and everything else is inheri
 
 The warmup that a system keeps (replay share, distillation weight and length, gate ramp)
 is LOIRE's, stage by stage, in LOIRE's place (``recovery``: the stage's start or its end),
-so the systems differ only where the paper says they do. The rivals ER and ELLE follow
-their own recipes, which replay from the stage's start.
+so the systems differ only where the paper says they do. Such a system reads LOIRE's
+recovery window (``System.window``), and each reading is a system of its own: ``<name>``
+as the base says (``end``, the default) and ``<name>-start`` with the window at each stage's
+start (``reading``); a suite's ``readings`` plans both. The rivals ER and ELLE follow their
+own recipes, which replay from the stage's start, and the systems matched to their replay
+(LOIRE-ER-replay, Memory-ER-replay, LOIRE-ELLE-replay, Memory-ELLE-replay) replay as they do.
 
 The fixed-size baselines carry the paper's names for the base's kind of model: GPT_S,
 GPT_L and GPT_R beside a decoder (LOIRE-GPT), BERT_S, BERT_L and BERT_R beside an encoder
@@ -20,25 +24,36 @@ other family is refused in one line. Every other system applies to both kinds.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Mapping
 
 from loire_jax.config.run import RunConfig
-from loire_jax.config.schedule import replay_windows, stage_models
+from loire_jax.config.schedule import stage_models
 from loire_jax.config.stage import GrowthSpec, StageConfig
+from loire_jax.config.stream import stage_stream
+
+# Where LOIRE's recovery window sits, as a system reads it: ``end`` is the plain name (the
+# base's own, the default), each other reading ``<name>-<reading>`` (docs/results.md).
+READINGS = ("end", "start")
 
 
 @dataclasses.dataclass(frozen=True)
 class System:
     """One row of the comparison: what it is, where the paper reports it, and how it is
     derived from the LOIRE config. ``kind``: the model kind (``ModelConfig.kind``) the
-    system's name belongs to, or None for a system of either kind."""
+    system's name belongs to, or None for a system of either kind. ``window``: its
+    derivation keeps LOIRE's recovery window where the base puts it, so where that window
+    sits changes what it computes, and each reading is a run of its own. ``reading``: for
+    such a reading's own row (``LOIRE-start``), the place it puts the window, and ``of`` the
+    system it reads."""
 
     name: str
     what: str
     where: str
     derive: Callable[[RunConfig], RunConfig]
     kind: str | None = None
+    window: bool = False
+    reading: str = ""
+    of: str = ""
 
 
 def _no_growth(stage: StageConfig) -> StageConfig:
@@ -75,11 +90,27 @@ def _loire(base: RunConfig) -> RunConfig:
     return _named(base, "LOIRE")
 
 
-def _loire_start(base: RunConfig) -> RunConfig:
-    """LOIRE read the other way (docs/results.md#where-the-recovery-window-sits): the replay and
-    distillation window at each stage's start, right after growth, whatever the base says."""
-    return _named(base, "LOIRE-start", stages=_later(base, lambda s: dataclasses.replace(s, recovery="start"),
-                                                     first=lambda s: s))
+def read_as(base: RunConfig, reading: str) -> RunConfig:
+    """The base with every later stage's recovery window at ``reading`` (``start``: right
+    after growth; ``end``: the stage's last steps); stage 1 as it is (docs/results.md,
+    "Where the recovery window sits")."""
+    if reading not in READINGS:
+        raise ValueError(f"unknown reading {reading!r}; choose from {', '.join(READINGS)}")
+    return base.replace(stages=_later(base, lambda s: dataclasses.replace(s, recovery=reading), first=lambda s: s))
+
+
+def reading_name(name: str, reading: str) -> str:
+    """The row of system ``name`` under ``reading``: the plain name for ``end``, else ``<name>-<reading>``."""
+    return name if reading == "end" else f"{name}-{reading}"
+
+
+def _read(system: "System", reading: str) -> "System":
+    """``system`` under the other ``reading``: its derivation from the base read so, under its own name."""
+    def derive_read(base: RunConfig) -> RunConfig:
+        return system.derive(read_as(base, reading)).replace(name=f"{base.name}-{reading_name(system.name, reading)}")
+    return System(reading_name(system.name, reading), f"{system.what}; its recovery window at each stage's {reading}"
+                  + (", right after growth" if reading == "start" else ""), system.where, derive_read,
+                  system.kind, reading=reading, of=system.name)
 
 
 def _small(name: str) -> Callable[[RunConfig], RunConfig]:
@@ -117,11 +148,29 @@ def _token_kd(base: RunConfig) -> RunConfig:
         _no_growth(s), gate_ramp_steps=0, teachers="last" if s.teachers != "none" else "none")))
 
 
+def _regrown(base: RunConfig, name: str, order: Callable[[list], list]) -> RunConfig:
+    """The base with its growth steps moved between the stages by ``order`` (a permutation of
+    the growing stages' growth); each stage keeps its domain, steps and warmup."""
+    growing = [k for k, s in enumerate(base.stages) if s.growth]
+    if len(growing) < 2:
+        raise ValueError(f"it reorders the growth steps, but only {len(growing)} stage(s) grow")
+    moved = dict(zip(growing, order([base.stages[k].growth for k in growing])))
+    return _named(base, name, stages=tuple(dataclasses.replace(s, growth=moved[k]) if k in moved else s
+                                           for k, s in enumerate(base.stages)))
+
+
 def _reverse(base: RunConfig) -> RunConfig:
-    """Table 7/11: the same growth steps in the reverse order (layers -> heads -> ffn -> hidden)."""
-    growth = [s.growth for s in base.stages[1:]][::-1]
-    return _named(base, "SCHL-Reverse", stages=(base.stages[0], *(dataclasses.replace(s, growth=g)
-                                                                   for s, g in zip(base.stages[1:], growth))))
+    """Table 7 as the paper ran it (§3.3): "we reverse the partial expansion order. This
+    involved converting the order of the dimensions from (hidden => ffn => head => layer) to
+    (layer => ffn => head => hidden)": the first and the last growth steps trade stages, the
+    middle ones stay where they are."""
+    return _regrown(base, "SCHL-Reverse", lambda g: [g[-1], *g[1:-1], g[0]])
+
+
+def _reverse_full(base: RunConfig) -> RunConfig:
+    """The whole schedule reversed (layers -> heads -> ffn -> hidden): not the paper's
+    SCHL-Reverse, which keeps ffn before heads; kept as its own row."""
+    return _regrown(base, "SCHL-Reverse-full", lambda g: g[::-1])
 
 
 def _map_growth(base: RunConfig, name: str, fn: Callable[[GrowthSpec], GrowthSpec]) -> RunConfig:
@@ -188,37 +237,42 @@ def _elle(base: RunConfig) -> RunConfig:
     return _named(base, "ELLE", stages=_later(base, _elle_stage), domain_prompts=True)
 
 
-# A dose variant's old-data share of a batch: at most this, its window lengthened if need be,
-# so the window still trains the stage's own domain at least as much as the earlier ones.
-DOSE_SHARE_CAP = 0.5
+# What a stage's replay is: whose memory, what share, on which steps, in what place. The
+# systems matched to a rival's replay take these fields from the rival's stage.
+REPLAY_FIELDS = ("warmup_steps", "replay_ratio", "replay_from", "replay_weights", "recovery", "recover_steps")
 
 
-def _dose(rival: str) -> Callable[[RunConfig], RunConfig]:
-    """LOIRE at a rival's replay dose: each stage replays as many old-data windows as the
-    rival's stage (``schedule.replay_windows`` of the rival's own derived config, so the dose
-    follows its config), through LOIRE's own recovery window, in its place, with its teachers
-    and growth. The window keeps its length where a share of at most ``DOSE_SHARE_CAP`` gives
-    the dose, else it grows (from its place: the stage's start or its end) until that share
-    does; a stage too short for that is refused, never given a larger share."""
-    def derive_dose(base: RunConfig) -> RunConfig:
+def _bare(stream):
+    """A stage's stream without ELLE's domain prompts: the prompt is its model's input, not its replay."""
+    return dataclasses.replace(stream, prompts={}, prompt_at=0)
+
+
+def _matched(rival: str, name: str, distil: bool) -> Callable[[RunConfig], RunConfig]:
+    """LOIRE's growth, gate ramp and (``distil``) teachers, with exactly the rival's replay:
+    each later stage replays what the rival's stage replays, in its place and at its time
+    (``REPLAY_FIELDS`` of the rival's own derived stage, so the match follows its config).
+    ER: the previous domain's memory, one window in ten of every batch of the stage. ELLE:
+    its memory-only steps at the stage's start, then one window in ten from every earlier
+    domain, weighted by forgetting (the rule, applied to this run's own evaluations). The
+    stage's data stream (``config.stream.stage_stream``) is then the rival's window for
+    window, ELLE's domain prompts aside; that is checked here, and a base where it would not
+    be is refused. LOIRE's distillation runs where it always does, in the first
+    ``beta_steps`` of the replay window, which the rival's timing puts at the stage's start
+    (on ELLE's memory-only steps, on ER's mixed batches), not at LOIRE's own place. Without
+    ``distil`` (Memory-ER-replay, Memory-ELLE-replay) no teacher: the same growth and replay,
+    so the pair separates the distillation from the replay."""
+    def derive_matched(base: RunConfig) -> RunConfig:
         theirs = SYSTEMS[rival].derive(base)
         stages = [base.stages[0]]
-        for k, stage in enumerate(base.stages[1:], start=1):
-            dose = replay_windows(theirs, k)
-            if not dose:
-                stages.append(stage)
-                continue
-            if not stage.warmup_steps:
-                raise ValueError(f"stage {stage.name!r} has no recovery window to replay {rival}'s dose through")
-            window = max(stage.warmup_steps, math.ceil(dose / (base.batch_size * DOSE_SHARE_CAP)))
-            if window > stage.steps:  # the share would pass the cap: refuse, never exceed it quietly
-                raise ValueError(f"{rival}'s dose of {dose} windows needs a recovery window of {window} steps to stay "
-                                 f"at most {DOSE_SHARE_CAP:.0%} old data in each batch, but stage {stage.name!r} has "
-                                 f"{stage.steps} steps: lengthen the stage")
-            stages.append(dataclasses.replace(stage, warmup_steps=window,
-                                              replay_ratio=dose / (window * base.batch_size)))
-        return _named(base, f"LOIRE-{rival}-replay", stages=tuple(stages))
-    return derive_dose
+        for stage, their in zip(base.stages[1:], theirs.stages[1:]):
+            ours = dataclasses.replace(stage, **{f: getattr(their, f) for f in REPLAY_FIELDS})
+            stages.append(ours if distil else dataclasses.replace(ours, teachers="none", beta=0.0, beta_steps=0))
+        run = _named(base, name, stages=tuple(stages))
+        for k, stage in enumerate(run.stages[1:], start=1):
+            if _bare(stage_stream(run, k)) != _bare(stage_stream(theirs, k)):
+                raise ValueError(f"stage {stage.name!r} would not replay what {rival}'s stage replays")
+        return run
+    return derive_matched
 
 
 # LiGO trains its operator for 100 steps of a 20k-step stage (App. D.1's stage length);
@@ -245,9 +299,10 @@ def _ligo(base: RunConfig) -> RunConfig:
 
 # The fixed-size baselines by model kind: the paper's prefix, and each size's description.
 FAMILIES = {"decoder": "GPT", "encoder": "BERT"}
-_SCRATCH = (("S", "M1's size, no growth, each domain in turn", "Table 2", _small),
-            ("L", "the last model's size from scratch, each domain in turn", "Table 2, 4", _large),
-            ("R", "{family}_L plus LOIRE's recovery replay (no teachers) at each stage", "Table 2, 4", _recovered))
+_SCRATCH = (("S", "M1's size, no growth, each domain in turn", "Table 2", _small, False),
+            ("L", "the last model's size from scratch, each domain in turn", "Table 2, 4", _large, False),
+            ("R", "{family}_L plus LOIRE's recovery replay (no teachers) at each stage", "Table 2, 4", _recovered,
+             True))
 
 
 def family(kind: str) -> str:
@@ -260,35 +315,49 @@ def scratch_name(size: str, kind: str) -> str:
     return f"{family(kind)}_{size}"
 
 
-SYSTEMS: Mapping[str, System] = {s.name: s for s in (
-    *(System(scratch_name(size, kind), what.format(family=family(kind)), where, make(scratch_name(size, kind)), kind)
-      for kind in FAMILIES for size, what, where, make in _SCRATCH),
-    System("ER", "M1's size, the previous domain's memory replayed 1:9 in every batch", "Table 2", _er),
-    System("Token-KD", "M1's size, token-level KD from the previous model on replayed prior data", "Table 2",
-           _token_kd),
-    System("LOIRE", "the method: exact growth, plug-in layers, iterative distillation warmup", "Table 2", _loire),
-    System("LOIRE-start", "LOIRE with its recovery window at each stage's start, right after growth (the other "
-           "reading of the recipe)", "§2.6, App. D.1, Alg. 1", _loire_start),
-    System("SCHL-Reverse", "LOIRE with the growth order reversed", "Table 7, 11", _reverse),
-    System("Layer-stack", "LOIRE with layer copies stacked on top", "Fig. 6, Table 11", _layer_stack),
+_ROWS = (
+    *(System(scratch_name(size, kind), what.format(family=family(kind)), where, make(scratch_name(size, kind)), kind,
+             window=window)
+      for kind in FAMILIES for size, what, where, make, window in _SCRATCH),
+    System("ER", "M1's size, the previous domain's memory replayed 1:9 in every batch of the stage", "Table 2", _er),
+    System("Token-KD", "M1's size, token-level KD from the previous model on replayed prior data (LOIRE's warmup, "
+           "in its place)", "Table 2", _token_kd, window=True),
+    System("LOIRE", "the method: exact growth, plug-in layers, iterative distillation warmup", "Table 2", _loire,
+           window=True),
+    System("SCHL-Reverse", "LOIRE with the growth order reversed as the paper ran it: layer -> ffn -> heads -> "
+           "hidden (the first and last steps traded)", "Table 7, 11", _reverse, window=True),
+    System("SCHL-Reverse-full", "LOIRE with the whole growth order reversed: layers -> heads -> ffn -> hidden "
+           "(not the paper's SCHL-Reverse)", "not in the paper (Table 7 reverses the first and last steps)", _reverse_full, window=True),
+    System("Layer-stack", "LOIRE with layer copies stacked on top", "Fig. 6, Table 11", _layer_stack, window=True),
     System("Layer-stack-open", "Layer-stack with the copies open from their first step (no gate, no ramp; "
-           "not function-preserving), as the paper ran it", "Fig. 6, Table 11", _layer_stack_open),
-    System("Random", "LOIRE with random new slots (hidden, ffn, heads)", "Fig. 4", _init("random")),
-    System("Zero", "LOIRE with zero new slots (hidden, ffn, heads)", "Fig. 4", _init("zero")),
-    System("Single-KD", "LOIRE distilling from the last model only", "Table 12", _single_kd),
-    System("Memory", "LOIRE's replay without distillation", "Table 12", _memory),
+           "not function-preserving), as the paper ran it", "Fig. 6, Table 11", _layer_stack_open, window=True),
+    System("Random", "LOIRE with random new slots (hidden, ffn, heads)", "Fig. 4", _init("random"), window=True),
+    System("Zero", "LOIRE with zero new slots (hidden, ffn, heads)", "Fig. 4", _init("zero"), window=True),
+    System("Single-KD", "LOIRE distilling from the last model only", "Table 12", _single_kd, window=True),
+    System("Memory", "LOIRE's replay without distillation", "Table 12", _memory, window=True),
     System("ELLE", "ELLE's expansion (duplicated units + noise, ungated layer copies), its recovering warmup on "
            "the memory alone, 10% replay weighted by forgetting, a trainable prompt token per domain; no distillation",
            "Table 2", _elle),
-    System("LOIRE-ER-replay", "LOIRE replaying ER's dose of old data (its old-data windows per stage), through its "
-           f"own recovery window, lengthened to keep old data at most {DOSE_SHARE_CAP:.0%} of each batch",
-           "Table 2 (equal replay)", _dose("ER")),
-    System("LOIRE-ELLE-replay", "LOIRE replaying ELLE's dose of old data (its old-data windows per stage), through "
-           f"its own recovery window, lengthened to keep old data at most {DOSE_SHARE_CAP:.0%} of each batch",
-           "Table 2 (equal replay)", _dose("ELLE")),
+    System("LOIRE-ER-replay", "LOIRE's growth and teachers with ER's replay window for window: the previous "
+           "domain's memory, 1 window in 10 of every batch of the stage; the distillation in the stage's first "
+           "beta_steps (the start of that window), not at LOIRE's place", "Table 2 (equal replay)",
+           _matched("ER", "LOIRE-ER-replay", True)),
+    System("Memory-ER-replay", "LOIRE-ER-replay without distillation: LOIRE's growth with ER's replay (the control "
+           "that separates distillation from replay)", "Table 2 (equal replay), Table 12",
+           _matched("ER", "Memory-ER-replay", False)),
+    System("LOIRE-ELLE-replay", "LOIRE's growth and teachers with ELLE's replay window for window: its memory-only "
+           "steps at the stage's start (all old data), then 1 window in 10 from every earlier domain weighted by "
+           "forgetting; the distillation in the first beta_steps of the memory-only steps, not at LOIRE's place; "
+           "no domain prompts", "Table 2 (equal replay)", _matched("ELLE", "LOIRE-ELLE-replay", True)),
+    System("Memory-ELLE-replay", "LOIRE-ELLE-replay without distillation: LOIRE's growth with ELLE's replay (the "
+           "control that separates distillation from replay)", "Table 2 (equal replay), Table 12",
+           _matched("ELLE", "Memory-ELLE-replay", False)),
     System("LiGO", "LiGO's learned growth operator (trained first, the previous model frozen), then the grown "
            "model trained on each domain alone", "Tables 4, 6", _ligo),
-)}
+)
+# Every system, and each system that reads LOIRE's window under each other reading, right after it.
+SYSTEMS: Mapping[str, System] = {s.name: s for row in _ROWS for s in (
+    row, *(_read(row, r) for r in READINGS if row.window and r != "end"))}
 
 
 def derive(name: str, base: RunConfig) -> RunConfig:
@@ -296,13 +365,14 @@ def derive(name: str, base: RunConfig) -> RunConfig:
     every run config is (a system whose growth cannot be built here is refused, by name)."""
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
-    kind, wanted = base.model.kind, SYSTEMS[name].kind
+    system = SYSTEMS[name]
+    kind, wanted = base.model.kind, system.kind
     if wanted is not None and wanted != kind:
-        size = name.rsplit("_", 1)[-1]
+        size = (system.of or name).rsplit("_", 1)[-1]
         raise ValueError(f"system {name} is for {wanted}s, but {base.name!r} has model kind {kind!r}: its "
                          f"fixed-size baselines are {', '.join(scratch_name(s, kind) for s, *_ in _SCRATCH)}; "
-                         f"use {scratch_name(size, kind)}")
+                         f"use {reading_name(scratch_name(size, kind), system.reading or 'end')}")
     try:
-        return SYSTEMS[name].derive(base)
+        return system.derive(base)
     except ValueError as err:
         raise ValueError(f"system {name} cannot be derived from {base.name!r}: {err}") from None
