@@ -12,6 +12,7 @@ scaling and softmax are the ones the model trains with.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -29,17 +30,45 @@ def attention_probs(cfg: ModelConfig, params: dict[str, Any], tokens: Any) -> np
     """Every layer's attention probabilities [layers, batch, heads, query, key] of the model
     ``cfg`` with ``params`` on int ``tokens`` [batch, seq] (an encoder: every position valid),
     as the model computes them in its forward pass."""
+    from loire_jax.model import kernels
+    from loire_jax.model.transformer import GATES
+
+    tokens = jnp.asarray(tokens, jnp.int32)
+    cfg = kernels.for_platform(cfg.replace(attention="xla", remat="none"), jax.default_backend(), tokens.shape[1])
+    _SINK.append([])
+    try:
+        _forward(cfg, {k: v for k, v in params.items() if k != GATES}, params[GATES], tokens)
+        jax.effects_barrier()
+        host = _SINK[-1]
+    finally:
+        _SINK.pop()
+    if len(host) != cfg.layers:
+        raise RuntimeError(f"the model's layers gave {len(host)} attention maps, not {cfg.layers} (its layout changed?)")
+    return np.stack(host)
+
+
+# Where the compiled forward's callbacks put each layer's probabilities: the innermost call's
+# list. A program is compiled once per model config and reused, so its callback cannot close
+# over one call's list.
+_SINK: list[list[np.ndarray]] = []
+
+
+def _collect(probs: Any) -> None:
+    _SINK[-1].append(np.asarray(probs))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(cfg: ModelConfig, body: dict[str, Any], gates: jax.Array, tokens: jax.Array) -> jax.Array:
+    """The model's forward pass, each layer's attention probabilities sent to ``_collect``
+    in layer order as the layer scan runs."""
     import flax.linen as nn
 
     from loire_jax.model import kernels, transformer
     from loire_jax.model.transformer import Attention, Decoder, GatedBlock
 
-    tokens = jnp.asarray(tokens, jnp.int32)
     seq = tokens.shape[1]
-    cfg = kernels.for_platform(cfg.replace(attention="xla", remat="none"), jax.default_backend(), seq)
     qk: dict[str, jax.Array] = {}
     layer_probs: list[jax.Array] = []
-    host: list[np.ndarray] = []  # each layer's, as the scan runs it
 
     def probs_of(rope: Any, valid: Any) -> jax.Array:
         q, k = qk["query"], qk["key"]
@@ -61,7 +90,7 @@ def attention_probs(cfg: ModelConfig, params: dict[str, Any], tokens: Any) -> np
             return next_fun(*args, **kwargs)
         if type(module) is GatedBlock:  # one layer, in the scan's body: its probabilities go to the host, in order
             out = next_fun(*args, **kwargs)
-            jax.debug.callback(lambda p: host.append(np.asarray(p)), layer_probs.pop(), ordered=True)
+            jax.debug.callback(_collect, layer_probs.pop(), ordered=True)
             return out
         if isinstance(module, Attention):
             out = next_fun(*args, **kwargs)
@@ -72,15 +101,8 @@ def attention_probs(cfg: ModelConfig, params: dict[str, Any], tokens: Any) -> np
             return qk[module.name]
         return next_fun(*args, **kwargs)
 
-    def forward(body: dict[str, Any], gates: jax.Array, tokens: jax.Array) -> jax.Array:
-        with nn.intercept_methods(intercept):  # at tracing: the callbacks then run with the compiled program
-            return Decoder(cfg, head=False, features=True).apply({"params": body}, tokens, gates, None)
-
-    jax.jit(forward)({k: v for k, v in params.items() if k != transformer.GATES}, params[transformer.GATES], tokens)
-    jax.effects_barrier()
-    if len(host) != cfg.layers:
-        raise RuntimeError(f"the model's layers gave {len(host)} attention maps, not {cfg.layers} (its layout changed?)")
-    return np.stack(host)
+    with nn.intercept_methods(intercept):  # at tracing: the callbacks then run with the compiled program
+        return Decoder(cfg, head=False, features=True).apply({"params": body}, tokens, gates, None)
 
 
 def grow_like_the_run(cfg: ModelConfig, params: dict[str, Any], growth: Any) -> tuple[ModelConfig, dict[str, Any]]:
