@@ -146,8 +146,8 @@ def attention_sentence(attention: Mapping[str, Any]) -> str:
         ours.append(f"here each grown model's attention at Init {'equals' if same else 'differs from'} its parent's "
                     f"on the parent's heads (largest |Δ| {max(inits):.1e} over {len(inits)} growth(s))")
     if finals:
-        ours.append(f"after training on the new domain the mean |Δ| per attention weight is {min(finals):.1e} to "
-                    f"{max(finals):.1e}")
+        spread = f"{min(finals):.1e}" + (f" to {max(finals):.1e}" if len(finals) > 1 else "")
+        ours.append(f"after training on the new domain the mean |Δ| per attention weight is {spread}")
     return ("The paper's Fig. 5 shows each descendant's heads resembling its ancestor's after growth and training "
             "on the next domain" + (": " + "; ".join(ours) + "." if ours else "."))
 
