@@ -104,7 +104,7 @@ def test_the_micro_suite_runs_and_reports(micro):
         assert data["runs"][system][0]["downstream_baseline"] == {"tiny-task": job["baseline"]}  # beside it
     assert "| trivial baseline | - |" in report  # Table 5 shows the task's baseline, and its rule below
     assert verdict["Table 5"] == "inconclusive" and verdict["Table 11"] == "not run"  # one seed decides nothing
-    assert "## Downstream (Table 5; Table 11)" in report
+    assert "## Downstream (Table 5; Table 7; Table 11)" in report
 
 
 def test_a_rerun_skips_finished_runs(micro):
@@ -242,6 +242,16 @@ def test_an_encoder_suite_reports_under_the_bert_names_with_init_equal_to_the_pr
     init_final = report.split("## Init versus Final", 1)[1].split("## Cost", 1)[0]
     assert "| BERT_L |" in init_final and "GPT" not in init_final
     assert "inconclusive: growth preserves the function" in out.stdout
+    # Fig. 2 from the prepared stream's counts, Fig. 5 from LOIRE's checkpoints: an encoder's
+    # attention after the hidden growth is its parent's
+    overlap = data["suite"]["vocabulary_overlap"]
+    assert overlap["domains"] == ["SCI", "NEWS", "REV"] and overlap["top"] == 80 and overlap["percent"][0][0] == 100.0
+    assert 0.0 < overlap["percent"][0][1] < 100.0 and (root / "report" / "vocab_overlap.png").is_file()
+    maps = data["suite"]["attention"]
+    assert [(m["stage"], m["point"]) for m in maps["maps"]] == [(1, "final"), (2, "init"), (2, "final")]
+    assert max(abs(a - b) for p, q in zip(maps["maps"][0]["probs"], maps["maps"][1]["probs"])
+               for ra, rb in zip(p, q) for a, b in zip(ra, rb)) <= 1e-4
+    assert "![attention patterns (Fig. 5)](attention.png)" in report and (root / "report" / "attention.png").is_file()
 
 
 def test_the_gpu_probe_runs_one_seed_a_workdir_and_merged_judges_the_claims_over_three_seeds(tmp_path):

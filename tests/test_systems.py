@@ -354,17 +354,19 @@ def test_the_rivals_mini_suite_plans_loire_against_elle_and_ligo_and_gpt_l(loire
         assert [_shape(m) for m in stage_models(by[name, 1])] == [_shape(m) for m in stage_models(loire)]
 
 
-def test_the_bert_mini_suite_plans_loire_bert_against_bert_l_and_bert_s(loire):
-    """bert-mini: LOIRE-Bert, BERT_L and BERT_S at three seeds, every run an encoder with the
-    same masked-LM recipe, data, batches and stage budget; BERT_L at the last model's size
-    throughout, LOIRE grown to it; mini.yaml's stream and growth schedule."""
-    from loire_jax.experiments.suite import load_suite, main_runs, sweep_runs
+def test_the_bert_mini_suite_plans_loire_bert_against_ligo_bert_l_and_bert_s(loire):
+    """bert-mini: LOIRE-Bert, LiGO, BERT_L and BERT_S at three seeds, every run an encoder with
+    the same masked-LM recipe, data, batches and stage budget; BERT_L at the last model's size
+    throughout, LOIRE and LiGO grown to it; mini.yaml's stream and growth schedule; every final
+    model fine-tuned (Table 6)."""
+    from loire_jax.experiments.suite import downstream_jobs, load_suite, main_runs, sweep_runs
 
     suite = load_suite("bert-mini")
-    assert suite.systems == ("BERT_S", "BERT_L", "LOIRE") and suite.seeds == (1, 2, 3)
+    assert suite.systems == ("BERT_S", "BERT_L", "LiGO", "LOIRE") and suite.seeds == (1, 2, 3)
     setting = suite.sweep.settings()[0] if suite.sweep else ()
     sweep, main = sweep_runs(suite), main_runs(suite, setting)
-    assert len(main) == 9 and len({r.workdir for r in sweep + main}) == len(sweep + main)
+    assert len(main) == 12 and len({r.workdir for r in sweep + main}) == len(sweep + main)
+    assert suite.downstream.systems == suite.systems and len(downstream_jobs(suite, main)) == 24
     assert all(r.config.model.kind == "encoder" for r in sweep + main)
     by = {(r.system, r.seed): r.config for r in main}
     assert by["BERT_L", 2].name == "bert-mini-BERT_L-s2"
@@ -375,6 +377,7 @@ def test_the_bert_mini_suite_plans_loire_bert_against_bert_l_and_bert_s(loire):
         assert len({tuple((s.domains, s.steps) for s in r.stages) for r in runs}) == 1
     assert {_shape(m) for m in stage_models(by["BERT_L", 1])} == {_shape(stage_models(by["LOIRE", 1])[-1])}
     assert {_shape(m) for m in stage_models(by["BERT_S", 1])} == {_shape(stage_models(by["LOIRE", 1])[0])}
+    assert [_shape(m) for m in stage_models(by["LiGO", 1])] == [_shape(m) for m in stage_models(by["LOIRE", 1])]
     # configs/mini.yaml's stream and growth, as an encoder with room for [MASK] and [PAD]
     bert = by["LOIRE", 1]
     assert (bert.data, bert.batch_size, bert.seq_len) == (loire.data, loire.batch_size, loire.seq_len)
@@ -456,3 +459,14 @@ def test_list_states_each_systems_training_flops_beside_loires(tmp_path, capsys)
         assert f"\n{name}: " in out and f"  training FLOPs {ours:.3g} (analytic; LOIRE's {loire:.3g}, " \
             f"{ours / loire:.1%} of it)" in out.split(f"\n{name}: ")[1].split("\n\n")[0], name
     assert not (tmp_path / "w").exists()
+
+
+def test_paper_mini_fine_tunes_schl_reverse_beside_loire_for_table_7():
+    """Table 7's downstream half: SCHL-Reverse's final models are fine-tuned on the tasks LOIRE's are."""
+    from loire_jax.experiments.suite import downstream_jobs, load_suite, main_runs
+
+    suite = load_suite("paper-mini")
+    jobs = downstream_jobs(suite, main_runs(suite, suite.sweep.settings()[0]))
+    tuned = {(run.system, run.seed, task) for run, task in jobs}
+    for system in ("LOIRE", "SCHL-Reverse"):
+        assert {(system, seed, task) for seed in suite.seeds for task in suite.downstream.tasks} <= tuned

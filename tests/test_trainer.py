@@ -129,6 +129,15 @@ def test_sigterm_saves_exits_75_and_resumes_onto_a_smaller_mesh(run_config, refe
     assert comparison["flops"]["per_stage"] == [1.0, 1.0] and comparison["flops"]["total"] == 1.0
     assert all(r > 0 for r in comparison["wall_s"]["per_stage"])
     assert "Cost ratios (Table 4)" in (out / "report.md").read_text()
+    # Fig. 5 from the first run's checkpoints: M1, M2 grown (hidden and layers, exact) and M2 trained
+    from loire_jax.analysis.paper_figures import attention_gaps
+
+    maps = json.loads((out / "report.json").read_text())["attention"]
+    assert [(m["stage"], m["point"]) for m in maps["maps"]] == [(1, "final"), (2, "init"), (2, "final")]
+    (gap,) = attention_gaps(maps)
+    assert gap["init_max"] <= 1e-4 < gap["final_max"], gap  # the same pattern at Init; training moves it
+    assert "![attention patterns (Fig. 5)](attention.png)" in (out / "report.md").read_text()
+    assert (out / "attention.png").is_file() and "attention.png" in result.stdout
 
 
 def test_a_resume_that_changes_history_is_refused(run_config, reference):

@@ -14,7 +14,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from loire_jax import paths
-from loire_jax.analysis import claims, downstream, readings
+from loire_jax.analysis import claims, downstream, paper_figures, readings
 from loire_jax.analysis.claims import PAPER_FLOPS, PAPER_MODEL, claims_judged, verdicts
 from loire_jax.analysis.paired import ALPHA
 from loire_jax.analysis.report_plots import save_png
@@ -27,7 +27,8 @@ from loire_jax.config.stage import model_name, stage_number
 def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
              sweep: Sequence[Mapping[str, Any]] = ()) -> str:
     """The whole report as markdown. ``suite`` carries name, seeds, setting, why, margin and
-    entropy; ``sweep`` rows carry setting, system, final_ap, gate_passed."""
+    entropy, and where the suite computed them ``vocabulary_overlap`` (Fig. 2) and
+    ``attention`` (Fig. 5); ``sweep`` rows carry setting, system, final_ap, gate_passed."""
     agg = aggregate(results)
     fam = family(results)
     lines = [f"# Comparison suite `{suite['name']}`", "",
@@ -50,7 +51,7 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
     header = ["system"] + [f"{model_name(k)} {m}" for k in range(1, stages) for m in ("Init", "prev. Final")]
     lines += markdown_table(header, [[s] + [stat_cell(a[m][k]) for k in range(1, stages)
                                     for m in ("init_AP", "previous_final_AP")] for s, a in agg.items()])
-    lines += downstream.section(results, tasks) if tasks else []
+    lines += downstream.section(results, tasks, fam) if tasks else []
     lines += ["", "## Cost (Table 4)", ""]
     ratios = cost_ratios(results)
     if ratios:
@@ -90,6 +91,8 @@ def markdown(suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[st
                          f"{min(below):.3f}" if below else "-", "pass" if r["gate"]["passed"] else "**fail**"])
     lines += markdown_table(["system", "run", "state", "min nats below unigram", "gate"], rows)
     lines += _made_section(results)
+    lines += ["", *paper_figures.overlap_section(suite.get("vocabulary_overlap")),
+              *paper_figures.attention_section(suite.get("attention"))]
     if sweep:
         lines += ["", "## Hyperparameter sweep", "",
                   f"One shared setting for every system, chosen on {', '.join(sorted({r['system'] for r in sweep}))}"
@@ -251,8 +254,10 @@ def _judged(results: Mapping[str, Sequence[Mapping[str, Any]]], suite: Mapping[s
 def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],
           sweep: Sequence[Mapping[str, Any]] = ()) -> paths.Path:
     """report.md, report.json and ap_by_stage.png in ``out`` (made and marked; a folder the
-    report did not make is refused, as ``reports.report_folder`` says)."""
-    out = report_folder(out, {"report.md", "report.json", "ap_by_stage.png"}, {"suite", "runs", "verdicts"})
+    report did not make is refused, as ``reports.report_folder`` says), and vocab_overlap.png
+    (Fig. 2) and attention.png (Fig. 5) where ``suite`` carries their data."""
+    out = report_folder(out, {"report.md", "report.json", "ap_by_stage.png", "vocab_overlap.png", "attention.png"},
+                        {"suite", "runs", "verdicts"})
     paths.write_atomic(out / "report.md", markdown(suite, results, sweep))
     paths.write_atomic(out / "report.json", json.dumps(
         {"suite": suite, "runs": results, "aggregate": aggregate(results),
@@ -260,4 +265,8 @@ def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Seque
          "readings": _judged(results, suite),
          "cost": cost_ratios(results), "sweep": list(sweep)}, indent=1, default=str))
     save_png(figure(results), out / "ap_by_stage.png")
+    if suite.get("vocabulary_overlap"):
+        save_png(paper_figures.overlap_figure(suite["vocabulary_overlap"]), out / "vocab_overlap.png")
+    if suite.get("attention"):
+        save_png(paper_figures.attention_figure(suite["attention"]), out / "attention.png")
     return out

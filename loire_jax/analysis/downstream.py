@@ -33,8 +33,16 @@ RESULTS = "results.json"
 # the mean of its ten scores, whose copies the paper stacked open: Layer-stack-open), LOIRE-GPT1's.
 # A downstream difference inside one accuracy point does not matter (docs/results.md#verdicts).
 SCORE_MARGIN = Margin(absolute=1.0)
+# Table 7's downstream half: SCHL-Reverse's mean over the same ten tasks (76.85 ... 83.12).
 PAPER_AVERAGE = {"GPT_S": 81.61, "GPT_L": 82.74, "GPT_R": 83.18, "Token-KD": 81.30, "ER": 82.61, "ELLE": 83.35,
-                 "LOIRE": 84.84, "Layer-stack-open": 82.91}
+                 "LOIRE": 84.84, "Layer-stack-open": 82.91, "SCHL-Reverse": 84.24}
+# Table 6: LOIRE-Bert and LiGO fine-tuned on GLUE, their "Avg. GLUE" column (LiGO's from its own paper).
+PAPER_AVERAGE_BERT = {"LiGO": 81.83, "LOIRE": 86.60}
+# (table, the system LOIRE is set beside, what the paper says), for the sentence under the table
+PAPER_BESIDE = {"GPT": ("Table 7", "SCHL-Reverse", "SCHL-Reverse averages 84.24 over its ten tasks, LOIRE-GPT1 "
+                                                   "84.84"),
+                "BERT": ("Table 6", "LiGO", "LOIRE-Bert averages 86.60 over GLUE, LiGO 81.83 (LiGO's figures from "
+                                            "its own paper)")}
 
 
 # The rule the tables' footnotes state (``clears``), in one sentence.
@@ -213,10 +221,10 @@ def _counted(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def table(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
-          baselines: bool = False) -> list[list[str]]:
+          baselines: bool = False, family: str = "GPT") -> list[list[str]]:
     """Rows of Table 5: system, counted runs, each task's score and the average, as mean ±
-    half the range over the runs that passed the sanity gate, and the paper's average.
-    With ``baselines``, a score that does not clear its task's baseline is marked (†) and
+    half the range over the runs that passed the sanity gate, and the paper's average
+    (Table 5's and 7's for decoders, Table 6's GLUE average for encoders: ``family``). With ``baselines``, a score that does not clear its task's baseline is marked (†) and
     a last row gives each task's baseline (``downstream_baseline`` of the runs)."""
     rows = []
     base = suite_baselines(results, tasks)
@@ -228,7 +236,7 @@ def table(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[st
         cells = [_marked(stat_cell(st), st and st["mean"], base[t][0] if baselines and base[t] else None)
                  for t, st in zip(tasks, stats)]
         avgs = [a for r in counted if (a := _average(r, tasks)) is not None]
-        paper = PAPER_AVERAGE.get(system)
+        paper = (PAPER_AVERAGE_BERT if family == "BERT" else PAPER_AVERAGE).get(system)
         rows.append([system, f"{len(counted)}/{len(runs)}", *cells, stat_cell(seed_stats(avgs)),
                      f"{paper:.2f}" if paper is not None else "-"])
     if baselines and rows:
@@ -249,14 +257,32 @@ def suite_baselines(results: Mapping[str, Sequence[Mapping[str, Any]]],
     return out
 
 
-def section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> list[str]:
-    """The report's Table 5 section, as markdown lines."""
-    return ["", "## Downstream (Table 5; Table 11)", "",
+def beside_paper(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
+                 family: str = "GPT") -> str | None:
+    """The sentence setting the suite's LOIRE beside the system of Table 7 (decoders:
+    SCHL-Reverse) or Table 6 (encoders: LiGO) as the paper does, with the averages measured
+    (None where the suite fine-tuned only one of the two)."""
+    where, other, paper = PAPER_BESIDE[family]
+    avg = {s: seed_stats([_average(r, tasks) for r in _counted(results.get(s, ()))]) for s in ("LOIRE", other)}
+    if avg["LOIRE"] is None or avg[other] is None:
+        return None
+    return (f"{where}: the paper's {paper}; here LOIRE averages {stat_cell(avg['LOIRE'])} and {other} "
+            f"{stat_cell(avg[other])} over {len(tasks)} small task(s), not the paper's.")
+
+
+def section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
+            family: str = "GPT") -> list[str]:
+    """The report's Table 5 section (Table 6 for encoders: ``family`` "BERT"), as markdown lines."""
+    title = "Downstream (Table 6)" if family == "BERT" else "Downstream (Table 5; Table 7; Table 11)"
+    paper = "its GLUE average (Table 6)" if family == "BERT" else "its ten-task average"
+    sentence = beside_paper(results, tasks, family)
+    return ["", f"## {title}", "",
             "Validation score per task (accuracy, or the task's metric) of each counted run's final model "
-            "fine-tuned at the run's seed: mean ± half the range; the paper's column is its ten-task average. "
+            f"fine-tuned at the run's seed: mean ± half the range; the paper's column is {paper}. "
             "The last row is each task's trivial baseline on the same validation examples, ± its noise.", "",
             *markdown_table(["system", "runs", *tasks, "average", "paper average"],
-                            table(results, tasks, baselines=True)), "", RULE + "."]
+                            table(results, tasks, baselines=True, family=family)), "", RULE + ".",
+            *(["", sentence] if sentence else [])]
 
 
 def _claims(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tuple[str, str, str, list[str], bool]]:

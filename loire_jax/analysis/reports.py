@@ -24,7 +24,7 @@ import sys
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from loire_jax import outputs, paths
-from loire_jax.analysis import downstream, run_origin
+from loire_jax.analysis import downstream, paper_figures, run_origin
 from loire_jax.analysis.flops import UNRECORDED, mfu_footnote, mfu_text, recorded_peaks, stage_flops
 from loire_jax.analysis.metrics import lifelong_metrics, preservation
 from loire_jax.analysis.records import METRICS_FILE, read_records
@@ -331,17 +331,21 @@ def load_run(workdir: Path) -> tuple[RunConfig, list[dict[str, Any]]]:
 
 def write_report(workdirs: Sequence[Path], out: Path | None = None,
                  check: Callable[[RunConfig, Path], Mapping[str, Any] | None] | None = None, *,
-                 checkpoint_digest: downstream.CheckpointDigest | None = None) -> Path:
+                 checkpoint_digest: downstream.CheckpointDigest | None = None,
+                 attention: Callable[[RunConfig, Path], Mapping[str, Any] | None] | None = None) -> Path:
     """Writes report.md, report.json and the PNG plots; returns the output directory.
     ``check(run, workdir)``, if given, vets each run before anything is written (the CLI
     holds its stage checkpoints against the run, a layer this one may not import), and
     returns the tokenizer identity they record, if it read one: runs are compared on it.
     ``checkpoint_digest`` (``store.checkpoints.stage_digest``) leaves out the fine-tuning
-    results that scored another checkpoint than each run's current one."""
+    results that scored another checkpoint than each run's current one. ``attention(run,
+    workdir)`` (``experiments.attention.run_attention``, a layer above this one), if given,
+    draws the first run's attention patterns from its checkpoints (Fig. 5)."""
     workdirs = [paths.as_path(w) for w in workdirs]
-    summaries = []
+    summaries, runs = [], []
     for w in workdirs:
         run, records = load_run(w)
+        runs.append(run)
         identity = check(run, w) if check is not None else None
         summary = summarize(run, records, name=run.name)
         summary["workdir"] = str(w)
@@ -356,19 +360,26 @@ def write_report(workdirs: Sequence[Path], out: Path | None = None,
     if out is None:
         out = workdirs[0] / "report" if len(workdirs) == 1 else \
             paths.as_path("reports") / "_vs_".join(s["name"].replace("/", "_") for s in summaries)
-    out = report_folder(out, {"report.md", "report.json", *(f"{p}.png" for p in PLOTS)}, {"runs", "comparisons"})
+    out = report_folder(out, {"report.md", "report.json", "attention.png", *(f"{p}.png" for p in PLOTS)},
+                        {"runs", "comparisons"})
+    maps = attention(runs[0], workdirs[0]) if attention is not None else None  # once the folder is known good
     comparisons = compare(summaries) if len(summaries) > 1 else []
     if not run_origin.comparable(summaries):  # refusing would lose the cost comparison, which holds
         print("warning: these runs tokenize differently (" + "; ".join(
             f"{s['name']}: {s['tokenizer']['text']}" for s in summaries) + "), so their perplexities are not "
             "comparable across runs; report.md marks each run's tokenizer", file=sys.stderr)
-    md = "\n".join([markdown(summaries, comparisons), *downstream.runs_section(summaries), *plots_section()])
+    fig5 = [] if attention is None else paper_figures.attention_section(
+        maps, missing=f"Not drawn: `{summaries[0]['name']}` has no finished stage checkpoint, or its prepared stream is "
+                      "not on this machine.")
+    md = "\n".join([markdown(summaries, comparisons), *downstream.runs_section(summaries), *plots_section(), *fig5])
     paths.write_atomic(out / "report.md", md)
     paths.write_atomic(out / "report.json", json.dumps({"runs": summaries, "comparisons": comparisons,
-                                                        "perplexities_comparable": run_origin.comparable(summaries)},
-                                                       indent=1))
+                                                        "perplexities_comparable": run_origin.comparable(summaries),
+                                                        **({"attention": maps} if maps else {})}, indent=1))
     for stem, fig in figures(summaries).items():
         save_png(fig, out / f"{stem}.png")
+    if maps:
+        save_png(paper_figures.attention_figure(maps), out / "attention.png")
     return out
 
 

@@ -6,6 +6,8 @@ Reads each workdir's ``config.json`` and ``metrics.jsonl`` and writes, to ``--ou
                    first run to each other run (Table 4)
     report.json    the same numbers, plus the loss/gate/beta curves the plots use
     ap.png, ppl_heatmap.png, init_final.png, training.png
+    attention.png  the first run's attention patterns before and after each growth (Fig. 5),
+                   drawn from its stage checkpoints on its prepared stream's text
 
 The default ``--out`` is WORKDIR/report for one run and reports/<name>_vs_<name>... for
 several. ``launch/train.py`` calls this at the end of every completed run. report.md links
@@ -37,9 +39,24 @@ def main(argv: list[str] | None = None) -> int:
 
     # a workdir that is none: ReportError; another run's checkpoint in it: CheckpointError; an unwritable --out: OSError
     with reading(args.workdirs, doing="writing a report"):  # no --fresh deletes a run while it is read
-        out = write_report(args.workdirs, args.out, check=_check_stages, checkpoint_digest=_stage_digest)
-    print(f"report: {out / 'report.md'} (+ report.json, {', '.join(p + '.png' for p in PLOTS)})")
+        out = write_report(args.workdirs, args.out, check=_check_stages, checkpoint_digest=_stage_digest,
+                           attention=_attention)
+    drawn = [p + ".png" for p in PLOTS] + (["attention.png"] if (out / "attention.png").exists() else [])
+    print(f"report: {out / 'report.md'} (+ report.json, {', '.join(drawn)})")
     return 0
+
+
+def _attention(run, workdir) -> dict | None:
+    """Fig. 5's maps of the run (``experiments.attention``), or None with a warning line
+    where its checkpoints or data cannot be read: the rest of the report holds without them."""
+    from loire_jax.errors import LoireError
+    from loire_jax.experiments.attention import run_attention
+
+    try:
+        return run_attention(run, workdir)
+    except (LoireError, OSError, ValueError) as err:
+        print(f"warning: the attention patterns (Fig. 5) were not drawn: {str(err).splitlines()[0]}", file=sys.stderr)
+        return None
 
 
 def _stage_digest(workdir, stage: int) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from loire_jax import paths
 from loire_jax.errors import ENVIRONMENT, FAILED, USER, USER_ERRORS, RunError, fail, first_line, os_reason
 from loire_jax.experiments import plan as plans
-from loire_jax.experiments import records
+from loire_jax.experiments import records, suite_figures
 from loire_jax.experiments import suite as suites
 from loire_jax.experiments.plan import Item, PlanError
 
@@ -291,6 +291,9 @@ class Pieces:
                 "windowed": windowed_systems()}
         if not self.lead:
             return 0
+        loire = next((p for p in main if p.system == "LOIRE" and self.outcome(p) is not None), None)
+        meta.update(vocabulary_overlap=suite_figures.overlap(self.suite, self.say),
+                    attention=suite_figures.attention(loire, self.root, self.say))
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         self.say(f"report: {out / 'report.md'}")
         judged = readings.both_readings(results, tasks, meta["windowed"])
