@@ -173,6 +173,22 @@ def test_runs_that_fail_the_gate_or_did_not_finish_count_for_nothing():
     assert forgetting(results) == "inconclusive"
 
 
+def test_the_replay_matched_rows_set_each_matched_system_against_its_rival_and_its_memory_control():
+    """LOIRE at a rival's replay is judged against the rival (Table 2) and against the same
+    growth and batches without teachers (Table 12's question at that dose): what the
+    distillation adds, apart from the dose."""
+    results = {"LOIRE-ER-replay": [result("LOIRE-ER-replay", i, -1.0) for i in range(3)],
+               "ER": [result("ER", i, 2.0) for i in range(3)],
+               "Memory-ER-replay": [result("Memory-ER-replay", i, 0.5) for i in range(3)]}
+    got = {v["where"]: v for v in verdicts(results)}
+    assert got["Table 2 (vs ER, equal replay)"]["verdict"] == got["Table 12 (at ER's replay)"]["verdict"] == "holds"
+    assert got["Table 12 (at ELLE's replay)"]["verdict"] == "not run"
+    results["Memory-ER-replay"] = [result("Memory-ER-replay", i, -5.0) for i in range(3)]  # replay alone forgets less
+    got = {v["where"]: v for v in verdicts(results)}
+    assert got["Table 12 (at ER's replay)"]["verdict"] == "reversed"
+    assert got["Table 2 (vs ER, equal replay)"]["verdict"] == "holds"
+
+
 def test_every_claim_against_all_its_opponents():
     results = {s: [result(s, i, 1.0, ap=30.0, init=60.0) for i in range(3)]
                for s in ("Layer-stack-open", "SCHL-Reverse", "Single-KD", "Memory", "Random", "Zero", "ELLE")}
@@ -184,7 +200,8 @@ def test_every_claim_against_all_its_opponents():
                    "Fig. 4 (trajectories)": "inconclusive", "Fig. 4 (growth gap)": "inconclusive",
                    "Table 2 (bottom), Fig. 4": "holds", "Table 4 (vs LiGO)": "not run",
                    "Table 4 (vs LiGO, FLOPs)": "not run", "Table 2 (vs ER, equal replay)": "not run",
-                   "Table 2 (vs ELLE, equal replay)": "not run"}
+                   "Table 2 (vs ELLE, equal replay)": "not run", "Table 12 (at ER's replay)": "not run",
+                   "Table 12 (at ELLE's replay)": "not run"}
     # LOIRE's Init equals its previous Final, so preservation holds; Zero's gap is 21, 4, 21 AP: too uneven a
     # contrast at three seeds for the growth-gap row
     # the open layer-stack is not function-preserving by design: growth preservation does not count it

@@ -353,5 +353,5 @@ def test_the_kubernetes_manifest_runs_each_phase_of_paper_by_its_completion_inde
         assert spec["template"]["spec"]["restartPolicy"] == "Never"
     # the index a pod is given is what the CLI reads, counted from the phase
     suite = suites.load_suite("paper")
-    (item,) = plans.resolve(plans.items(suite), *plans.requested(None, {"JOB_COMPLETION_INDEX": "69"}), suite, "main")
-    assert (item.index, item.label()) == (76, "main runs/Memory/seed5")
+    (item,) = plans.resolve(plans.items(suite), *plans.requested(None, {"JOB_COMPLETION_INDEX": "116"}), suite, "main")
+    assert (item.index, item.label()) == (123, "main runs/Memory-ELLE-replay/seed5")

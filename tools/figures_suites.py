@@ -106,4 +106,9 @@ def fig_paper_mini_verdicts(got: Got) -> str:
         f"under each reading of the recovery window (a paired t interval, Bonferroni over {size} claims a "
         "column; *no material effect* inside a margin; †: computed or not the paper's, outside that family); "
         "the numbers: [docs/results.md](docs/results.md#paper-mini-and-how-to-read-its-report)."
+        + ("" if "Memory-ER-replay" in rec["suite"]["runs"] else
+           " This record predates today's replay-matched systems and SCHL-Reverse: its LOIRE-ER-replay and "
+           "LOIRE-ELLE-replay replayed the rival's number of old-data windows through LOIRE's own window, not the "
+           "rival's batches, and its SCHL-Reverse reversed the whole order; the rows' words are today's, until "
+           "paper-mini is recorded anew.")
     ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=False)) + "\n"

@@ -147,7 +147,8 @@ def verdict_section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: S
     claim is judged under both readings, a verdict column each (``readings``); without them,
     under ``end`` alone. ``numbers``: with the paired numbers behind each verdict (the
     ``end`` reading's). ``compact`` (README's): one table, the rows outside the family last
-    and marked †, no note."""
+    and marked †, no note, and no row the suite ran under neither reading (the full tables
+    list those)."""
     judged = judged_readings(results, tasks, windowed)
     columns = [r for r in readings.READINGS if r in judged]
     header = ["the paper's claim (where)", "paper", "what it tests", *(("measured",) if numbers else ()),
@@ -159,7 +160,8 @@ def verdict_section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: S
                    if numbers else ()),
                  *(f"**{judged[r][i]['verdict']}** ({judged[r][i]['why']})" if numbers else
                    f"**{judged[r][i]['verdict']}**" for r in columns)]
-                for i, v in enumerate(judged["end"]) if v["outside"] == outside]
+                for i, v in enumerate(judged["end"]) if v["outside"] == outside
+                and not (compact and all(judged[r][i]["verdict"] == "not run" for r in columns))]
 
     if compact:
         return markdown_table(header, rows(False) + rows(True))

@@ -80,26 +80,11 @@ class Pieces:
             data = base.to_dict()["data"]
             found = records.read_entropy(self.root, data)
             if found is None:
-                found = self._compute_entropy(base)
+                found = suite_figures.entropy(base, self.progress)
                 if self.lead:
                     records.write_entropy(self.root, data, found)
             self._entropy_cache = found
         return self._entropy_cache
-
-    def _compute_entropy(self, base) -> dict[str, float]:
-        import numpy as np
-
-        from loire_jax.data import prepare
-        from loire_jax.data.pipeline import load_prepared
-
-        prepare(base.data, progress=self.progress)
-        prep = load_prepared(base.data)
-        out = {}
-        for i, d in enumerate(base.data.domains):
-            counts = np.bincount(np.asarray(prep.tokens(i, "pretrain")), minlength=base.model.vocab_size)
-            p = counts[counts > 0] / counts.sum()
-            out[d.name] = float(-(p * np.log(p)).sum())
-        return out
 
     def outcome(self, planned) -> dict[str, Any] | None:
         """The run's result if it is over (every stage evaluated, or recorded as diverged),

@@ -1,7 +1,8 @@
-"""The paper's figures a suite's report draws beside its verdicts: Fig. 2 (the domains'
-vocabulary overlap, from the prepared stream) and Fig. 5 (attention before and after growth,
-from LOIRE's checkpoints). Each is None, with a warning line, where it cannot be drawn: the
-report holds without it."""
+"""What a suite reads off its corpus and checkpoints beside the runs: each domain's unigram
+entropy (the sanity gate's bar), and the paper's figures its report draws beside the
+verdicts: Fig. 2 (the domains' vocabulary overlap, from the prepared stream) and Fig. 5
+(attention before and after growth, from LOIRE's checkpoints). Each figure is None, with a
+warning line, where it cannot be drawn: the report holds without it."""
 
 from __future__ import annotations
 
@@ -12,19 +13,39 @@ from loire_jax.errors import LoireError, first_line
 from loire_jax.experiments import suite as suites
 
 
-def overlap(suite: suites.Suite, say: Callable[[str], None]) -> dict[str, Any] | None:
-    """Fig. 2: each pair of domains' share of top-k tokens, from the pretrain split's counts."""
+def _counts(base: Any) -> dict[str, Any]:
+    """Each domain's token counts over its pretrain split (the prepared stream)."""
     import numpy as np
 
-    from loire_jax.analysis.paper_figures import overlap_top, vocabulary_overlap
     from loire_jax.data.pipeline import load_prepared
+
+    prep = load_prepared(base.data)
+    return {d.name: np.bincount(np.asarray(prep.tokens(i, "pretrain")), minlength=base.model.vocab_size)
+            for i, d in enumerate(base.data.domains)}
+
+
+def entropy(base: Any, progress: bool = False) -> dict[str, float]:
+    """Unigram entropy (nats) of each domain's training split, the sanity gate's bar; the
+    corpus is prepared first if it is not yet."""
+    import numpy as np
+
+    from loire_jax.data import prepare
+
+    prepare(base.data, progress=progress)
+    out = {}
+    for name, counts in _counts(base).items():
+        p = counts[counts > 0] / counts.sum()
+        out[name] = float(-(p * np.log(p)).sum())
+    return out
+
+
+def overlap(suite: suites.Suite, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """Fig. 2: each pair of domains' share of top-k tokens, from the pretrain split's counts."""
+    from loire_jax.analysis.paper_figures import overlap_top, vocabulary_overlap
 
     base = suites.base_config(suite)
     try:
-        prep = load_prepared(base.data)
-        counted = {d.name: np.bincount(np.asarray(prep.tokens(i, "pretrain")),
-                                       minlength=base.model.vocab_size).tolist()
-                   for i, d in enumerate(base.data.domains)}
+        counted = {name: counts.tolist() for name, counts in _counts(base).items()}
     except (LoireError, OSError, ValueError) as err:
         say(f"warning: the vocabulary overlap (Fig. 2) was not drawn: {first_line(err)}")
         return None
