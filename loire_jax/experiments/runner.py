@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
+from functools import partial
 from typing import Any, Callable, Sequence
 
 from loire_jax import paths
@@ -347,44 +348,44 @@ class Experiment(Pieces):
     def run(self) -> int:
         """Every item in order, stopping at the first that does not finish."""
         sweep = suites.sweep_runs(self.suite)
-        current: Item | None = None
+        self._at: Item | None = None  # the item under way, whose crash is recorded
         try:
             self.entropy  # noqa: B018  (the gate's bar, before the first run: prepares the corpus)
-            for i, planned in enumerate(sweep):
-                current = self.item_of("sweep", planned.workdir)
-                code = self._one(planned, f"sweep {i + 1}/{len(sweep)}")
-                if code is not None:
-                    self._record_failure(current, code)
-                    return code
-                self._succeeded(current)
-            current = self.item_of("choice") if sweep else None
+            code = self._in_order([(self.item_of("sweep", p.workdir), partial(self._one, p)) for p in sweep], "sweep")
+            if code is not None:
+                return code
+            self._at = self.item_of("choice") if sweep else None
             setting, why, rows = self._choose(sweep)
             main = suites.main_runs(self.suite, setting)
-            for i, planned in enumerate(main):
-                current = self.item_of("main", planned.workdir)
-                code = self._one(planned, f"run {i + 1}/{len(main)}")
-                if code is not None:
-                    self._record_failure(current, code)
-                    return code
-                self._succeeded(current)
-            jobs = suites.downstream_jobs(self.suite, main)
-            for i, (planned, task) in enumerate(jobs):
-                current = self.item_of("finetune", planned.workdir, task)
-                code = self._finetune(planned, task, f"downstream {i + 1}/{len(jobs)}")
-                if code is not None:
-                    self._record_failure(current, code)
-                    return code
-                self._succeeded(current)
-            current = self.item_of("report")
+            code = self._in_order([(self.item_of("main", p.workdir), partial(self._one, p)) for p in main], "run")
+            if code is not None:
+                return code
+            code = self._in_order([(self.item_of("finetune", p.workdir, task), partial(self._finetune, p, task))
+                                   for p, task in suites.downstream_jobs(self.suite, main)], "downstream")
+            if code is not None:
+                return code
+            self._at = self.item_of("report")
             return self._report(main, setting, why, rows)
         except OSError as err:  # before USER_ERRORS: a PathError is the filesystem's, as any OSError
             return fail(f"{os_reason(err)}; finished runs are kept: fix this and rerun the same command", ENVIRONMENT)
         except USER_ERRORS as err:
             return fail(err)
         except Exception as err:  # a bug: one line, the traceback in a file
-            if current is None:
+            if self._at is None:
                 raise
-            return self._crashed(current, err)
+            return self._crashed(self._at, err)
+
+    def _in_order(self, work: Sequence[tuple[Item, Callable[[str], int | None]]], name: str) -> int | None:
+        """Each (item, its run) of ``work`` in order, how each ended recorded; the first that
+        does not finish stops the rest, and its code is returned."""
+        for i, (item, go) in enumerate(work):
+            self._at = item
+            code = go(f"{name} {i + 1}/{len(work)}")
+            if code is not None:
+                self._record_failure(item, code)
+                return code
+            self._succeeded(item)
+        return None
 
     # ------------------------------------------------------------------ items
     def run_items(self, chosen_items: Sequence[Item]) -> int:
