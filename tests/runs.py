@@ -33,6 +33,17 @@ def tiny_run(data: dict, name: str, mesh: str, **sections: Any) -> dict:
     }
 
 
+def micro_loire(data: dict, name: str = "micro") -> dict:
+    """The suites' tests' LOIRE base: ``tiny_run`` at four steps a stage, stage 2 doubling the
+    hidden size with a two-step warmup that replays and distils, no mid-stage evaluation
+    and one checkpoint kept (a suite's systems are derived from it)."""
+    return tiny_run(data, name, "1", eval={"every": 0, "batches": 1}, checkpoint={"save_every": 0, "keep": 1},
+                    stages=[{"name": "A", "domains": ["SCI"], "steps": 4},
+                            {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "hidden", "size": 32}],
+                             "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1,
+                             "beta_steps": 1}])
+
+
 @contextlib.contextmanager
 def run_numerics() -> Iterator[None]:
     """x64 off, whatever the test (``@pytest.mark.float64``) set: a run computes in float32

@@ -415,6 +415,21 @@ exit "${code:-0}"
 """
 
 
+def run_tpu_worker(tmp_path: Path, exits: list[int], *args: str) -> subprocess.CompletedProcess:
+    """launch/tpu_worker.sh from a checkout of its own, its python a stand-in that logs each
+    command to ``tmp_path/log`` and exits with the next of ``exits``."""
+    worker = tmp_path / "loire_jax" / "launch" / "tpu_worker.sh"
+    worker.parent.mkdir(parents=True)
+    worker.write_text((ROOT / "launch" / "tpu_worker.sh").read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _exe(bin_dir / "python", WORKER_PYTHON)
+    (tmp_path / "exits").write_text("".join(f"{c}\n" for c in exits))
+    (tmp_path / "log").touch()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE": str(tmp_path), "LOIRE_RESTART_DELAY_S": "0"}
+    return subprocess.run(["bash", str(worker), *args], env=env, text=True, capture_output=True, timeout=60)
+
+
 @pytest.mark.parametrize("exits,runs,code", [
     ([76, 76, 0], 3, 0),  # a lost peer: started again, and it finishes
     ([76, 76, 76, 76, 76], 4, 76),  # at most LOIRE_MAX_PEER_RESTARTS (3) times
@@ -423,17 +438,7 @@ exit "${code:-0}"
 ])
 def test_a_tpu_worker_starts_the_run_again_after_a_lost_peer_only(tmp_path, exits, runs, code):
     checkout = tmp_path / "loire_jax"
-    (checkout / "launch").mkdir(parents=True)
-    worker = checkout / "launch" / "tpu_worker.sh"
-    worker.write_text((ROOT / "launch" / "tpu_worker.sh").read_text())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _exe(bin_dir / "python", WORKER_PYTHON)
-    (tmp_path / "exits").write_text("".join(f"{c}\n" for c in exits))
-    (tmp_path / "log").touch()
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE": str(tmp_path), "LOIRE_RESTART_DELAY_S": "0"}
-    result = subprocess.run(["bash", str(worker), "gs://b/run", "--config", "tiny"], env=env, text=True,
-                            capture_output=True, timeout=60)
+    result = run_tpu_worker(tmp_path, exits, "gs://b/run", "--config", "tiny")
     assert result.returncode == code, result.stderr
     ran = (tmp_path / "log").read_text().splitlines()
     assert len(ran) == runs and ran[0] == ("run -m loire_jax.cli.train --distributed auto --workdir gs://b/run "

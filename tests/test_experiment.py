@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 from data_helpers import tiny_config_dict
-from runs import ROOT, one_line_error, tiny_run
+from runs import ROOT, micro_loire, one_line_error
 
 # Runs in the "engine" group, one after another with the two-process tests: a suite
 # subprocess beside them overloaded this 2-core CI machine, and the two-process runs aborted
@@ -32,12 +32,7 @@ def experiment(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     base = tmp_path_factory.mktemp("micro")
-    config = tiny_run(tiny_config_dict(base / "data"), "micro", "1", eval={"every": 0, "batches": 1},
-                      checkpoint={"save_every": 0, "keep": 1}, stages=[
-                          {"name": "A", "domains": ["SCI"], "steps": 4},
-                          {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "hidden", "size": 32}],
-                           "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1,
-                           "beta_steps": 1}])
+    config = micro_loire(tiny_config_dict(base / "data"))
     (base / "loire.yaml").write_text(yaml.safe_dump(config))
     rows = [{"text": f"{w} {'is' if i % 2 else 'was'}", "label": ["no", "yes"][i % 2]}
             for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 8)]
@@ -206,12 +201,7 @@ def test_a_merge_source_whose_checkpoint_is_damaged_is_refused_and_nothing_is_co
 def micro_bert(tmp_path_factory):
     """The micro suite's encoder counterpart: BERT_L and LOIRE-Bert, one seed, no sweep."""
     base = tmp_path_factory.mktemp("micro-bert")
-    config = tiny_run(tiny_config_dict(base / "data"), "micro-bert", "1", eval={"every": 0, "batches": 1},
-                      checkpoint={"save_every": 0, "keep": 1}, stages=[
-                          {"name": "A", "domains": ["SCI"], "steps": 4},
-                          {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "hidden", "size": 32}],
-                           "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1,
-                           "beta_steps": 1}])
+    config = micro_loire(tiny_config_dict(base / "data"), "micro-bert")
     # the trained BPE has <s> and </s>; [MASK] and [PAD] are appended at 320 and 321
     config["model"] = {**config["model"], "preset": "bert", "vocab_size": 322}
     (base / "bert.yaml").write_text(yaml.safe_dump(config))

@@ -119,7 +119,8 @@ def test_import_grow_export_reimport_keeps_the_function(name, dtype, tmp_path):
 def test_transformers_loads_the_export_and_computes_the_same(tmp_path):
     torch = pytest.importorskip("torch", reason="torch is not installed: the export's load by transformers itself "
                                                 "is checked where it is (tools/make_hf_fixtures.py's environment)")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed: this check runs where it is "
+                                       "(tools/make_hf_fixtures.py --check)")
     for name in MODELS:
         cfg, params = hf.load(FIXTURES / name)
         grown_cfg, grown = grow(cfg, params, "ffn", cfg.ffn + 8, jax.random.key(0))

@@ -148,7 +148,8 @@ def _ramped(cfg, params):
 def test_transformers_loads_a_grown_encoder_and_computes_the_same(tmp_path):
     torch = pytest.importorskip("torch", reason="torch is not installed: the export's load by transformers itself "
                                                 "is checked where it is (tools/make_hf_fixtures.py's environment)")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed: this check runs where it is "
+                                       "(tools/make_hf_fixtures.py --check)")
     fresh = preset("roberta", vocab_size=100, hidden=32, ffn=64, heads=4, head_dim=8, layers=2, max_seq_len=16,
                    type_vocab_size=0, tie_embeddings=False)
     cases = [(name, *_ramped(*hf.load(FIXTURES / name))) for name in MODELS]

@@ -320,7 +320,8 @@ def test_splash_attention_honours_the_window():
 def test_transformers_loads_each_grown_export_and_computes_the_same(tmp_path):
     torch = pytest.importorskip("torch", reason="torch is not installed: the export's load by transformers itself "
                                                 "is checked where it is (tools/make_hf_fixtures.py --check)")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed: this check runs where it is "
+                                       "(tools/make_hf_fixtures.py --check)")
     for name in NAMES:
         cfg, params = hf.load(FIXTURES / name)
         grown_cfg, grown = grow(cfg, params, "ffn", cfg.ffn + 8, jax.random.key(0))

@@ -123,20 +123,9 @@ def test_a_suite_task_runs_the_experiment_in_the_suites_workdir(cluster):  # noq
 def test_a_tpu_worker_runs_a_suites_items_when_its_arguments_start_with_the_suite(tmp_path):
     """launch/tpu_worker.sh (each TPU VM's process, started by launch/tpu_pod.sh): with --suite
     first, loire-experiment on the suite's directory, the item list passed on as given."""
-    from test_batch_scripts import WORKER_PYTHON
+    from test_batch_scripts import run_tpu_worker
 
-    checkout = tmp_path / "loire_jax"
-    (checkout / "launch").mkdir(parents=True)
-    worker = checkout / "launch" / "tpu_worker.sh"
-    worker.write_text((ROOT / "launch" / "tpu_worker.sh").read_text())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _exe(bin_dir / "python", WORKER_PYTHON)
-    (tmp_path / "exits").write_text("0\n")
-    (tmp_path / "log").touch()
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE": str(tmp_path), "LOIRE_RESTART_DELAY_S": "0"}
-    result = subprocess.run(["bash", str(worker), "gs://b/suite", "--suite", "paper", "--index", "7-41"], env=env,
-                            text=True, capture_output=True, timeout=60)
+    result = run_tpu_worker(tmp_path, [0], "gs://b/suite", "--suite", "paper", "--index", "7-41")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "log").read_text().splitlines() == [
         "run -m loire_jax.cli.experiment --distributed auto --workdir gs://b/suite --suite paper --index 7-41"]

@@ -18,7 +18,7 @@ import time
 import pytest
 import yaml
 from data_helpers import tiny_config_dict
-from runs import ROOT, tiny_run
+from runs import ROOT, micro_loire
 
 from loire_jax import outputs
 from loire_jax.errors import ConfigError
@@ -33,12 +33,7 @@ def micro(tmp_path_factory):
     """A suite of every phase: a two-point sweep on LOIRE, GPT_L and LOIRE at seeds 1 and 2, a
     fine-tuning of LOIRE's runs on a local task, the report."""
     base = tmp_path_factory.mktemp("plan")
-    config = tiny_run(tiny_config_dict(base / "data"), "micro", "1", eval={"every": 0, "batches": 1},
-                      checkpoint={"save_every": 0, "keep": 1}, stages=[
-                          {"name": "A", "domains": ["SCI"], "steps": 4},
-                          {"name": "B", "domains": ["NEWS"], "steps": 4, "growth": [{"op": "hidden", "size": 32}],
-                           "warmup_steps": 2, "teachers": "all", "replay_ratio": 0.25, "beta": 0.1,
-                           "beta_steps": 1}])
+    config = micro_loire(tiny_config_dict(base / "data"))
     (base / "loire.yaml").write_text(yaml.safe_dump(config))
     for split, words in (("train", "abcdefgh"), ("valid", "ijkl")):
         (base / f"{split}.jsonl").write_text("".join(json.dumps({"text": w, "label": ["no", "yes"][i % 2]}) + "\n"
