@@ -503,7 +503,8 @@ SHELL = {
         "not run here (needs the suite's runs); tests/test_trainer.py runs launch/report.py on two workdirs",
     "python launch/experiment.py --suite paper-mini --list": "run",
     "python launch/experiment.py --suite paper-mini":
-        "not run here (53 runs, about an hour on 2 cores; docs/results/paper-mini records one of 50); "
+        "not run here (125 runs and 64 fine-tunings, 134 min on 2 cores with a second worker; docs/results/paper-mini "
+        "records them); "
         "tests/test_experiment.py runs a micro suite end to end",
     "python launch/experiment.py --suite rivals-mini --list": "run",
     "python launch/experiment.py --suite rivals-mini":

@@ -109,6 +109,34 @@ def test_a_record_replaces_exactly_the_files_the_tool_wrote(results):
     assert [p.name for p in results.iterdir() if p.name.startswith(".")] == []  # no folder left aside
 
 
+def test_a_side_worker_s_output_joins_a_suite_record_once_and_is_quoted_with_the_wall_time(results):
+    """A second worker that ran some of a suite's items beside the recorded command: its
+    output becomes the record's (listed by the marker, so the next --record replaces it), its
+    fine-tunings count with the command's, and the wall time is quoted with what ran beside."""
+    folder = results / "paper-mini"
+    (folder / "side_stdout.txt").unlink()
+    rec = json.loads((folder / "record.json").read_text())
+    rec.pop("beside")
+    (folder / "record.json").write_text(json.dumps(rec))
+    outputs.mark(folder, figures.folder.MARKER, {"files": [f for f in figures.folder.written(folder)
+                                                           if f != "side_stdout.txt"]})
+    before = figures.suites._suite_wall(figures.load("paper-mini"))
+    side = ("[item 74] runs/ELLE/seed3: done in 137 s; final AP 113.69, gate pass\n"  # a run, not a fine-tuning
+            "50%\r[item 189] runs/LOIRE/seed5 amazon_sentiment: done in 36 s; accuracy 67.78\n")
+    records.attach_side("paper-mini", side, "a second worker ran one fine-tuning")
+    got = figures.load("paper-mini")
+    assert got["side_stdout"].endswith("\n[item 189] runs/LOIRE/seed5 amazon_sentiment: done in 36 s; accuracy 67.78\n")
+    assert "side_stdout.txt" in figures.folder.written(folder)
+    after = figures.suites._suite_wall(got)
+    assert "a second worker ran one fine-tuning" in after and "beside" not in before
+    tunes = lambda text: int(text.split(" fine-tunings")[0].rsplit(" ", 1)[1])  # noqa: E731
+    assert tunes(after) == tunes(before) + 1
+    with pytest.raises(records.RecordError, match="already holds a side worker's output"):
+        records.attach_side("paper-mini", side, "again")
+    with pytest.raises(records.RecordError, match="no comparison suite"):
+        records.attach_side("grow-demo", side, "a worker")
+
+
 # --------------------------------------------------------------------------- reading and reproducing records
 @pytest.mark.parametrize("args", [["--reproduce", "grow-demo"], ["--reproduce", "default-run"],
                                   ["--reproduce", "paper-mini"]])
@@ -268,7 +296,7 @@ def test_a_rerun_that_differs_on_another_cpu_model_says_the_record_was_made_else
     """XLA's CPU kernels round differently between CPU models, so a spot check on another
     model than the record's differs in the last digits: the tool says where each was made."""
     recorded = json.loads((results / "paper-mini" / "record.json").read_text())["machine"]
-    monkeypatch.setattr(records, "cpu_model", lambda: "AMD EPYC 7B13")
+    monkeypatch.setattr(records, "cpu_model", lambda: "Another CPU Model 9")
     note = records.other_cpu("paper-mini")
     assert note is not None and recorded in note and "a machine" in note and "round differently" in note
     monkeypatch.setattr(records, "cpu_model", lambda: recorded.split("-core ", 1)[1].rsplit(" x86_64", 1)[0])

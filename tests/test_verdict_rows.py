@@ -83,7 +83,7 @@ def test_the_same_checkpoint_row_pairs_each_seeds_exact_growth_with_random_and_z
     assert rows(results)["Fig. 4"]["verdict"] == "inconclusive"
     results["LOIRE"] = [result("LOIRE", i) for i in range(3)]  # a record from before the contrast
     step = rows(results)["Fig. 4"]
-    assert step["verdict"] == "not in this record" and "re-record" in step["why"]
+    assert step["verdict"] == "not in this record" and "carry no same-checkpoint growth contrast" in step["why"]
     assert claims_judged(results) == 4
     assert rows({"Random": results["Random"]})["Fig. 4"]["verdict"] == "not run"
 

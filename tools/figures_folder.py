@@ -70,6 +70,14 @@ def check_replaceable(folder: Path, name: str) -> None:
                           f"then {again}")
 
 
+def list_file(folder: Path, file: str) -> None:
+    """Add ``file``, written into the record ``folder`` after it was put in place, to the names
+    its marker lists as the tool's (so the next ``--record`` replaces it with the rest)."""
+    marker = outputs.read_marker(folder, MARKER) or {}
+    files = written(folder) or []
+    outputs.mark(folder, MARKER, {**marker, "files": sorted({*files, file})})
+
+
 def new_folder(folder: Path) -> Path:
     """A fresh hidden folder beside ``folder`` (same filesystem, so ``put`` renames it into place)."""
     folder.parent.mkdir(parents=True, exist_ok=True)

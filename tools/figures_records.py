@@ -27,7 +27,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from figures_folder import RecordError, check_replaceable, new_folder, put, read_json, read_text, shown
+from figures_folder import (
+    RecordError,
+    check_replaceable,
+    list_file,
+    new_folder,
+    put,
+    read_json,
+    read_text,
+    shown,
+    written,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -69,8 +79,8 @@ RECORDINGS = {
     "paper-mini": Recording(("python", "launch/experiment.py", "--suite", "paper-mini", "--workdir", "{workdir}",
                              "--compile-cache", "{cache}"), ("report/report.json", "report/report.md", "suite.json"),
                             "the paper's comparisons at CPU scale: every system and seed of the suite, its sweep and "
-                            "its downstream part, into an empty workdir and compilation cache (about two hours on "
-                            "2 cores)", suite=True),
+                            "its downstream part, into an empty workdir and compilation cache (134 min on 2 cores "
+                            "with a second worker beside it, as docs/results/README.md says)", suite=True),
     "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
                               "the default corpus's second prepare: verify the cache, print the table",
                               corpus="cached"),
@@ -257,6 +267,28 @@ def record(name: str, workdir: Path | None = None) -> Path:
         raise RecordError(f"{' '.join(command)} exited {done.returncode}: {tail}")
     return store(name, command, workdir, stdout, stderr, wall_s=wall, exit_code=done.returncode,
                  started=started, machine_text=machine(), load_text=load_text, dirty=dirty)
+
+
+def attach_side(name: str, stdout: str, beside: str) -> Path:
+    """Add to suite record NAME what a second worker printed while it ran some of the suite's
+    items beside the recorded command (the suite's own ``--index`` calls, in the same
+    workdir), and ``beside``, which says so in words: the command found those items finished,
+    and its wall time is both processes' together. The docs quote ``beside`` with the wall
+    time, and the fine-tunings' seconds are read from both outputs. Refused where the record
+    is no suite's, or already has a side worker's output."""
+    folder = RESULTS / name
+    if not RECORDINGS[name].suite:
+        raise RecordError(f"{name} is no comparison suite: only a suite's items can run in a second worker")
+    rec = read_json(folder / "record.json")
+    files = written(folder) or []
+    if "side_stdout.txt" in files or (folder / "side_stdout.txt").exists() or rec.get("beside"):
+        raise RecordError(f"{shown(folder)} already holds a side worker's output; record {name} anew first")
+    if not beside.strip():
+        raise RecordError("say what the side worker ran (beside): the docs quote it with the wall time")
+    (folder / "side_stdout.txt").write_text(terminal_text(stdout))
+    (folder / "record.json").write_text(json.dumps({**rec, "beside": beside.strip()}, indent=1) + "\n")
+    list_file(folder, "side_stdout.txt")
+    return folder
 
 
 def load(name: str) -> dict[str, Any]:

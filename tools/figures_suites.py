@@ -45,9 +45,12 @@ def _verdict_rows(suite: dict[str, Any], *, numbers: bool) -> list[str]:
 
 
 def _finetune_seconds(stdout: str) -> list[float]:
-    """Each of a suite's downstream fine-tunings' seconds, from its ``done in N s`` lines (a
-    process beside the suite, if the record had one, prints ``[side downstream ...]``)."""
-    return [float(x) for x in re.findall(r"^\[(?:side )?downstream \d+/\d+\] .*: done in (\d+) s;", stdout, re.M)]
+    """Each of a suite's downstream fine-tunings' seconds, from its ``done in N s`` lines: the
+    whole suite's ``[downstream i/n] RUN TASK``; one planned item's ``[item I] RUN TASK`` (a
+    worker beside the command, ``--index``; its runs' lines name no task); ``[side downstream
+    ...]`` in older records."""
+    return [float(x) for x in re.findall(r"^\[(?:(?:side )?downstream \d+/\d+\] .*|item \d+\] \S+ \S+): done in (\d+) s;",
+                                          stdout, re.M)]
 
 
 def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
@@ -59,7 +62,8 @@ def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
     if not short:
         out += ", into an empty workdir and an empty compilation cache, with the corpus already prepared"
     if beside and short:
-        beside = "with a second process running some of its runs beside the command"
+        beside = ("with a second worker running some of its items beside the command" if "--index" in beside
+                  else "with a second process running some of its runs beside the command")
     out += f" (one measurement{'; ' + beside if beside else ''})"
     if tunes and not short:  # README's verdicts: the total only
         tunes.sort()
@@ -97,10 +101,13 @@ def fig_paper_mini_verdicts(got: Got) -> str:
     rec = got("paper-mini")
     size = judged_readings(rec["suite"]["runs"], rec["suite"]["suite"].get("downstream_tasks") or (),
                            _windowed(rec["suite"]))["family_size"]
+    names = rec["suite"]["runs"]
+    systems = {n[:-len("-start")] if n.endswith("-start") and n[:-len("-start")] in names else n for n in names}
+    rows = f" ({len(names)} rows with their `start` readings)" if len(names) > len(systems) else ""
     counts = sorted({len(runs) for runs in rec["suite"]["runs"].values()})
     seeds = f"{counts[0]} seeds each" if len(counts) == 1 else f"{counts[0]} to {counts[-1]} seeds a system"
     return prose(
-        f"The paper's comparisons at CPU scale (`--suite paper-mini`: {len(rec['suite']['runs'])} systems, its two "
+        f"The paper's comparisons at CPU scale (`--suite paper-mini`: {len(systems)} systems{rows}, its two "
         f"rivals ELLE and LiGO among them, derived from `configs/mini.yaml`, {seeds}): "
         f"{_suite_wall(rec, short=True)}. Each verdict pairs LOIRE with each opponent seed by seed, "
         f"under each reading of the recovery window (a paired t interval, Bonferroni over {size} claims a "

@@ -420,8 +420,9 @@ def _growth_step_verdict(results: Mapping[str, Sequence[Mapping[str, Any]]], fam
     if "LOIRE" not in results:
         return {**row, "verdict": "not run", "why": "a system it needs is not in this suite"}
     if not _contrasted(results):
-        return {**row, "verdict": NOT_IN_RECORD, "why": "LOIRE's runs carry no same-checkpoint growth contrast, "
-                "which the suite records from this version on: re-record it"}
+        return {**row, "verdict": NOT_IN_RECORD, "why": "LOIRE's runs here carry no same-checkpoint growth contrast: "
+                "the suite computes it from LOIRE's own runs (recovery: end), not LOIRE-start's, and a record "
+                "made before it existed has none"}
     runs = [r for r in _counted(results, "LOIRE") if r.get("growth_contrast")]
     means = {init: _by_seed(runs, lambda r, i=init: _stage_mean(r["growth_contrast"], i)) for init in ("exact", *INITS)}
     level = pair_level(family_size, len(INITS))
