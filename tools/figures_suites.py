@@ -67,8 +67,10 @@ def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
     out += f" (one measurement{'; ' + beside if beside else ''})"
     if tunes and not short:  # README's verdicts: the total only
         tunes.sort()
-        out += (f". The downstream part took {duration(sum(tunes))} of it: "
-                f"{tunes[len(tunes) // 2]:.0f} s a fine-tuning at the median, {tunes[-1]:.0f} s at most")
+        total = duration(sum(tunes))
+        out += (f". The fine-tunings took {total} in all, the two processes' seconds added: " if beside else
+                f". The downstream part took {total} of it: ")
+        out += f"{tunes[len(tunes) // 2]:.0f} s a fine-tuning at the median, {tunes[-1]:.0f} s at most"
     return out
 
 
