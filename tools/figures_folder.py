@@ -74,8 +74,7 @@ def list_file(folder: Path, file: str) -> None:
     """Add ``file``, written into the record ``folder`` after it was put in place, to the names
     its marker lists as the tool's (so the next ``--record`` replaces it with the rest)."""
     marker = outputs.read_marker(folder, MARKER) or {}
-    files = written(folder) or []
-    outputs.mark(folder, MARKER, {**marker, "files": sorted({*files, file})})
+    outputs.mark(folder, MARKER, {**marker, "files": sorted({*(written(folder) or []), file})})
 
 
 def new_folder(folder: Path) -> Path:

@@ -36,8 +36,9 @@ from figures_folder import (
     read_json,
     read_text,
     shown,
-    written,
 )
+
+from loire_jax.paths import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -280,13 +281,12 @@ def attach_side(name: str, stdout: str, beside: str) -> Path:
     if not RECORDINGS[name].suite:
         raise RecordError(f"{name} is no comparison suite: only a suite's items can run in a second worker")
     rec = read_json(folder / "record.json")
-    files = written(folder) or []
-    if "side_stdout.txt" in files or (folder / "side_stdout.txt").exists() or rec.get("beside"):
+    if (folder / "side_stdout.txt").exists() or rec.get("beside"):
         raise RecordError(f"{shown(folder)} already holds a side worker's output; record {name} anew first")
     if not beside.strip():
         raise RecordError("say what the side worker ran (beside): the docs quote it with the wall time")
-    (folder / "side_stdout.txt").write_text(terminal_text(stdout))
-    (folder / "record.json").write_text(json.dumps({**rec, "beside": beside.strip()}, indent=1) + "\n")
+    write_atomic(folder / "side_stdout.txt", terminal_text(stdout))  # never a half-written record file
+    write_atomic(folder / "record.json", json.dumps({**rec, "beside": beside.strip()}, indent=1) + "\n")
     list_file(folder, "side_stdout.txt")
     return folder
 

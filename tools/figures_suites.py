@@ -62,8 +62,7 @@ def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
     if not short:
         out += ", into an empty workdir and an empty compilation cache, with the corpus already prepared"
     if beside and short:
-        beside = ("with a second worker running some of its items beside the command" if "--index" in beside
-                  else "with a second process running some of its runs beside the command")
+        beside = "with a second worker running some of its items beside the command"
     out += f" (one measurement{'; ' + beside if beside else ''})"
     if tunes and not short:  # README's verdicts: the total only
         tunes.sort()
@@ -99,12 +98,12 @@ def fig_paper_mini(got: Got) -> str:
 
 def fig_paper_mini_verdicts(got: Got) -> str:
     from loire_jax.analysis.comparison import judged_readings
+    from loire_jax.analysis.readings import view
 
     rec = got("paper-mini")
     size = judged_readings(rec["suite"]["runs"], rec["suite"]["suite"].get("downstream_tasks") or (),
                            _windowed(rec["suite"]))["family_size"]
-    names = rec["suite"]["runs"]
-    systems = {n[:-len("-start")] if n.endswith("-start") and n[:-len("-start")] in names else n for n in names}
+    names, systems = rec["suite"]["runs"], view(rec["suite"]["runs"], "end")  # the systems, no reading's own rows
     rows = f" ({len(names)} rows with their `start` readings)" if len(names) > len(systems) else ""
     counts = sorted({len(runs) for runs in rec["suite"]["runs"].values()})
     seeds = f"{counts[0]} seeds each" if len(counts) == 1 else f"{counts[0]} to {counts[-1]} seeds a system"
