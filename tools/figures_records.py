@@ -82,6 +82,11 @@ RECORDINGS = {
                             "the paper's comparisons at CPU scale: every system and seed of the suite, its sweep and "
                             "its downstream part, into an empty workdir and compilation cache (134 min on 2 cores "
                             "with a second worker beside it, as docs/results/README.md says)", suite=True),
+    "bert-mini": Recording(("python", "launch/experiment.py", "--suite", "bert-mini", "--workdir", "{workdir}",
+                            "--compile-cache", "{cache}"), ("report/report.json", "report/report.md", "suite.json"),
+                           "LOIRE-Bert against LiGO, BERT_L and BERT_S at CPU scale (Tables 2, 4 and 6): every "
+                           "system and seed of the suite and its fine-tunings, into an empty workdir and "
+                           "compilation cache", suite=True),
     "data-prepare": Recording(("python", "-m", "loire_jax.data", "prepare"), (),
                               "the default corpus's second prepare: verify the cache, print the table",
                               corpus="cached"),
