@@ -284,6 +284,10 @@ def test_the_gpu_probe_runs_one_seed_a_workdir_and_merged_judges_the_claims_over
                                         for s in ("LOIRE", "LOIRE-start", "ELLE", "GPT_L")}
     judged = [v for v in report["verdicts"] if v["verdict"] != "not run"]
     assert {v["where"] for v in judged} >= {"Table 2", "Table 2 (vs ELLE)", "Table 4"}
+    # Fig. 4's growth step from each LOIRE run's own checkpoints, under either reading of its window
+    assert all(len(r["growth_contrast"]["exact"]) == 2 for s in ("LOIRE", "LOIRE-start") for r in report["runs"][s])
+    step = {r: next(v for v in report["readings"][r] if v["where"] == "Fig. 4") for r in ("end", "start")}
+    assert all(v["verdict"] != "not in this record" and v["pairs"] for v in step.values()), step
     assert all(p["n"] == 3 and p["seeds"] == ["1", "2", "3"] for v in judged for p in v["pairs"].values())
     assert all("fewer than 3" not in v["why"] for v in judged)
     made = (tmp_path / "all" / "report" / "report.md").read_text().split("## Where the runs were made", 1)[1]

@@ -13,7 +13,7 @@ import pytest
 from loire_jax import load_run_config
 from loire_jax.analysis import paper_flops
 from loire_jax.analysis.claims import claims_judged, family_outside, verdicts
-from loire_jax.analysis.comparison import markdown
+from loire_jax.analysis.comparison import judged_readings, markdown, verdict_section
 from loire_jax.analysis.readings import both_readings, view
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,6 +198,31 @@ def test_every_claim_is_judged_under_both_readings_at_one_family_size():
     assert "the same family of 4 in each column" in text
     with pytest.raises(ValueError, match="unknown reading"):
         view(results, "middle")
+
+
+def test_a_suite_of_one_reading_is_judged_under_end_alone_and_says_so():
+    """bert-mini runs no system under ``start``: its verdicts form one column, not a second one
+    of "not in this record" rows, and the note says which reading ran and how to run both. One
+    ``-start`` run in the record brings the second column back."""
+    results = {"LOIRE": [result("LOIRE", i, ap_plus=1.0) for i in range(3)],
+               "ELLE": [result("ELLE", i, ap_plus=5.0 + 0.1 * i) for i in range(3)]}
+    windowed = ["LOIRE", "Memory"]
+    judged = judged_readings(results, (), windowed)
+    assert "start" not in judged and judged["one_reading"] and judged["family_size"] == 3
+    assert {v["where"]: v["verdict"] for v in judged["end"]}["Table 2 (vs ELLE)"] == "holds"
+    suite = {"name": "t", "seeds": [0, 1, 2], "setting": [], "why": "-", "margin": 0.25, "entropy": {},
+             "windowed": windowed}
+    text = markdown(suite, results)
+    header = next(line for line in text.splitlines() if line.startswith("| the paper's claim"))
+    assert header.endswith("| verdict, recovery: end |") and "recovery: start" not in text
+    assert "judged under `recovery: end` alone" in text and "`readings: [end, start]`" in text
+    full = "\n".join(verdict_section(results, (), windowed, numbers=True))
+    shown = "\n".join(verdict_section(results, (), windowed, numbers=True, ran_only=True))
+    assert "**not run**" in full and "**not run**" not in shown and "Table 2 (vs ELLE)" in shown  # the docs' table
+    results["LOIRE-start"] = [result("LOIRE-start", i, ap_plus=9.0) for i in range(3)]
+    assert "start" in judged_readings(results, (), windowed)
+    both = markdown(suite, results)
+    assert "| verdict, recovery: start |" in both and "`recovery: end` alone" not in both
 
 
 def test_the_windowed_systems_are_those_whose_runs_move_with_the_window():

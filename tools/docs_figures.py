@@ -87,6 +87,7 @@ FIGURES: dict[str, Callable[[text.Got], str]] = {
     "bench-encoder": bench.fig_bench_encoder,
     "paper-mini": suites.fig_paper_mini,
     "paper-mini-verdicts": suites.fig_paper_mini_verdicts,
+    "bert-mini": suites.fig_bert_mini,
     "paper-cost": cost.fig_paper_cost,
     "suite-index": cost.fig_suite_index,
 }

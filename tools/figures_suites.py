@@ -1,5 +1,6 @@
-"""The comparison suites' figures: paper-mini's verdicts, judged anew from the recorded runs
-by today's rule, its per-system table and its downstream Table 5, and what the suite cost.
+"""The comparison suites' figures: paper-mini's and bert-mini's verdicts, judged anew from the
+recorded runs by today's rule, their per-system tables and downstream Tables 5 and 6, and what
+each suite cost.
 
 Loaded from its file by docs_figures.py after figures_text.py (tools is no package: the
 imports below find it by name).
@@ -33,15 +34,16 @@ def _windowed(suite: dict[str, Any]) -> list[str]:
     return windowed_systems()
 
 
-def _verdict_rows(suite: dict[str, Any], *, numbers: bool) -> list[str]:
+def _verdict_rows(suite: dict[str, Any], *, numbers: bool, ran_only: bool = False) -> list[str]:
     """The verdicts judged anew from the recorded runs (``analysis.comparison.verdict_section``),
     so the docs show today's rule on the record's numbers, with what each verdict tests: every
     claim under both readings of the recovery window (a claim whose runs of a reading the
-    record lacks says so). Without ``numbers`` (README's), one compact table."""
+    record lacks says so). Without ``numbers`` (README's), one compact table; ``ran_only``:
+    no row of a claim the suite could not run (a suite of few systems, as the docs say)."""
     from loire_jax.analysis.comparison import verdict_section
 
     return verdict_section(suite["runs"], suite["suite"].get("downstream_tasks") or (), _windowed(suite),
-                           numbers=numbers, compact=not numbers)
+                           numbers=numbers, compact=not numbers, ran_only=ran_only)
 
 
 def _finetune_seconds(stdout: str) -> list[float]:
@@ -73,14 +75,17 @@ def _suite_wall(rec: dict[str, Any], short: bool = False) -> str:
     return out
 
 
-def _table5_rows(suite: dict[str, Any]) -> list[str]:
-    """The report's Table 5 rows (``analysis.downstream.table``), from the suite's report."""
+def _table5_rows(suite: dict[str, Any], family: str = "GPT") -> list[str]:
+    """The report's Table 5 rows (``analysis.downstream.table``), from the suite's report; an
+    encoder suite's (``family`` "BERT") are Table 6's, with each task's trivial baseline."""
     from loire_jax.analysis.downstream import table
 
     tasks = suite["suite"].get("downstream_tasks") or []
     if not tasks:
         return []
-    return markdown_table(("system", "counted runs", *tasks, "average", "paper average"), table(suite["runs"], tasks))
+    paper = "paper GLUE average" if family == "BERT" else "paper average"
+    return markdown_table(("system", "counted runs", *tasks, "average", paper),
+                          table(suite["runs"], tasks, baselines=family == "BERT", family=family))
 
 
 def fig_paper_mini(got: Got) -> str:
@@ -94,6 +99,31 @@ def fig_paper_mini(got: Got) -> str:
         "(`docs/results/paper-mini/report.md`), over seeds " + ", ".join(map(str, suite["seeds"])) + ":"
     ) + "\n" + "\n".join(_verdict_rows(rec["suite"], numbers=True)) + "\n\n" + "\n".join(
         _suite_rows(rec["suite"])) + "\n" + downstream
+
+
+def fig_bert_mini(got: Got) -> str:
+    """bert-mini's record: what it cost, its verdicts judged anew by today's rule, its systems and
+    Table 6 (every final model fine-tuned) beside the paper's GLUE averages. No sweep: every
+    system runs the base config's setting (the suite's ``about`` says why)."""
+    from loire_jax.analysis.downstream import beside_paper
+
+    rec = got("bert-mini")
+    report = rec["suite"]
+    seeds = ", ".join(map(str, report["suite"]["seeds"]))
+    out = prose(f"{_suite_wall(rec)}. Its report (`docs/results/bert-mini/report.md`), over seeds {seeds}:")
+    out += "\n" + "\n".join(_verdict_rows(report, numbers=True, ran_only=True)) + "\n\n" + "\n".join(
+        _suite_rows(report)) + "\n"
+    table6 = _table5_rows(report, family="BERT")
+    if table6:
+        tasks = report["suite"]["downstream_tasks"]
+        out += "\n" + prose(
+            "Table 6 at CPU scale: validation accuracy of each counted run's final model, fine-tuned at the run's "
+            "seed on " + " and ".join(f"`{t}`" for t in tasks) + " (mean ± half the range; †: not above the "
+            "task's trivial baseline, the last row). The paper's column is its GLUE average, a different "
+            "benchmark at a different scale:") + "\n" + "\n".join(table6) + "\n"
+        if sentence := beside_paper(report["runs"], tasks, "BERT"):
+            out += "\n" + prose(sentence)
+    return out
 
 
 def fig_paper_mini_verdicts(got: Got) -> str:

@@ -421,8 +421,8 @@ def _growth_step_verdict(results: Mapping[str, Sequence[Mapping[str, Any]]], fam
         return {**row, "verdict": "not run", "why": "a system it needs is not in this suite"}
     if not _contrasted(results):
         return {**row, "verdict": NOT_IN_RECORD, "why": "LOIRE's runs here carry no same-checkpoint growth contrast: "
-                "the suite computes it from LOIRE's own runs (recovery: end), not LOIRE-start's, and a record "
-                "made before it existed has none"}
+                "the suite computes it from each LOIRE run's own checkpoints, LOIRE-start's too, and a record "
+                "made before it did has none"}
     runs = [r for r in _counted(results, "LOIRE") if r.get("growth_contrast")]
     means = {init: _by_seed(runs, lambda r, i=init: _stage_mean(r["growth_contrast"], i)) for init in ("exact", *INITS)}
     level = pair_level(family_size, len(INITS))

@@ -133,22 +133,26 @@ def _made_section(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[st
 
 def judged_readings(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
                     windowed: Sequence[str] | None) -> dict[str, Any]:
-    """``readings.both_readings`` given the ``windowed`` systems; without them, ``end`` alone."""
-    if windowed is not None:
+    """``readings.both_readings`` given the ``windowed`` systems, where the record ran any of them
+    under ``start``; else ``end`` alone. A suite of one reading (``readings: [end]``, bert-mini's)
+    gets no ``start`` column of "not in this record" rows: ``one_reading`` says it was not run."""
+    if windowed is not None and readings.windowed_in(results):
         return readings.both_readings(results, tasks, windowed)
     end = readings.view(results, "end")
-    return {"end": verdicts(end, tasks), "family_size": claims_judged(end, tasks), "outside": claims.family_outside(end)}
+    return {"end": verdicts(end, tasks), "family_size": claims_judged(end, tasks), "outside": claims.family_outside(end),
+            "one_reading": windowed is not None}
 
 
 def verdict_section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
-                    windowed: Sequence[str] | None, *, numbers: bool, compact: bool = False) -> list[str]:
+                    windowed: Sequence[str] | None, *, numbers: bool, compact: bool = False,
+                    ran_only: bool = False) -> list[str]:
     """The verdict tables: the claims in the Bonferroni family, then the rows outside it, and
     the note. Given the ``windowed`` systems (those that keep LOIRE's recovery window), each
     claim is judged under both readings, a verdict column each (``readings``); without them,
     under ``end`` alone. ``numbers``: with the paired numbers behind each verdict (the
     ``end`` reading's). ``compact`` (README's): one table, the rows outside the family last
     and marked †, no note, and no row the suite ran under neither reading (the full tables
-    list those)."""
+    list those). ``ran_only``: the full tables without those rows (a suite of few systems)."""
     judged = judged_readings(results, tasks, windowed)
     columns = [r for r in readings.READINGS if r in judged]
     header = ["the paper's claim (where)", "paper", "what it tests", *(("measured",) if numbers else ()),
@@ -161,7 +165,7 @@ def verdict_section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: S
                  *(f"**{judged[r][i]['verdict']}** ({judged[r][i]['why']})" if numbers else
                    f"**{judged[r][i]['verdict']}**" for r in columns)]
                 for i, v in enumerate(judged["end"]) if v["outside"] == outside
-                and not (compact and all(judged[r][i]["verdict"] == "not run" for r in columns))]
+                and not ((compact or ran_only) and all(judged[r][i]["verdict"] == "not run" for r in columns))]
 
     if compact:
         return markdown_table(header, rows(False) + rows(True))
@@ -169,11 +173,13 @@ def verdict_section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: S
     if outside := rows(True):
         lines += ["", "Outside the family (computed, not measured, or not a claim of the paper: no interval "
                   "to share the error rate with):", ""] + markdown_table(header, outside)
-    return lines + ["", verdict_note(judged["family_size"], judged["outside"], len(columns))]
+    return lines + ["", verdict_note(judged["family_size"], judged["outside"], len(columns),
+                                     one_reading=judged.get("one_reading", False))]
 
 
-def verdict_note(family_size: int, outside: int = 0, columns: int = 1) -> str:
-    """The report's footnote on how its verdicts are judged (docs/results.md#verdicts)."""
+def verdict_note(family_size: int, outside: int = 0, columns: int = 1, *, one_reading: bool = False) -> str:
+    """The report's footnote on how its verdicts are judged (docs/results.md#verdicts).
+    ``one_reading``: the suite ran every system under ``recovery: end`` alone, and says so."""
     note = (f"Each claim pairs LOIRE with each opponent seed by seed (the same seed, the same stage-1 model): the "
             f"differences LOIRE - opponent at the seeds with a counted run of both (at least {MIN_SEEDS}), their "
             "mean, how many favour LOIRE, and a paired Student t interval. **no material effect**: the interval lies "
@@ -194,6 +200,10 @@ def verdict_note(family_size: int, outside: int = 0, columns: int = 1) -> str:
                  f"same family of {family_size} in each column (`start`: each system that keeps LOIRE's window "
                  "run with it right after growth, the others the same runs); each column keeps its family-wise "
                  f"{ALPHA:g}, the two together at most {2 * ALPHA:g}.")
+    if one_reading:
+        note += (" Every claim is judged under `recovery: end` alone: this suite ran no system with LOIRE's window "
+                 "right after growth (`readings: [end, start]` in the suite's config runs both, and judges each "
+                 "claim under each).")
     return note
 
 
@@ -247,10 +257,11 @@ def figure(results: Mapping[str, Sequence[Mapping[str, Any]]]):
 
 
 def _judged(results: Mapping[str, Sequence[Mapping[str, Any]]], suite: Mapping[str, Any]) -> Any:
-    """Every claim under both readings, where the suite names its windowed systems (else None)."""
+    """Every claim under each reading the suite ran (``judged_readings``), where the suite names
+    its windowed systems (else None: a record older than the readings)."""
     if suite.get("windowed") is None:
         return None
-    return readings.both_readings(results, suite.get("downstream_tasks") or (), suite["windowed"])
+    return judged_readings(results, suite.get("downstream_tasks") or (), suite["windowed"])
 
 
 def write(out: paths.Path, suite: Mapping[str, Any], results: Mapping[str, Sequence[Mapping[str, Any]]],

@@ -255,6 +255,7 @@ class Pieces:
         from loire_jax.store.checkpoints import stage_digest
 
         results: dict[str, list] = {}
+        loire_rows = {readings.reading_name("LOIRE", r) for r in readings.READINGS}
         ds = self.suite.downstream
         tasks = [load_finetune_config(t, ds.overrides).job_name for t in ds.tasks] if ds else []
         for planned in main:
@@ -269,7 +270,8 @@ class Pieces:
                                                    planned.seed, checkpoint_digest=stage_digest)
                 result["downstream_baseline"] = read_baselines(self.root / planned.workdir, tasks,
                                                                len(planned.config.stages), planned.seed)
-            if planned.system == "LOIRE" and result["finished"] and not result.get("diverged"):  # Fig. 4's step
+            # Fig. 4's growth step, from LOIRE's own checkpoints under either reading of its window
+            if planned.system in loire_rows and result["finished"] and not result.get("diverged"):
                 result["growth_contrast"] = growth_contrast(self.root / planned.workdir, self.mesh)
             results.setdefault(planned.system, []).append(result)
         meta = {"name": self.suite.name, "seeds": list(self.suite.all_seeds), "setting": list(setting), "why": why,
@@ -282,9 +284,10 @@ class Pieces:
                     attention=suite_figures.attention(loire, self.root, self.say))
         out = comparison.write(self.root / "report", meta, results, sweep_rows)
         self.say(f"report: {out / 'report.md'}")
-        judged = readings.both_readings(results, tasks, meta["windowed"])
-        for end, start in zip(judged["end"], judged["start"]):
-            self.say(f"  {end['verdict']:>18}: {end['claim']} ({end['where']}); recovery: start {start['verdict']}")
+        judged = comparison.judged_readings(results, tasks, meta["windowed"])
+        for i, end in enumerate(judged["end"]):
+            start = f"; recovery: start {judged['start'][i]['verdict']}" if "start" in judged else ""
+            self.say(f"  {end['verdict']:>18}: {end['claim']} ({end['where']}){start}")
         return 0
 
 
