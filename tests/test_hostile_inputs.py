@@ -116,6 +116,10 @@ def test_a_mesh_axis_given_twice_is_refused():
     (["optimizer.warmup_steps=1000000"], "optimizer.warmup_steps=1000000"),
     (["--heartbeat-s", "0"], "--heartbeat-s"),
     (["--mesh", "1000000"], "not divisible"),
+    # an export the config names must be one loire_jax can write, known before hours of training
+    (["model.hf_family=qwen3"], "model.hf_family 'qwen3' is not a family loire_jax writes"),
+    (["model.hf_family=bert"], "model.hf_family 'bert': bert is a masked-LM encoder family and this model is a decoder"),
+    (["model.hf_family=llama"], "model.hf_family 'llama': the model is post-norm"),
 ])
 def test_the_train_cli_refuses_before_devices_or_workdir(capsys, tmp_path, argv, says):
     from loire_jax.cli.train import main
@@ -151,6 +155,18 @@ def test_the_library_run_says_how_to_simulate_devices_the_machine_lacks(tmp_path
         run(config, tmp_path / "w", mesh="16")  # conftest.py gives this process 8 devices
     assert "needs 16 devices" in str(err.value)
     assert "XLA_FLAGS=--xla_force_host_platform_device_count=16" in str(err.value)
+    assert not (tmp_path / "w").exists()
+
+
+def test_the_library_run_refuses_an_hf_family_its_export_could_never_write(tmp_path):
+    from loire_jax import run
+    from loire_jax.interop.hf_format import HFError
+
+    raw = tiny_run(tiny_config_dict(tmp_path / "data"), "hostile", "1",
+                   stages=[{"name": "A", "domains": ["SCI"], "steps": 2}])
+    raw["model"]["hf_family"] = "falcon"
+    with pytest.raises(HFError, match="model.hf_family 'falcon' is not a family loire_jax writes"):
+        run(run_config_from_dict(raw), tmp_path / "w", mesh="1")
     assert not (tmp_path / "w").exists()
 
 

@@ -99,6 +99,9 @@ def _set_up(args: argparse.Namespace):
         mesh_spec = args.mesh or run_config.mesh
         processes = devices.processes_from_args(args)
         _check_mesh(run_config, mesh_spec, processes)  # before configure creates any device
+        from loire_jax.interop.hf_format import check_named_family
+
+        check_named_family(run_config.model)  # an export it names must exist before hours of training
         stopped = startup.stop_if_signalled()  # a SIGTERM that came during the imports or the checks
         if stopped is not None:
             return stopped

@@ -20,7 +20,7 @@ from loire_jax.interop import families
 from loire_jax.interop.families.base import NEUTRAL, Family, Source
 
 __all__ = ["ARCHITECTURES", "DECODERS", "INDEX", "SINGLE", "TOKENIZER_IDENTITY", "HFError", "Source", "config_from_hf",
-           "config_to_hf", "export_family", "import_family", "tensor_sources"]
+           "check_named_family", "config_to_hf", "export_family", "import_family", "tensor_sources"]
 
 ARCHITECTURES = families.architectures()
 DECODERS = tuple(a for f in families.all_families() if not f.masked_lm for a in f.architectures)
@@ -103,6 +103,20 @@ def export_family(cfg: ModelConfig) -> Family:
                       f"family and this model is {'an encoder' if cfg.encoder else 'a decoder'}; set hf_family to one "
                       f"of its kind ({families.supported()})")
     return family
+
+
+def check_named_family(cfg: ModelConfig) -> None:
+    """Refuse, before a run trains, an ``hf_family`` its export could never write: a name no
+    family has, a family of the other kind (encoder or decoder), or one that cannot express the
+    model's architecture. An empty one is left to the architecture at export time (a model no
+    family claims trains, and is refused only there)."""
+    if not cfg.hf_family:
+        return
+    try:
+        config_to_hf(cfg)  # export_family first, then what the family's config.json cannot state
+    except HFError as err:
+        why = str(err).removeprefix("cannot export: ")
+        raise HFError("model." + (why if why.startswith("hf_family") else f"hf_family {cfg.hf_family!r}: {why}")) from None
 
 
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:

@@ -288,6 +288,9 @@ def _check_inputs(session: RunSession, programs: "Programs", fresh: bool) -> Non
     """The config against the mesh and the platform, M1's source, the data directories and sources."""
     run = session.run_config
     validate(run, dict(programs.mesh.shape), known_domains={d.name for d in run.data.domains})
+    from loire_jax.interop.hf_format import check_named_family
+
+    check_named_family(run.model)  # the library's run too: an hf_family its export could never write
     for cfg in programs.models:  # validate() has checked every stage model against the mesh
         programs.exec(cfg)  # an attention kernel this platform cannot run is refused here
     _check_state_fits(programs)
