@@ -398,3 +398,29 @@ def test_init_from_a_family_checkpoint_trains_a_stage_and_exports_the_family_aga
     assert export_hf.main([str(tmp_path / "w"), str(tmp_path / "out")]) == 0
     assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == [STARTS[name]]
     assert hf.load(tmp_path / "out")[0] == wide
+
+
+@pytest.mark.slow
+def test_a_float64_run_exports_its_weights_as_float64_bit_for_bit(tmp_path):
+    """``loire-export-hf`` starts with x64 off, as any fresh process: a float64 run's checkpoint
+    is read and written as saved, every tensor float64 with its full mantissa (read as float32,
+    its checksums failed and the export called the checkpoint damaged)."""
+    import yaml
+    from data_helpers import tiny_config_dict
+    from runs import cli, run_numerics, tiny_run
+    from safetensors.numpy import load_file
+
+    from loire_jax.cli import export_hf
+
+    config = tiny_run(tiny_config_dict(tmp_path / "data"), "f64", "1", precision="float64",
+                      stages=[{"name": "A", "domains": ["SCI"], "steps": 2}])
+    config["model"]["preset"] = "modern"  # a Llama: a family writes it
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    trained = cli(tmp_path / "run.yaml", tmp_path / "w")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    with run_numerics():
+        assert export_hf.main([str(tmp_path / "w"), str(tmp_path / "out")]) == 0
+    tensors = load_file(tmp_path / "out" / "model.safetensors")
+    assert {v.dtype for v in tensors.values()} == {np.dtype("float64")}
+    # trained weights use float64's mantissa: a float32 reading on the way would have rounded them
+    assert any((v != v.astype(np.float32).astype(np.float64)).any() for v in tensors.values())

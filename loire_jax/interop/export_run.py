@@ -11,6 +11,7 @@ with; otherwise with its identity alone, and the result says why the file is mis
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -78,13 +79,16 @@ def _export(workdir: Path, out: str | os.PathLike, stage: int | None) -> Exporte
     meta = provenance.check_stage(run, stage, workdir)  # another run's checkpoint put in stage_<k>: refused, one line
     cfg = ModelConfig.from_dict(meta["model"])
     arch = hf_format.config_to_hf(cfg)["architectures"][0]  # refuses an inexpressible model before reading weights
-    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), abstract_params(cfg))
-    params = checkpoints.restore_params(stage_dir(workdir, stage), abstract)
     tokenizer, note = _tokenizer(run, meta["tokenizer"])
     if cfg.encoder and cfg.position_offset == 0 and tokenizer is None:  # a BERT (RoBERTa's follows its positions)
         note += "; its config.json leaves pad_token_id null (the [PAD] id needs the tokenizer)"
-    path = hf_write.save(cfg, params, out, tokenizer=tokenizer if tokenizer is not None else meta["tokenizer"])
+    # a float64 run's weights are read and written as saved: with x64 off JAX would read them as
+    # float32, and the checkpoint's checksums would call it damaged
+    with jax.enable_x64(True) if run.precision == "float64" else contextlib.nullcontext():
+        one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), abstract_params(cfg))
+        params = checkpoints.restore_params(stage_dir(workdir, stage), abstract)
+        path = hf_write.save(cfg, params, out, tokenizer=tokenizer if tokenizer is not None else meta["tokenizer"])
     return Exported(path, run.name, stage, run.stages[stage - 1].name, steps[stage], run.stages[stage - 1].steps,
                     arch, note)
 
