@@ -200,6 +200,51 @@ def test_every_claim_is_judged_under_both_readings_at_one_family_size():
         view(results, "middle")
 
 
+def test_the_downstream_claims_are_judged_under_both_readings_from_the_start_rows_fine_tunings():
+    """Tables 5 and 11 under ``start`` read LOIRE-start's and the other windowed systems' start
+    runs, fine-tuned: the same opponents as under ``end``. Without the start rows' fine-tunings
+    the two rows say "not in this record", never judge against the unwindowed systems alone."""
+    tasks = ["a", "b"]
+
+    def tuned(system, seed, score):
+        return result(system, seed, downstream={"a": score, "b": score + 0.5})
+
+    results = {"LOIRE": [tuned("LOIRE", i, 70.0 + 0.2 * i) for i in range(3)],
+               "LOIRE-start": [tuned("LOIRE-start", i, 60.0 + 0.2 * i) for i in range(3)],
+               "ER": [tuned("ER", i, 65.0 + 0.3 * i) for i in range(3)],
+               "Layer-stack-open": [tuned("Layer-stack-open", i, 64.0 + 0.1 * i) for i in range(3)],
+               "Layer-stack-open-start": [tuned("Layer-stack-open-start", i, 66.0 + 0.1 * i) for i in range(3)]}
+    windowed = {"LOIRE", "Layer-stack-open"}
+    both = both_readings(results, tasks, windowed)
+    end = {v["where"]: v for v in both["end"]}
+    start = {v["where"]: v for v in both["start"]}
+    assert end["Table 5"]["verdict"] == "holds" and set(end["Table 5"]["pairs"]) == {"ER", "Layer-stack-open"}
+    assert start["Table 5"]["verdict"] == "reversed" and set(start["Table 5"]["pairs"]) == {"ER", "Layer-stack-open"}
+    assert start["Table 11"]["numbers"][0].startswith("LOIRE - Layer-stack-open per seed s0 -6.00")
+    del results["Layer-stack-open-start"]
+    start = {v["where"]: v for v in both_readings(results, tasks, windowed)["start"]}
+    assert start["Table 5"]["verdict"] == start["Table 11"]["verdict"] == "not in this record"
+    assert start["Table 11"]["why"] == "the record has no recovery: start runs of Layer-stack-open"
+
+
+def test_a_suite_of_both_readings_fine_tunes_every_windowed_system_under_both():
+    """A shipped suite that runs both readings and fine-tunes fine-tunes the ``start`` row of
+    every windowed system it fine-tunes under ``end``, so its Tables 5 and 11 are judged twice
+    (issue 55, item 5); paper-mini is one."""
+    from loire_jax.experiments.suite import load_suite, suite_names
+
+    checked = {}
+    for name in suite_names():
+        suite = load_suite(name)
+        if suite.downstream is None or "start" not in suite.readings:
+            continue
+        windowed = {s for s in suite.planned_systems if f"{s}-start" in suite.planned_systems}
+        tuned = set(suite.downstream.systems)
+        assert {f"{s}-start" for s in tuned & windowed} <= tuned, name
+        checked[name] = tuned & windowed
+    assert checked["paper-mini"] == {"LOIRE", "SCHL-Reverse", "Layer-stack", "Layer-stack-open"}
+
+
 def test_a_suite_of_one_reading_is_judged_under_end_alone_and_says_so():
     """bert-mini runs no system under ``start``: its verdicts form one column, not a second one
     of "not in this record" rows, and the note says which reading ran and how to run both. One

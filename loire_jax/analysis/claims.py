@@ -230,7 +230,7 @@ def claims_judged(results: Mapping[str, Sequence[Mapping[str, Any]]], downstream
     measured (``family_outside`` counts the rest)."""
     return (sum(_in_family(c) and not _opponents(c, results, universe)[1] for c in CLAIMS)
             + bool(_contrasted(results))
-            + (downstream.claims_judged(results, downstream_tasks) if downstream_tasks else 0))
+            + (downstream.claims_judged(results, downstream_tasks, universe) if downstream_tasks else 0))
 
 
 def family_outside(results: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -289,7 +289,7 @@ def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]], downstream_task
     at = next(i for i, v in enumerate(out) if v["where"] == GROWTH_TRAJECTORY)
     out.insert(at, _growth_step_verdict(results, family_size))
     if downstream_tasks:
-        out += [{**v, "outside": False} for v in downstream.verdicts(results, downstream_tasks, family_size)]
+        out += [{**v, "outside": False} for v in downstream.verdicts(results, downstream_tasks, family_size, universe)]
     return out
 
 

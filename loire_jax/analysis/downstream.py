@@ -285,32 +285,41 @@ def section(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[
             *(["", sentence] if sentence else [])]
 
 
-def _claims(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tuple[str, str, str, list[str], bool]]:
-    """Table 5's and Table 11's claims: (claim, where, paper, opponents, not run)."""
-    have = [s for s, runs in results.items() if any(r.get("downstream") for r in runs)]
+def _tuned(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    return [s for s, runs in results.items() if any(r.get("downstream") for r in runs)]
+
+
+def _claims(results: Mapping[str, Sequence[Mapping[str, Any]]], universe: Mapping[str, Any] | None = None
+            ) -> list[tuple[str, str, str, list[str], bool]]:
+    """Table 5's and Table 11's claims: (claim, where, paper, opponents, not run). ``universe``:
+    the systems "every other system" means (a reading's view judges against the same opponents
+    as the other reading, or not at all: ``claims._opponents``)."""
+    have = _tuned(results)
+    every = have if universe is None else _tuned(universe)
     claims = [("LOIRE has the best downstream average", "Table 5",
-               "average 84.84 vs 83.35 (ELLE), 83.18 (GPT_R) and less", [s for s in have if s != "LOIRE"]),
+               "average 84.84 vs 83.35 (ELLE), 83.18 (GPT_R) and less", [s for s in every if s != "LOIRE"]),
               ("the plug-in layer beats layer-stack downstream", "Table 11", "average 84.84 vs 82.91",
                ["Layer-stack-open"])]  # the paper stacked its copies open (App. F.1)
     return [(claim, where, paper, others, "LOIRE" not in have or not others or any(o not in have for o in others))
             for claim, where, paper, others in claims]
 
 
-def claims_judged(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str]) -> int:
+def claims_judged(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
+                  universe: Mapping[str, Any] | None = None) -> int:
     """How many downstream claims get a verdict: they join the report's family of claims."""
-    return sum(not missing for *_, missing in _claims(results)) if tasks else 0
+    return sum(not missing for *_, missing in _claims(results, universe)) if tasks else 0
 
 
 def verdicts(results: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Sequence[str],
-             family_size: int | None = None) -> list[dict[str, Any]]:
+             family_size: int | None = None, universe: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Table 5's and Table 11's downstream claims, judged on the average task score per run
     (higher is better), seed by seed as every other verdict (``analysis.paired``), at the
     level of a family of ``family_size`` claims (default: these alone)."""
     avg = {s: {seed_of(r): a for r in _counted(runs) if (a := _average(r, tasks)) is not None}
            for s, runs in results.items()}
-    family_size = claims_judged(results, tasks) if family_size is None else family_size
+    family_size = claims_judged(results, tasks, universe) if family_size is None else family_size
     out = []
-    for claim, where, paper, others, missing in _claims(results):
+    for claim, where, paper, others, missing in _claims(results, universe):
         pairs = {} if missing else {
             o: judge(avg.get("LOIRE", {}), avg[o], lower_is_better=False, margin=SCORE_MARGIN,
                      level=pair_level(family_size, len(others))) for o in others}
